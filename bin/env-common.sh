@@ -1,0 +1,97 @@
+# Shared by bin/setup-env and bin/in-env: where the environment lives and how it is keyed.
+# shellcheck shell=bash
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LOCK_FILE="$REPO_ROOT/requirements.lock"
+
+# Bump when the rootfs recipe in bin/setup-env changes, so that a new rootfs is built.
+ROOTFS_RECIPE_VERSION=1
+ROOTFS_SUITE=trixie
+ROOTFS_PACKAGES=python3,python3-venv,python3-dev,g++,ca-certificates
+# Installed into the rootfs after debootstrap: a headless browser for the report test,
+# and real photographs (opencv-doc) for the demo and the benchmarks.
+ROOTFS_EXTRA_PACKAGES="chromium fonts-dejavu-core opencv-doc"
+
+if [ "$(id -u)" = 0 ]; then
+  ENV_CACHE="${IMGPIPE_ENV_CACHE:-/var/cache/tfx-image-pipeline}"
+else
+  ENV_CACHE="${IMGPIPE_ENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfx-image-pipeline}"
+fi
+
+lock_key() {
+  if [ -f "$LOCK_FILE" ]; then sha256sum "$LOCK_FILE" | cut -c1-16; else echo unlocked; fi
+}
+
+rootfs_dir() {
+  echo "$ENV_CACHE/rootfs-$ROOTFS_SUITE-v$ROOTFS_RECIPE_VERSION"
+}
+
+# The venv path inside the rootfs (rootfs mode) or on the host (venv mode).
+rootfs_venv() {
+  echo "/opt/imgpipe-venvs/$(lock_key)"
+}
+
+host_venv() {
+  echo "$ENV_CACHE/venv-$(lock_key)"
+}
+
+die() {
+  echo "imgpipe env: $*" >&2
+  exit 1
+}
+
+version_ge() {  # version_ge A B: A >= B, dotted numeric versions
+  [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n1)" = "$2" ]
+}
+
+# venv: the host can load the stack (glibc >= 2.38, Python 3.10-3.13).
+# rootfs: an older host; the stack runs in a Debian 13 chroot.
+env_mode() {
+  if [ -n "${IMGPIPE_ENV_MODE:-}" ]; then
+    echo "$IMGPIPE_ENV_MODE"
+    return
+  fi
+  local glibc py
+  glibc="$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')"
+  py="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)"
+  if [ -n "$glibc" ] && version_ge "$glibc" 2.38 && [ -n "$py" ] \
+      && version_ge "$py" 3.10 && ! version_ge "$py" 3.14; then
+    echo venv
+  else
+    echo rootfs
+  fi
+}
+
+# Directories that must never be bind-mounted over the rootfs's own.
+is_system_dir() {
+  case "$1" in
+    /|/usr|/usr/*|/bin|/bin/*|/sbin|/sbin/*|/lib|/lib/*|/lib64|/lib64/*|/etc|/etc/*|\
+    /proc|/proc/*|/sys|/sys/*|/dev|/dev/*|/run|/run/*|/var|/opt|/boot|/boot/*) return 0 ;;
+  esac
+  return 1
+}
+
+# chroot_exec ROOTFS CMD...: run CMD in ROOTFS with /proc, /dev, /sys, /tmp, the repo and
+# the current directory bind-mounted at their own paths. The mounts live in a private
+# mount namespace, so they vanish when the command ends, however it ends.
+chroot_exec() {
+  local rootfs="$1"; shift
+  [ "$(id -u)" = 0 ] || die "the Debian 13 rootfs is entered with chroot, which needs root: run as root (sudo)"
+  # The host's pip settings point at host-only paths; the rootfs has its own.
+  env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PYTHONHOME -u LD_LIBRARY_PATH \
+  unshare --mount --propagation private -- bash -c '
+    set -e
+    rootfs="$1" repo="$2" cwd="$3"; shift 3
+    for fs in proc dev sys; do mount --rbind "/$fs" "$rootfs/$fs"; done
+    binds=(/tmp "$repo")
+    case "$cwd" in /tmp|/tmp/*|"$repo"|"$repo"/*) ;; *) binds+=("$cwd") ;; esac
+    for dir in "${binds[@]}"; do
+      if ! is_system_dir "$dir"; then
+        mkdir -p "$rootfs$dir"
+        mount --bind "$dir" "$rootfs$dir"
+      fi
+    done
+    exec chroot "$rootfs" /bin/bash -c "cd \"\$0\" 2>/dev/null || cd /; exec \"\$@\"" "$cwd" "$@"
+  ' chroot_exec "$rootfs" "$REPO_ROOT" "$PWD" "$@"
+}
+export -f is_system_dir

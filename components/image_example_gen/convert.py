@@ -1,0 +1,250 @@
+"""One image conversion, end to end: list, label, split, run the Beam pipeline, check the
+counts, publish. Shared by the TFX executor and `imgpipe convert`.
+
+Shards are written under a work directory inside the output and moved into
+`Split-<name>/` only after the pipeline succeeded and the counts reconcile, so a
+failed run publishes no shard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import apache_beam as beam
+import tensorflow as tf
+
+from components.common import artifacts
+from components.image_example_gen import labels as label_lib
+from components.image_example_gen import listing as listing_lib
+from components.image_example_gen import splitting, transforms
+from components.image_example_gen.options import (
+    LAYOUT_SPLIT,
+    ON_ERROR_FAIL,
+    ImageOptions,
+    OutputOptions,
+)
+
+WORK_DIR_PREFIX = ".imgpipe-work-"
+IGNORED_FILE = "ignored.json"
+SUMMARY_VERSION = 1
+
+
+class CountMismatchError(RuntimeError):
+    """Files seen != written + skipped + ignored: something was lost; nothing is published."""
+
+
+@dataclasses.dataclass
+class ConversionResult:
+    output_dir: str
+    split_names: list[str]
+    labels: list[str]
+    summary: dict[str, Any]
+
+
+def plan_tasks(listing: listing_lib.Listing, labels: list[str],
+               options: OutputOptions) -> list[transforms.ConversionTask]:
+    """Decides label id and split of every image, in sorted path order."""
+    ids = {label: i for i, label in enumerate(labels)}
+    if listing.layout == LAYOUT_SPLIT:
+        decided = {image.relpath: image.split for image in listing.images}
+    elif options.stratify:
+        by_label: dict[str, list[str]] = {}
+        for image in listing.images:
+            by_label.setdefault(image.label, []).append(image.relpath)
+        decided = splitting.stratified_split(by_label, options.splits)
+    else:
+        decided = {image.relpath: splitting.hash_split(image.relpath, options.splits)
+                   for image in listing.images}
+    return [transforms.ConversionTask(image.relpath, image.label, ids[image.label],
+                                      decided[image.relpath])
+            for image in listing.images]
+
+
+def build_pipeline(
+    pipeline: beam.Pipeline,
+    tasks: list[transforms.ConversionTask],
+    root: str,
+    work_dir: str,
+    image_options: ImageOptions,
+    output_options: OutputOptions,
+    progress_dir: str | None = None,
+) -> None:
+    converted = (
+        pipeline
+        | "ListedImages" >> beam.Create(tasks)
+        | "Convert" >> transforms.ConvertImages(
+            root, os.path.join(work_dir, "spill"), image_options,
+            output_options.on_error == ON_ERROR_FAIL, progress_dir))
+    shard_results = converted[transforms.RECORDS_TAG] | "WriteShards" >> transforms.WriteShards(
+        os.path.join(work_dir, "shards"), output_options.num_shards, output_options.shard_mb,
+        output_options.gzip, output_options.seed)
+    for name, pcoll in (("shards", shard_results),
+                        ("skipped", converted[transforms.SKIPPED_TAG])):
+        _ = (pcoll
+             | f"{name}ToJson" >> beam.Map(transforms.to_json_line)
+             | f"Write{name}" >> beam.io.WriteToText(os.path.join(work_dir, "results", name)))
+
+
+def _conversion_error_message(error: Exception) -> str | None:
+    match = re.search(r"ImageConversionError: (.+?)(?: \[while running|\n|$)", str(error))
+    return match.group(1).strip().strip("'\"") if match else None
+
+
+def _read_json_lines(pattern: str) -> list[dict[str, Any]]:
+    rows = []
+    for path in sorted(tf.io.gfile.glob(pattern)):
+        with tf.io.gfile.GFile(path) as f:
+            rows.extend(json.loads(line) for line in f if line.strip())
+    return rows
+
+
+def run_conversion(
+    input_root: str,
+    output_dir: str,
+    image_options: ImageOptions,
+    output_options: OutputOptions,
+    make_pipeline: Callable[[], beam.Pipeline],
+    progress: Callable[[int, str | None], None] | None = None,
+) -> ConversionResult:
+    """Converts the image folder `input_root` into `output_dir`.
+
+    Args:
+      make_pipeline: returns the Beam pipeline to run on (runner and options set).
+      progress: called as progress(total, progress_dir) before the pipeline runs, so
+        a caller can watch the local progress files; None for no progress files.
+
+    Raises:
+      ValueError: bad options, no images, or a bad image under on_error=fail.
+      CountMismatchError: the counts do not reconcile.
+    """
+    image_options.validate()
+    output_options.validate()
+    listing = listing_lib.list_images(input_root, output_options.layout)
+    if not listing.images:
+        raise ValueError(
+            f"no labelled images under {input_root!r}: expected root/<label>/<image> or "
+            f"root/<split>/<label>/<image> ({listing.files_seen} files seen, "
+            f"{len(listing.ignored)} ignored, {len(listing.unlabeled)} outside label folders)")
+    if output_options.on_error == ON_ERROR_FAIL and listing.unlabeled:
+        first = listing.unlabeled[0]
+        raise ValueError(f"{first.relpath}: {first.reason}")
+    existing = (label_lib.read_label_map(output_options.label_map_uri)
+                if output_options.label_map_uri else None)
+    labels = label_lib.build_labels(listing.labels, existing, output_options.on_new_label)
+    tasks = plan_tasks(listing, labels, output_options)
+    split_names = (listing.given_splits if listing.layout == LAYOUT_SPLIT
+                   else [name for name, _ in output_options.splits])
+
+    work_dir = os.path.join(output_dir, WORK_DIR_PREFIX + uuid.uuid4().hex)
+    tf.io.gfile.makedirs(os.path.join(work_dir, "spill"))
+    try:
+        progress_dir = None
+        if progress is not None:
+            import tempfile
+            progress_dir = tempfile.mkdtemp(prefix="imgpipe-progress-")
+            progress(len(tasks), progress_dir)
+        pipeline = make_pipeline()
+        build_pipeline(pipeline, tasks, input_root, work_dir, image_options, output_options,
+                       progress_dir)
+        try:
+            pipeline.run().wait_until_finish()
+        except Exception as e:  # Beam wraps worker errors; surface ours plainly.
+            message = _conversion_error_message(e)
+            if message is None:
+                raise
+            raise transforms.ImageConversionError(message) from e
+        shard_rows = _read_json_lines(os.path.join(work_dir, "results", "shards*"))
+        skipped_rows = _read_json_lines(os.path.join(work_dir, "results", "skipped*"))
+        summary = _summarize(listing, shard_rows, skipped_rows, split_names, labels,
+                             image_options, output_options)
+        _publish(work_dir, output_dir, split_names, shard_rows, output_options)
+    finally:
+        if tf.io.gfile.exists(work_dir):
+            tf.io.gfile.rmtree(work_dir)
+
+    skipped = sorted(
+        [{"path": f.relpath, "reason": f.reason} for f in listing.unlabeled]
+        + [{"path": row["relpath"], "reason": row["reason"]} for row in skipped_rows],
+        key=lambda row: row["path"])
+    label_lib.write_label_files(output_dir, labels)
+    artifacts.write_json(os.path.join(output_dir, artifacts.SKIPPED_FILE), skipped)
+    artifacts.write_json(os.path.join(output_dir, IGNORED_FILE),
+                         [{"path": f.relpath, "reason": f.reason} for f in listing.ignored])
+    artifacts.write_json(os.path.join(output_dir, artifacts.SUMMARY_FILE), summary)
+    return ConversionResult(output_dir, split_names, labels, summary)
+
+
+def _summarize(listing, shard_rows, skipped_rows, split_names, labels,
+               image_options, output_options) -> dict[str, Any]:
+    written = sum(row["records"] for row in shard_rows)
+    skipped = len(skipped_rows) + len(listing.unlabeled)
+    ignored = len(listing.ignored)
+    if listing.files_seen != written + skipped + ignored:
+        raise CountMismatchError(
+            f"{listing.files_seen} files seen but {written} written + {skipped} skipped + "
+            f"{ignored} ignored = {written + skipped + ignored}; nothing was published")
+    splits = {}
+    for split in split_names:
+        rows = [row for row in shard_rows if row["split"] == split]
+        label_counts: dict[str, int] = {}
+        for row in rows:
+            for label, count in row["labels"]:
+                label_counts[label] = label_counts.get(label, 0) + count
+        splits[split] = {
+            "records": sum(row["records"] for row in rows),
+            "bytes_in": sum(row["bytes_in"] for row in rows),
+            "bytes_out": sum(row["bytes_out"] for row in rows),
+            "reencoded": sum(row["reencoded"] for row in rows),
+            "num_shards": max([row["num_shards"] for row in rows], default=1),
+            "labels": dict(sorted(label_counts.items())),
+        }
+    bytes_in = sum(s["bytes_in"] for s in splits.values())
+    bytes_out = sum(s["bytes_out"] for s in splits.values())
+    ignored_reasons: dict[str, int] = {}
+    for f in listing.ignored:
+        ignored_reasons[f.reason] = ignored_reasons.get(f.reason, 0) + 1
+    return {
+        "version": SUMMARY_VERSION,
+        "layout": listing.layout,
+        "files_seen": listing.files_seen,
+        "written": written,
+        "skipped": skipped,
+        "ignored": ignored,
+        "ignored_by_reason": dict(sorted(ignored_reasons.items())),
+        "bytes_in": bytes_in,
+        "bytes_out": bytes_out,
+        "size_ratio": round(bytes_out / bytes_in, 4) if bytes_in else None,
+        "num_labels": len(labels),
+        "splits": splits,
+        "compression": "gzip" if output_options.gzip else "none",
+        "image_options": dataclasses.asdict(image_options),
+    }
+
+
+def _publish(work_dir: str, output_dir: str, split_names: list[str], shard_rows,
+             output_options: OutputOptions) -> None:
+    """Moves shards into Split-<name>/, adding empty shards so every split has -of-N complete."""
+    staged = os.path.join(work_dir, "shards")
+    for split in split_names:
+        rows = [row for row in shard_rows if row["split"] == split]
+        num_shards = rows[0]["num_shards"] if rows else 1
+        written = {row["shard"] for row in rows}
+        split_staged = artifacts.split_dir(staged, split)
+        tf.io.gfile.makedirs(split_staged)
+        for shard in range(num_shards):
+            if shard not in written:
+                name = transforms.shard_file_name(shard, num_shards, output_options.gzip)
+                transforms.write_tfrecord(os.path.join(split_staged, name), [],
+                                          output_options.gzip)
+    for split in split_names:
+        target = artifacts.split_dir(output_dir, split)
+        tf.io.gfile.makedirs(target)
+        for name in sorted(tf.io.gfile.listdir(artifacts.split_dir(staged, split))):
+            tf.io.gfile.rename(os.path.join(artifacts.split_dir(staged, split), name),
+                               os.path.join(target, name), overwrite=False)

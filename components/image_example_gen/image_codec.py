@@ -1,0 +1,240 @@
+"""Turns the bytes of one image file into the bytes that are stored.
+
+By default JPEG and PNG bytes are kept as they are: only the header is read. Pixels
+are decoded only when they must change: a requested resize or re-encode, a format or
+colour model TensorFlow cannot decode (GIF, BMP, WebP, CMYK/YCCK JPEG, 16-bit PNG), or
+`verify=decode`. All functions are pure: bytes and options in, bytes out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import cv2
+import numpy as np
+import simplejpeg
+
+from components.image_example_gen import image_header as hdr
+from components.image_example_gen.options import (
+    OUTPUT_JPEG,
+    OUTPUT_KEEP,
+    OUTPUT_PNG,
+    VERIFY_DECODE,
+    ImageOptions,
+)
+
+# OpenCV must not rotate by EXIF itself: orientation is applied once, below, for every
+# decoder alike.
+_CV2_UNCHANGED = cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION
+_CV2_REDUCED_COLOR = {1: cv2.IMREAD_COLOR, 2: cv2.IMREAD_REDUCED_COLOR_2,
+                      4: cv2.IMREAD_REDUCED_COLOR_4, 8: cv2.IMREAD_REDUCED_COLOR_8}
+
+
+class ImageDecodeError(ValueError):
+    """The image could not be decoded; the message is the reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedImage:
+    data: bytes
+    format: str  # "jpeg" or "png"
+    height: int
+    width: int
+    channels: int
+    reencoded: bool
+
+
+def convert_image(data: bytes, options: ImageOptions) -> tuple[EncodedImage, hdr.ImageHeader]:
+    """Reads, checks and (when needed) transforms one image.
+
+    Raises:
+      ImageHeaderError, ImageDecodeError: the image is bad; the message says why.
+    """
+    header = hdr.read_header(data)
+    if header.pixels > options.max_pixels:
+        raise hdr.ImageHeaderError(
+            f"decompression bomb: {header.width}x{header.height} = {header.pixels} pixels "
+            f"exceeds max_pixels={options.max_pixels}")
+    if header.format in (hdr.JPEG, hdr.PNG):
+        hdr.check_complete(data, header.format)
+    if not needs_pixels(header, options):
+        if options.verify == VERIFY_DECODE:
+            decode(data, header, min_side=None)
+        return EncodedImage(data, header.format, header.height, header.width,
+                            header.channels, reencoded=False), header
+    pixels = decode(data, header, min_side=options.resize)
+    pixels = _fit_channels(pixels, header, options)
+    if options.resize is not None:
+        pixels = resize_shorter_side(pixels, options.resize, options.center_crop)
+    fmt = target_format(header, options, has_alpha=pixels.ndim == 3 and pixels.shape[2] == 4)
+    encoded = encode(pixels, fmt, options.jpeg_quality)
+    height, width = pixels.shape[:2]
+    channels = 1 if pixels.ndim == 2 else pixels.shape[2]
+    return EncodedImage(encoded, fmt, height, width, channels, reencoded=True), header
+
+
+def needs_pixels(header: hdr.ImageHeader, options: ImageOptions) -> bool:
+    if options.transforms_pixels:
+        return True
+    if header.format not in (hdr.JPEG, hdr.PNG):
+        return True
+    if header.format == hdr.JPEG and header.mode in (hdr.MODE_CMYK, hdr.MODE_YCCK):
+        return True
+    return header.format == hdr.PNG and header.bit_depth == 16
+
+
+def target_format(header: hdr.ImageHeader, options: ImageOptions, has_alpha: bool) -> str:
+    if options.output_format != OUTPUT_KEEP:
+        return options.output_format
+    if header.format in (hdr.JPEG, hdr.PNG):
+        return header.format
+    if options.other_formats_to == OUTPUT_JPEG and not has_alpha:
+        return OUTPUT_JPEG
+    return OUTPUT_PNG if has_alpha else options.other_formats_to
+
+
+def decode(data: bytes, header: hdr.ImageHeader, min_side: int | None) -> np.ndarray:
+    """Decodes to RGB, RGBA or gray (2-D) uint8 pixels, upright by EXIF orientation.
+
+    When `min_side` is set and the image is at least twice that on both sides, JPEGs
+    are decoded at a reduced scale in the DCT domain (libjpeg-turbo scaling factors),
+    keeping both sides >= min_side.
+    """
+    try:
+        if header.format == hdr.JPEG and header.mode in (hdr.MODE_RGB, hdr.MODE_GRAY):
+            colorspace = "GRAY" if header.mode == hdr.MODE_GRAY else "RGB"
+            kwargs = {}
+            if min_side is not None:
+                kwargs = {"min_height": min_side, "min_width": min_side}
+            pixels = simplejpeg.decode_jpeg(data, colorspace=colorspace, **kwargs)
+            if pixels.ndim == 3 and pixels.shape[2] == 1:
+                pixels = pixels[:, :, 0]
+        else:
+            pixels = _decode_cv2(data, header, min_side)
+    except (ValueError, cv2.error) as e:
+        raise ImageDecodeError(f"undecodable {header.format}: {e}") from e
+    if pixels is None or pixels.size == 0:
+        raise ImageDecodeError(f"undecodable {header.format}")
+    if pixels.dtype == np.uint16:
+        pixels = ((pixels.astype(np.uint32) * 255 + 32767) // 65535).astype(np.uint8)
+    return apply_orientation(pixels, header.exif_orientation)
+
+
+def _decode_cv2(data: bytes, header: hdr.ImageHeader, min_side: int | None) -> np.ndarray:
+    buffer = np.frombuffer(data, np.uint8)
+    if header.format == hdr.JPEG:  # CMYK / YCCK: OpenCV converts to BGR
+        factor = 1
+        if min_side is not None:
+            while factor < 8 and min(header.width, header.height) >= 2 * factor * min_side:
+                factor *= 2
+        flags = _CV2_REDUCED_COLOR[factor] | cv2.IMREAD_IGNORE_ORIENTATION
+        return _bgr_to_rgb(cv2.imdecode(buffer, flags))
+    pixels = cv2.imdecode(buffer, _CV2_UNCHANGED)
+    if pixels is None and header.format == hdr.GIF:
+        pixels = _decode_pillow(data)
+        return pixels
+    return _bgr_to_rgb(pixels)
+
+
+def _decode_pillow(data: bytes) -> np.ndarray | None:
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        image.seek(0)
+        return np.asarray(image.convert("RGBA" if "transparency" in image.info else "RGB"))
+
+
+def _bgr_to_rgb(pixels: np.ndarray | None) -> np.ndarray | None:
+    if pixels is None or pixels.ndim == 2:
+        return pixels
+    if pixels.shape[2] == 3:
+        return cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB)
+    if pixels.shape[2] == 4:
+        return cv2.cvtColor(pixels, cv2.COLOR_BGRA2RGBA)
+    return pixels
+
+
+def apply_orientation(pixels: np.ndarray, orientation: int) -> np.ndarray:
+    """Applies an EXIF orientation (1..8) so that the image is upright."""
+    if orientation == 2:
+        pixels = pixels[:, ::-1]
+    elif orientation == 3:
+        pixels = pixels[::-1, ::-1]
+    elif orientation == 4:
+        pixels = pixels[::-1]
+    elif orientation == 5:
+        pixels = pixels.swapaxes(0, 1)
+    elif orientation == 6:
+        pixels = np.rot90(pixels, k=-1)
+    elif orientation == 7:
+        pixels = np.rot90(pixels[:, ::-1], k=-1)
+    elif orientation == 8:
+        pixels = np.rot90(pixels, k=1)
+    return np.ascontiguousarray(pixels)
+
+
+def _fit_channels(pixels: np.ndarray, header: hdr.ImageHeader,
+                  options: ImageOptions) -> np.ndarray:
+    has_alpha = pixels.ndim == 3 and pixels.shape[2] in (2, 4)
+    to_jpeg = target_format(header, options, has_alpha) == OUTPUT_JPEG
+    if has_alpha and (to_jpeg or options.channels == 3):
+        pixels = composite_alpha(pixels, options.background)
+    if options.channels == 3 and pixels.ndim == 2:
+        pixels = cv2.cvtColor(pixels, cv2.COLOR_GRAY2RGB)
+    return pixels
+
+
+def composite_alpha(pixels: np.ndarray, background: tuple[int, int, int]) -> np.ndarray:
+    """Composites RGBA (or gray+alpha) onto an RGB background colour."""
+    if pixels.shape[2] == 2:
+        color = cv2.cvtColor(np.ascontiguousarray(pixels[:, :, 0]), cv2.COLOR_GRAY2RGB)
+        alpha = pixels[:, :, 1]
+    else:
+        color, alpha = pixels[:, :, :3], pixels[:, :, 3]
+    alpha = alpha.astype(np.uint32)[:, :, None]
+    bg = np.asarray(background, np.uint32)[None, None, :]
+    out = (color.astype(np.uint32) * alpha + bg * (255 - alpha) + 127) // 255
+    return out.astype(np.uint8)
+
+
+def resize_shorter_side(pixels: np.ndarray, side: int, center_crop: bool) -> np.ndarray:
+    """Scales so the shorter side is `side`; with `center_crop`, keeps the centre square.
+
+    The crop is taken before scaling, so only the kept pixels are resampled.
+    """
+    height, width = pixels.shape[:2]
+    if center_crop:
+        short = min(height, width)
+        top, left = (height - short) // 2, (width - short) // 2
+        pixels = pixels[top:top + short, left:left + short]
+        new_height = new_width = side
+    elif height <= width:
+        new_height, new_width = side, max(1, round(width * side / height))
+    else:
+        new_height, new_width = max(1, round(height * side / width)), side
+    if (new_height, new_width) == pixels.shape[:2]:
+        return np.ascontiguousarray(pixels)
+    shrinking = new_height < pixels.shape[0]
+    interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
+    return cv2.resize(np.ascontiguousarray(pixels), (new_width, new_height),
+                      interpolation=interpolation)
+
+
+def encode(pixels: np.ndarray, fmt: str, quality: int) -> bytes:
+    if fmt == OUTPUT_JPEG:
+        if pixels.ndim == 2:
+            return simplejpeg.encode_jpeg(pixels[:, :, None], quality=quality,
+                                          colorspace="GRAY")
+        return simplejpeg.encode_jpeg(np.ascontiguousarray(pixels), quality=quality,
+                                      colorspace="RGB", colorsubsampling="420")
+    if fmt == OUTPUT_PNG:
+        if pixels.ndim == 3:
+            code = cv2.COLOR_RGB2BGR if pixels.shape[2] == 3 else cv2.COLOR_RGBA2BGRA
+            pixels = cv2.cvtColor(pixels, code)
+        ok, buffer = cv2.imencode(".png", pixels)
+        if not ok:
+            raise ImageDecodeError("png encoding failed")
+        return buffer.tobytes()
+    raise ValueError(f"unknown output format {fmt!r}")

@@ -1,0 +1,167 @@
+"""Configuration of an image conversion: what happens to each image, and how the
+output is split and sharded. Both are plain dataclasses that round-trip through JSON,
+which is how the component stores them in `exec_properties`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+ON_ERROR_SKIP = "skip"
+ON_ERROR_FAIL = "fail"
+
+VERIFY_HEADER = "header"
+VERIFY_DECODE = "decode"
+
+OUTPUT_KEEP = "keep"
+OUTPUT_JPEG = "jpeg"
+OUTPUT_PNG = "png"
+
+LAYOUT_AUTO = "auto"
+LAYOUT_FLAT = "flat"
+LAYOUT_SPLIT = "split"
+
+NEW_LABEL_FAIL = "fail"
+NEW_LABEL_APPEND = "append"
+
+DEFAULT_SHARD_MB = 128.0
+DEFAULT_JPEG_QUALITY = 90
+DEFAULT_MAX_PIXELS = 100_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageOptions:
+    """What is done to each image.
+
+    With every field at its default, JPEG and PNG bytes are stored unchanged; only
+    formats and colour models TensorFlow cannot decode are re-encoded.
+
+    Attributes:
+      resize: resize so that the shorter side is this many pixels.
+      center_crop: with `resize`, crop the centre square to resize x resize.
+      quality: re-encode JPEGs at this quality (re-encoding also happens whenever
+        pixels change, at DEFAULT_JPEG_QUALITY unless this is set).
+      output_format: `keep` the source format, or re-encode everything to `jpeg` or `png`.
+      other_formats_to: target format for GIF, BMP and WebP sources.
+      channels: 0 keeps the source's channels; 3 makes every image RGB.
+      background: RGB that alpha is composited onto when alpha must go.
+      max_pixels: larger images (by their header) are skipped as decompression bombs.
+      verify: `header` checks header and end marker; `decode` also decodes every image.
+    """
+
+    resize: int | None = None
+    center_crop: bool = False
+    quality: int | None = None
+    output_format: str = OUTPUT_KEEP
+    other_formats_to: str = OUTPUT_PNG
+    channels: int = 0
+    background: tuple[int, int, int] = (255, 255, 255)
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    verify: str = VERIFY_HEADER
+
+    def validate(self) -> None:
+        if self.resize is not None and self.resize < 1:
+            raise ValueError(f"resize must be a positive side length, got {self.resize}")
+        if self.center_crop and self.resize is None:
+            raise ValueError("center_crop needs resize: the crop is resize x resize")
+        if self.quality is not None and not 1 <= self.quality <= 100:
+            raise ValueError(f"quality must be in 1..100, got {self.quality}")
+        if self.output_format not in (OUTPUT_KEEP, OUTPUT_JPEG, OUTPUT_PNG):
+            raise ValueError(f"output_format must be keep, jpeg or png, got {self.output_format!r}")
+        if self.other_formats_to not in (OUTPUT_JPEG, OUTPUT_PNG):
+            raise ValueError(f"other_formats_to must be jpeg or png, got {self.other_formats_to!r}")
+        if self.channels not in (0, 3):
+            raise ValueError(f"channels must be 0 (keep) or 3 (RGB), got {self.channels}")
+        if len(self.background) != 3 or not all(0 <= c <= 255 for c in self.background):
+            raise ValueError(f"background must be three values in 0..255, got {self.background}")
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels must be positive, got {self.max_pixels}")
+        if self.verify not in (VERIFY_HEADER, VERIFY_DECODE):
+            raise ValueError(f"verify must be header or decode, got {self.verify!r}")
+
+    @property
+    def transforms_pixels(self) -> bool:
+        return (self.resize is not None or self.quality is not None
+                or self.output_format != OUTPUT_KEEP or self.channels != 0)
+
+    @property
+    def jpeg_quality(self) -> int:
+        return self.quality if self.quality is not None else DEFAULT_JPEG_QUALITY
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputOptions:
+    """How images are laid out, labelled, split and sharded.
+
+    Attributes:
+      layout: `flat` is root/<label>/..., `split` is root/<split>/<label>/...,
+        `auto` picks `split` when every top-level folder is a known split name.
+      splits: (name, weight) pairs for a flat layout; weights need not sum to 1.
+      stratify: give every label the split proportions exactly (see splitting.py).
+      num_shards: shards per split; None sizes shards by shard_mb.
+      shard_mb: target shard size in MB when num_shards is None.
+      gzip: GZIP-compress shards (names end in .gz, as TFX readers expect).
+      seed: seeds the order of records within a shard.
+      on_error: `skip` bad files (listed in skipped.json) or `fail` on the first.
+      on_new_label: with a given label map, `fail` on a new class or `append` it.
+      label_map_uri: an existing label_map.json or labels.txt, to keep ids stable.
+    """
+
+    layout: str = LAYOUT_AUTO
+    splits: tuple[tuple[str, float], ...] = (("train", 0.9), ("eval", 0.1))
+    stratify: bool = False
+    num_shards: int | None = None
+    shard_mb: float = DEFAULT_SHARD_MB
+    gzip: bool = False
+    seed: int = 0
+    on_error: str = ON_ERROR_SKIP
+    on_new_label: str = NEW_LABEL_FAIL
+    label_map_uri: str | None = None
+
+    def validate(self) -> None:
+        if self.layout not in (LAYOUT_AUTO, LAYOUT_FLAT, LAYOUT_SPLIT):
+            raise ValueError(f"layout must be auto, flat or split, got {self.layout!r}")
+        names = [name for name, _ in self.splits]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"splits need distinct names, got {names}")
+        for name, weight in self.splits:
+            if not name or "/" in name or weight <= 0:
+                raise ValueError(f"split {name!r} needs a plain name and a positive weight, "
+                                 f"got {weight}")
+        if self.num_shards is not None and self.num_shards < 1:
+            raise ValueError(f"num_shards must be at least 1, got {self.num_shards}")
+        if self.shard_mb <= 0:
+            raise ValueError(f"shard_mb must be positive, got {self.shard_mb}")
+        if self.on_error not in (ON_ERROR_SKIP, ON_ERROR_FAIL):
+            raise ValueError(f"on_error must be skip or fail, got {self.on_error!r}")
+        if self.on_new_label not in (NEW_LABEL_FAIL, NEW_LABEL_APPEND):
+            raise ValueError(f"on_new_label must be fail or append, got {self.on_new_label!r}")
+
+
+def to_json(options: ImageOptions | OutputOptions) -> str:
+    return json.dumps(dataclasses.asdict(options), sort_keys=True)
+
+
+def _from_dict(cls: type, values: dict[str, Any]):
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields {unknown}; known: {sorted(known)}")
+    values = dict(values)
+    if cls is OutputOptions and "splits" in values:
+        values["splits"] = tuple((str(n), float(w)) for n, w in values["splits"])
+    if cls is ImageOptions and "background" in values:
+        values["background"] = tuple(int(c) for c in values["background"])
+    options = cls(**values)
+    options.validate()
+    return options
+
+
+def image_options_from_json(text: str | None) -> ImageOptions:
+    return _from_dict(ImageOptions, json.loads(text) if text else {})
+
+
+def output_options_from_json(text: str | None) -> OutputOptions:
+    return _from_dict(OutputOptions, json.loads(text) if text else {})

@@ -1,0 +1,272 @@
+"""Beam transforms of ImageExampleGen: images in, sharded TFRecords out.
+
+Memory stays flat however large the dataset: converted records never go through a
+shuffle. `ConvertImages` spills each record to a per-bundle file in the work
+directory and emits only a small pointer; `WriteShards` groups the pointers by shard,
+reads that shard's records back and writes them in a seeded order. The largest thing
+a worker holds is one shard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+
+import apache_beam as beam
+import tensorflow as tf
+
+from components.common import artifacts
+from components.image_example_gen import splitting
+from components.image_example_gen.examples import image_example
+from components.image_example_gen.image_codec import ImageDecodeError, convert_image
+from components.image_example_gen.image_header import ImageHeaderError
+from components.image_example_gen.options import ImageOptions
+
+SKIPPED_TAG = "skipped"
+RECORDS_TAG = "records"
+
+
+@dataclasses.dataclass(frozen=True)
+class ConversionTask:
+    relpath: str
+    label: str
+    label_id: int
+    split: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordPointer:
+    """Where one converted record was spilled, and what the summary needs of it."""
+
+    split: str
+    relpath: str
+    label: str
+    spill_path: str
+    offset: int
+    length: int
+    bytes_in: int
+    reencoded: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedFile:
+    relpath: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardResult:
+    split: str
+    shard: int
+    num_shards: int
+    records: int
+    bytes_in: int
+    bytes_out: int
+    reencoded: int
+    labels: tuple[tuple[str, int], ...]
+
+
+class ImageConversionError(ValueError):
+    """A bad image under on_error=fail; the message names the file and the reason."""
+
+
+def shard_file_name(shard: int, num_shards: int, gzip: bool) -> str:
+    suffix = artifacts.GZIP_SUFFIX if gzip else ""
+    return f"{artifacts.SHARD_PREFIX}-{shard:05d}-of-{num_shards:05d}{suffix}"
+
+
+def read_source(path: str) -> bytes:
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return f.read()
+
+
+class ConvertImageFn(beam.DoFn):
+    """Reads, checks and converts one image; spills the serialized Example."""
+
+    def __init__(self, root: str, spill_dir: str, options: ImageOptions,
+                 fail_on_error: bool, progress_dir: str | None = None):
+        self._root = root
+        self._spill_dir = spill_dir
+        self._options = options
+        self._fail_on_error = fail_on_error
+        self._progress_dir = progress_dir
+
+    def setup(self) -> None:
+        self._progress = _ProgressFile(self._progress_dir)
+
+    def start_bundle(self) -> None:
+        self._spill = None
+        self._spill_path = ""
+        self._offset = 0
+
+    def process(self, task: ConversionTask) -> Iterator:
+        path = os.path.join(self._root, task.relpath)
+        try:
+            data = read_source(path)
+            image, _ = convert_image(data, self._options)
+        except (ImageHeaderError, ImageDecodeError) as e:
+            yield from self._skip(task, str(e))
+            return
+        except (OSError, tf.errors.OpError) as e:
+            yield from self._skip(task, f"unreadable: {getattr(e, 'message', None) or e}")
+            return
+        record = image_example(image, task.label_id, task.label, task.relpath,
+                               hashlib.sha256(data).hexdigest())
+        if self._spill is None:
+            self._spill_path = os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.spill")
+            self._spill = tf.io.gfile.GFile(self._spill_path, "wb")
+        self._spill.write(record)
+        self._progress.add(1)
+        yield RecordPointer(task.split, task.relpath, task.label, self._spill_path,
+                            self._offset, len(record), len(data), image.reencoded)
+        self._offset += len(record)
+
+    def _skip(self, task: ConversionTask, reason: str) -> Iterator:
+        if self._fail_on_error:
+            raise ImageConversionError(f"{task.relpath}: {reason}")
+        self._progress.add(1)
+        yield beam.pvalue.TaggedOutput(SKIPPED_TAG, SkippedFile(task.relpath, reason))
+
+    def finish_bundle(self) -> None:
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
+        self._progress.flush()
+
+
+class WriteShardFn(beam.DoFn):
+    """Writes one shard from its pointers, in seeded order."""
+
+    def __init__(self, output_dir: str, gzip: bool, seed: int):
+        self._output_dir = output_dir
+        self._gzip = gzip
+        self._seed = seed
+
+    def process(self, element: tuple[tuple[str, int, int], Iterable[RecordPointer]]
+                ) -> Iterator[ShardResult]:
+        (split, shard, num_shards), pointers = element
+        pointers = sorted(pointers, key=lambda p: (p.spill_path, p.offset))
+        records: list[tuple[int, str, bytes]] = []
+        handle, handle_path = None, None
+        try:
+            for pointer in pointers:
+                if pointer.spill_path != handle_path:
+                    if handle is not None:
+                        handle.close()
+                    handle = tf.io.gfile.GFile(pointer.spill_path, "rb")
+                    handle_path = pointer.spill_path
+                handle.seek(pointer.offset)
+                record = handle.read(pointer.length)
+                key = splitting.order_key(pointer.relpath, self._seed)
+                records.append((key, pointer.relpath, record))
+        finally:
+            if handle is not None:
+                handle.close()
+        records.sort(key=lambda r: (r[0], r[1]))
+        split_dir = artifacts.split_dir(self._output_dir, split)
+        tf.io.gfile.makedirs(split_dir)
+        path = os.path.join(split_dir, shard_file_name(shard, num_shards, self._gzip))
+        write_tfrecord(path, (r[2] for r in records), self._gzip)
+        labels: dict[str, int] = {}
+        for pointer in pointers:
+            labels[pointer.label] = labels.get(pointer.label, 0) + 1
+        yield ShardResult(
+            split, shard, num_shards, len(pointers),
+            sum(p.bytes_in for p in pointers), sum(p.length for p in pointers),
+            sum(p.reencoded for p in pointers), tuple(sorted(labels.items())))
+
+
+def write_tfrecord(path: str, records: Iterable[bytes], gzip: bool) -> None:
+    options = tf.io.TFRecordOptions(compression_type="GZIP" if gzip else "")
+    with tf.io.TFRecordWriter(path, options) as writer:
+        for record in records:
+            writer.write(record)
+
+
+@beam.ptransform_fn
+@beam.typehints.with_input_types(ConversionTask)
+def ConvertImages(  # noqa: N802 - Beam transforms are named like classes
+    tasks: beam.PCollection,
+    root: str,
+    spill_dir: str,
+    options: ImageOptions,
+    fail_on_error: bool,
+    progress_dir: str | None = None,
+) -> beam.pvalue.DoOutputsTuple:
+    """Returns a tuple with RECORDS_TAG (RecordPointer) and SKIPPED_TAG (SkippedFile)."""
+    return tasks | beam.ParDo(
+        ConvertImageFn(root, spill_dir, options, fail_on_error, progress_dir)
+    ).with_outputs(SKIPPED_TAG, main=RECORDS_TAG)
+
+
+def shards_for_bytes(total_bytes: int, shard_mb: float) -> int:
+    return max(1, math.ceil(total_bytes / (shard_mb * 1024 * 1024)))
+
+
+@beam.ptransform_fn
+@beam.typehints.with_input_types(RecordPointer)
+@beam.typehints.with_output_types(ShardResult)
+def WriteShards(  # noqa: N802
+    pointers: beam.PCollection,
+    output_dir: str,
+    num_shards: int | None,
+    shard_mb: float,
+    gzip: bool,
+    seed: int,
+) -> beam.PCollection:
+    """Groups records into shards (fixed count, or sized by shard_mb) and writes them."""
+    if num_shards is not None:
+        keyed = pointers | "KeyByShard" >> beam.Map(
+            lambda p: ((p.split, splitting.shard_of(p.relpath, num_shards), num_shards), p))
+    else:
+        shard_counts = (
+            pointers
+            | "BytesBySplit" >> beam.Map(lambda p: (p.split, p.length))
+            | "SumBytes" >> beam.CombinePerKey(sum)
+            | "ShardCount" >> beam.MapTuple(lambda split, total: (
+                split, shards_for_bytes(total, shard_mb))))
+        keyed = pointers | "KeyByShard" >> beam.Map(
+            lambda p, counts: ((p.split, splitting.shard_of(p.relpath, counts[p.split]),
+                                counts[p.split]), p),
+            counts=beam.pvalue.AsDict(shard_counts))
+    return (keyed
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(WriteShardFn(output_dir, gzip, seed)))
+
+
+def to_json_line(value: ShardResult | SkippedFile) -> str:
+    return json.dumps(dataclasses.asdict(value), sort_keys=True)
+
+
+class _ProgressFile:
+    """Counts converted files into a small local file that the CLI's progress bar sums.
+
+    Only used by local runs (progress_dir is None otherwise); a remote worker never
+    writes one.
+    """
+
+    def __init__(self, progress_dir: str | None):
+        self._path = None
+        if progress_dir:
+            self._path = os.path.join(progress_dir, f"{os.getpid()}-{uuid.uuid4().hex}")
+        self._count = 0
+        self._last_write = 0.0
+
+    def add(self, n: int) -> None:
+        self._count += n
+        if self._path and time.monotonic() - self._last_write > 0.3:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._path:
+            tmp = self._path + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(str(self._count))
+            os.replace(tmp, self._path)
+            self._last_write = time.monotonic()

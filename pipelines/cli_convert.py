@@ -1,0 +1,157 @@
+"""`imgpipe convert SRC OUT`: the ImageExampleGen conversion, outside TFX."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+
+DEFAULT_LOCAL_BEAM_ARGS = ["--direct_running_mode=multi_processing", "--direct_num_workers=0"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert an image folder to sharded TFRecords (the ImageExampleGen transforms)",
+        description="Convert SRC (root/<label>/... or root/<split>/<label>/...) into TFRecord "
+                    "shards under OUT. Arguments not listed here (--runner, "
+                    "--direct_num_workers, ...) are passed to Apache Beam; without --runner "
+                    "the conversion uses every local core.")
+    parser.add_argument("src", help="image folder (local, gs:// or s3://)")
+    parser.add_argument("out", help="output folder; must be new or empty")
+    parser.add_argument("--resize", type=int, metavar="S", help="shorter side to S pixels")
+    parser.add_argument("--center-crop", action="store_true", help="with --resize: crop SxS")
+    parser.add_argument("--quality", type=int, metavar="Q", help="re-encode JPEG at quality Q")
+    parser.add_argument("--format", default="keep", choices=["keep", "jpeg", "png"],
+                        help="output format (keep: JPEG and PNG stay as they are)")
+    parser.add_argument("--other-formats-to", default="png", choices=["jpeg", "png"],
+                        help="format for GIF, BMP and WebP sources")
+    parser.add_argument("--rgb", action="store_true", help="make every image 3-channel RGB")
+    parser.add_argument("--background", default="255,255,255", metavar="R,G,B",
+                        help="colour that alpha is composited onto")
+    parser.add_argument("--max-pixels", type=int, default=100_000_000,
+                        help="skip images larger than this (decompression bombs)")
+    parser.add_argument("--verify", default="header", choices=["header", "decode"],
+                        help="header: check header and end marker; decode: decode every image")
+    shards = parser.add_mutually_exclusive_group()
+    shards.add_argument("--shards", type=int, metavar="N", help="shards per split")
+    shards.add_argument("--shard-mb", type=float, default=128.0, metavar="M",
+                        help="target shard size in MB (default 128)")
+    parser.add_argument("--eval-fraction", type=float, default=0.1, metavar="F",
+                        help="fraction for the eval split of a flat layout (default 0.1)")
+    parser.add_argument("--stratify", action="store_true",
+                        help="give every label the split proportions exactly")
+    parser.add_argument("--layout", default="auto", choices=["auto", "flat", "split"])
+    parser.add_argument("--on-error", default="skip", choices=["skip", "fail"])
+    parser.add_argument("--label-map", metavar="FILE",
+                        help="existing label_map.json or labels.txt, to keep ids stable")
+    parser.add_argument("--on-new-label", default="fail", choices=["fail", "append"])
+    parser.add_argument("--gzip", action="store_true", help="GZIP shards (off: JPEG barely shrinks)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the order within shards")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=run, accepts_extra_args=True)
+
+
+def options_from_args(args: argparse.Namespace):
+    from components.image_example_gen.options import ImageOptions, OutputOptions
+
+    if not 0 < args.eval_fraction < 1:
+        raise SystemExit(f"imgpipe convert: --eval-fraction must be in (0, 1), got {args.eval_fraction}")
+    image_options = ImageOptions(
+        resize=args.resize, center_crop=args.center_crop, quality=args.quality,
+        output_format=args.format, other_formats_to=args.other_formats_to,
+        channels=3 if args.rgb else 0,
+        background=tuple(int(c) for c in args.background.split(",")),
+        max_pixels=args.max_pixels, verify=args.verify)
+    output_options = OutputOptions(
+        layout=args.layout,
+        splits=(("train", 1 - args.eval_fraction), ("eval", args.eval_fraction)),
+        stratify=args.stratify, num_shards=args.shards, shard_mb=args.shard_mb,
+        gzip=args.gzip, seed=args.seed, on_error=args.on_error,
+        on_new_label=args.on_new_label, label_map_uri=args.label_map)
+    image_options.validate()
+    output_options.validate()
+    return image_options, output_options
+
+
+def beam_args(extra: list[str]) -> list[str]:
+    if any(arg.startswith("--runner") for arg in extra):
+        return list(extra)
+    return DEFAULT_LOCAL_BEAM_ARGS + list(extra)
+
+
+class ProgressBar:
+    """Sums the workers' local progress files into a tqdm bar (count, images/s, ETA)."""
+
+    def __init__(self, enabled: bool):
+        self._enabled = enabled
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, total: int, progress_dir: str | None) -> None:
+        if not self._enabled or progress_dir is None:
+            return
+        self._thread = threading.Thread(target=self._watch, args=(total, progress_dir),
+                                        daemon=True)
+        self._thread.start()
+
+    def _watch(self, total: int, progress_dir: str) -> None:
+        from tqdm import tqdm
+
+        with tqdm(total=total, unit="img", smoothing=0.1, dynamic_ncols=True) as bar:
+            while True:
+                stopping = self._stop.wait(0.5)
+                done = 0
+                for name in os.listdir(progress_dir):
+                    if not name.endswith(".tmp"):
+                        try:
+                            with open(os.path.join(progress_dir, name)) as f:
+                                done += int(f.read() or 0)
+                        except (OSError, ValueError):
+                            pass
+                bar.update(min(done, total) - bar.n)
+                if stopping:
+                    return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+def run(args: argparse.Namespace) -> int:
+    import apache_beam as beam
+    import tensorflow as tf
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from components.image_example_gen.convert import run_conversion
+
+    image_options, output_options = options_from_args(args)
+    if tf.io.gfile.exists(args.out) and tf.io.gfile.listdir(args.out):
+        raise SystemExit(f"imgpipe convert: {args.out} is not empty; give a new or empty folder")
+    pipeline_args = beam_args(args.extra_args)
+    bar = ProgressBar(enabled=not args.no_progress)
+    try:
+        result = run_conversion(
+            args.src, args.out, image_options, output_options,
+            make_pipeline=lambda: beam.Pipeline(options=PipelineOptions(pipeline_args)),
+            progress=bar.start)
+    finally:
+        bar.stop()
+    print_summary(result.summary, args.out)
+    return 0
+
+
+def print_summary(summary: dict, out: str) -> None:
+    mb = 1024 * 1024
+    ratio = summary["size_ratio"]
+    print(f"images written   {summary['written']}")
+    for split, s in summary["splits"].items():
+        print(f"  {split:14s} {s['records']} records in {s['num_shards']} shards, "
+              f"{s['bytes_out'] / mb:.1f} MB")
+    print(f"bytes in / out   {summary['bytes_in'] / mb:.1f} MB / {summary['bytes_out'] / mb:.1f} MB"
+          f" (ratio {ratio if ratio is not None else 'n/a'})")
+    print(f"skipped          {summary['skipped']}   (see {os.path.join(out, 'skipped.json')})")
+    print(f"ignored          {summary['ignored']}   (see {os.path.join(out, 'ignored.json')})")
+    print(f"files seen       {summary['files_seen']} = written + skipped + ignored")
+    print(f"output           {out}")
