@@ -66,3 +66,28 @@ def load_summary(examples_uri: str) -> dict[str, Any]:
 def load_skipped(examples_uri: str) -> list[dict[str, str]]:
     path = os.path.join(examples_uri, SKIPPED_FILE)
     return read_json(path) if tf.io.gfile.exists(path) else []
+
+
+def load_normalization(statistics_uri: str, split: str = "train") -> dict[str, Any]:
+    """The Trainer's normalization constants from an ImageStatistics artifact.
+
+    The contract with components/image_statistics: image_stats.json holds
+      {"version": 1,
+       "preprocessing": {"image_size": int, "crop_fraction": float},
+       "splits": {<split>: {"pixels": {"mean": [r, g, b], "std": [r, g, b]}, ...}}}
+    with mean and std on the 0..255 scale, computed over `eval_image` pixels.
+
+    Returns:
+      {"mean": [3 floats], "std": [3 floats], "image_size": int, "crop_fraction": float}
+    """
+    stats = read_json(os.path.join(statistics_uri, IMAGE_STATS_FILE))
+    if split not in stats["splits"]:
+        raise KeyError(f"{statistics_uri}/{IMAGE_STATS_FILE} has no split {split!r}; "
+                       f"it has {sorted(stats['splits'])}")
+    pixels = stats["splits"][split]["pixels"]
+    return {
+        "mean": [float(v) for v in pixels["mean"]],
+        "std": [float(v) for v in pixels["std"]],
+        "image_size": int(stats["preprocessing"]["image_size"]),
+        "crop_fraction": float(stats["preprocessing"]["crop_fraction"]),
+    }

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from tensorflow.core.example import example_pb2
+from tensorflow.core.example import example_pb2, feature_pb2
 
 from components.common import features as fk
 from components.image_example_gen.image_codec import EncodedImage
 
 
-def _bytes(value: bytes) -> example_pb2.Feature:
-    feature = example_pb2.Feature()
+def _bytes(value: bytes) -> feature_pb2.Feature:
+    feature = feature_pb2.Feature()
     feature.bytes_list.value.append(value)
     return feature
 
 
-def _int64(value: int) -> example_pb2.Feature:
-    feature = example_pb2.Feature()
+def _int64(value: int) -> feature_pb2.Feature:
+    feature = feature_pb2.Feature()
     feature.int64_list.value.append(value)
     return feature
 

@@ -1,0 +1,1 @@
+"""ImageExampleGen: image folders to sharded TFRecords of encoded images."""

@@ -1,0 +1,78 @@
+"""ImageExampleGen: a folder of labelled images to an `Examples` artifact of TFRecords."""
+
+from __future__ import annotations
+
+from tfx.dsl.components.base import base_beam_component, executor_spec
+from tfx.proto import example_gen_pb2, range_config_pb2
+from tfx.utils import proto_utils
+
+from components.image_example_gen import options as opts
+from components.image_example_gen import spec
+from components.image_example_gen.driver import ImageFolderDriver
+from components.image_example_gen.executor import Executor
+
+
+def split_input_base(input_base: str) -> tuple[str, str]:
+    """Splits a path into the fixed base and the last part(s) the driver resolves.
+
+    `/data/imgs/span-{SPAN}/v{VERSION}` -> (`/data/imgs`, `span-{SPAN}/v{VERSION}`);
+    a path without patterns -> (parent, folder name).
+    """
+    path = input_base.rstrip("/")
+    cut = path.find("{")
+    head = path if cut < 0 else path[:cut]
+    slash = head.rfind("/")
+    if slash < 0:
+        raise ValueError(f"input_base {input_base!r} must be a path with at least one folder")
+    return path[:slash] or "/", path[slash + 1:]
+
+
+class ImageExampleGen(base_beam_component.BaseBeamComponent):
+    """Converts root/<label>/... or root/<split>/<label>/... into sharded TFRecords.
+
+    The output is a standard `Examples` artifact (Split-<name>/ folders, split_names,
+    tf.Example payload) that StatisticsGen, SchemaGen, ExampleValidator, Transform and
+    Trainer read unchanged. Beside the splits it holds label_map.json, labels.txt,
+    skipped.json, ignored.json and conversion_summary.json.
+
+    Example:
+      ImageExampleGen(input_base="gs://bucket/flowers/span-{SPAN}",
+                      image_options=ImageOptions(resize=256, center_crop=True))
+    """
+
+    SPEC_CLASS = spec.ImageExampleGenSpec
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(Executor)
+    DRIVER_CLASS = ImageFolderDriver
+
+    def __init__(
+        self,
+        input_base: str,
+        image_options: opts.ImageOptions | None = None,
+        output_options: opts.OutputOptions | None = None,
+        range_config: range_config_pb2.RangeConfig | None = None,
+    ):
+        """Args:
+          input_base: the image folder; may hold TFX's {SPAN} and {VERSION} patterns.
+          image_options: what is done to each image (default: bytes kept).
+          output_options: layout, splits, shards and error policy.
+          range_config: which spans to take, as for FileBasedExampleGen.
+        """
+        image_options = image_options or opts.ImageOptions()
+        output_options = output_options or opts.OutputOptions()
+        image_options.validate()
+        output_options.validate()
+        base, pattern = split_input_base(input_base)
+        input_config = example_gen_pb2.Input(splits=[
+            example_gen_pb2.Input.Split(name=spec.IMAGES_INPUT_SPLIT, pattern=pattern)])
+        from tfx import types
+
+        super().__init__(spec=spec.ImageExampleGenSpec(
+            **{
+                spec.INPUT_BASE_KEY: base,
+                spec.INPUT_CONFIG_KEY: proto_utils.proto_to_json(input_config),
+                spec.RANGE_CONFIG_KEY: (proto_utils.proto_to_json(range_config)
+                                        if range_config else None),
+                spec.IMAGE_OPTIONS_KEY: opts.to_json(image_options),
+                spec.OUTPUT_OPTIONS_KEY: opts.to_json(output_options),
+                spec.EXAMPLES_KEY: types.Channel(type=types.standard_artifacts.Examples),
+            }))
