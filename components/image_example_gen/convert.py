@@ -28,6 +28,7 @@ from components.image_example_gen.options import (
     ON_ERROR_FAIL,
     ImageOptions,
     OutputOptions,
+    to_json,
 )
 
 WORK_DIR_PREFIX = ".imgpipe-work-"
@@ -223,7 +224,7 @@ def _summarize(listing, shard_rows, skipped_rows, split_names, labels,
         "num_labels": len(labels),
         "splits": splits,
         "compression": "gzip" if output_options.gzip else "none",
-        "image_options": dataclasses.asdict(image_options),
+        "image_options": json.loads(to_json(image_options)),
     }
 
 

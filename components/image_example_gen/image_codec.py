@@ -65,7 +65,9 @@ def convert_image(data: bytes, options: ImageOptions) -> tuple[EncodedImage, hdr
     pixels = decode(data, header, min_side=options.resize)
     pixels = _fit_channels(pixels, header, options)
     if options.resize is not None:
-        pixels = resize_shorter_side(pixels, options.resize, options.center_crop)
+        upright = ((header.width, header.height) if header.exif_orientation >= 5
+                   else (header.height, header.width))
+        pixels = resize_shorter_side(pixels, options.resize, options.center_crop, upright)
     fmt = target_format(header, options, has_alpha=pixels.ndim == 3 and pixels.shape[2] == 4)
     encoded = encode(pixels, fmt, options.jpeg_quality)
     height, width = pixels.shape[:2]
@@ -199,13 +201,19 @@ def composite_alpha(pixels: np.ndarray, background: tuple[int, int, int]) -> np.
     return out.astype(np.uint8)
 
 
-def resize_shorter_side(pixels: np.ndarray, side: int, center_crop: bool) -> np.ndarray:
+def resize_shorter_side(pixels: np.ndarray, side: int, center_crop: bool,
+                        source_shape: tuple[int, int] | None = None) -> np.ndarray:
     """Scales so the shorter side is `side`; with `center_crop`, keeps the centre square.
 
     The crop is taken before scaling, so only the kept pixels are resampled.
+
+    Args:
+      source_shape: (height, width) of the full-size image when `pixels` was decoded at a
+        reduced scale, so the output size is the same as from a full-size decode.
     """
-    height, width = pixels.shape[:2]
+    height, width = source_shape or pixels.shape[:2]
     if center_crop:
+        height, width = pixels.shape[:2]
         short = min(height, width)
         top, left = (height - short) // 2, (width - short) // 2
         pixels = pixels[top:top + short, left:left + short]

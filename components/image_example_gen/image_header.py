@@ -167,6 +167,8 @@ _PNG_MODES = {0: (MODE_GRAY, 1), 2: (MODE_RGB, 3), 3: (MODE_PALETTE, 3),
 
 
 def _png_header(data: bytes) -> ImageHeader:
+    if len(data) < 33:  # signature + IHDR chunk
+        raise ImageHeaderError("truncated png header")
     if data[12:16] != b"IHDR":
         raise ImageHeaderError("corrupt png: first chunk is not IHDR")
     width, height, bit_depth, color_type = struct.unpack(">IIBB", data[16:26])

@@ -1,0 +1,77 @@
+"""Small generated images for tests: every format and colour model the converter handles."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import cv2
+import numpy as np
+from PIL import Image
+
+
+def photo_like(height: int, width: int, seed: int = 0) -> np.ndarray:
+    """A smooth RGB image with some texture, so JPEG sizes resemble photos'."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    base = rng.uniform(0, 255, 3)
+    freq = rng.uniform(0.02, 0.08, 3)
+    channels = [
+        base[c] * 0.5 + 60 * np.sin(x * freq[c] + y * freq[(c + 1) % 3]) + 40
+        for c in range(3)
+    ]
+    image = np.stack(channels, axis=-1) + rng.normal(0, 6, (height, width, 3))
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def jpeg_bytes(rgb: np.ndarray, quality: int = 90) -> bytes:
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR),
+                           [cv2.IMWRITE_JPEG_QUALITY, quality])
+    assert ok
+    return buf.tobytes()
+
+
+def png_bytes(pixels: np.ndarray) -> bytes:
+    if pixels.ndim == 3 and pixels.shape[2] == 3:
+        pixels = cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR)
+    elif pixels.ndim == 3 and pixels.shape[2] == 4:
+        pixels = cv2.cvtColor(pixels, cv2.COLOR_RGBA2BGRA)
+    ok, buf = cv2.imencode(".png", pixels)
+    assert ok
+    return buf.tobytes()
+
+
+def pillow_bytes(image: Image.Image, fmt: str, **kwargs) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format=fmt, **kwargs)
+    return out.getvalue()
+
+
+def cmyk_jpeg_bytes(rgb: np.ndarray) -> bytes:
+    return pillow_bytes(Image.fromarray(rgb).convert("CMYK"), "JPEG", quality=95)
+
+
+def exif_jpeg_bytes(rgb: np.ndarray, orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return pillow_bytes(Image.fromarray(rgb), "JPEG", quality=95, exif=exif.tobytes())
+
+
+def write(path: str, data: bytes) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def make_image_folder(root: str, labels: dict[str, int], size: tuple[int, int] = (48, 64),
+                      seed: int = 0) -> list[str]:
+    """root/<label>/<i>.jpg for each label; returns the relative paths written."""
+    written = []
+    for li, (label, count) in enumerate(sorted(labels.items())):
+        for i in range(count):
+            rgb = photo_like(size[0], size[1], seed=seed * 1000 + li * 100 + i)
+            rel = f"{label}/img_{i:03d}.jpg"
+            write(os.path.join(root, rel), jpeg_bytes(rgb))
+            written.append(rel)
+    return written

@@ -1,0 +1,130 @@
+"""What happens to the pixels: pass-through, awkward colour models, resizing, orientation."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+import simplejpeg
+from PIL import Image, ImageOps
+
+from components.image_example_gen import image_codec
+from components.image_example_gen import image_header as hdr
+from components.image_example_gen.options import ImageOptions
+from tests import imagegen
+
+
+def _decode_rgb(data: bytes) -> np.ndarray:
+    return np.asarray(Image.open(__import__("io").BytesIO(data)).convert("RGB"))
+
+
+def test_jpeg_and_png_bytes_are_kept_unchanged_by_default():
+    for data in (imagegen.jpeg_bytes(imagegen.photo_like(30, 40)),
+                 imagegen.png_bytes(imagegen.photo_like(30, 40))):
+        image, _ = image_codec.convert_image(data, ImageOptions())
+        assert image.data is data and not image.reencoded
+        assert (image.height, image.width, image.channels) == (30, 40, 3)
+
+
+def test_cmyk_jpeg_becomes_rgb_jpeg():
+    rgb = imagegen.photo_like(24, 32)
+    image, header = image_codec.convert_image(imagegen.cmyk_jpeg_bytes(rgb), ImageOptions())
+    assert header.mode in ("cmyk", "ycck")
+    assert (image.format, image.channels, image.reencoded) == ("jpeg", 3, True)
+    assert hdr.read_header(image.data).mode == "rgb"
+    assert np.abs(_decode_rgb(image.data).astype(int) - rgb).mean() < 12
+
+
+def test_sixteen_bit_png_becomes_eight_bit():
+    deep = (np.arange(64 * 3, dtype=np.uint16).reshape(8, 8, 3) * 300)
+    image, _ = image_codec.convert_image(imagegen.png_bytes(deep), ImageOptions())
+    header = hdr.read_header(image.data)
+    assert (header.bit_depth, image.format) == (8, "png")
+    decoded = cv2.cvtColor(cv2.imdecode(np.frombuffer(image.data, np.uint8), -1),
+                           cv2.COLOR_BGR2RGB)
+    np.testing.assert_array_equal(decoded, np.round(deep / 257.0).astype(np.uint8))
+
+
+def test_rgba_png_to_jpeg_composites_onto_the_background_never_black():
+    rgba = np.zeros((10, 10, 4), np.uint8)  # fully transparent black
+    rgba[:5, :, :] = (255, 0, 0, 255)  # top half opaque red
+    image, _ = image_codec.convert_image(imagegen.png_bytes(rgba),
+                                         ImageOptions(output_format="jpeg"))
+    pixels = _decode_rgb(image.data)
+    assert image.channels == 3
+    assert pixels[8, 5].min() > 240  # transparent part: white, not black
+    assert pixels[2, 5, 0] > 200 and pixels[2, 5, 1] < 60
+    grey_bg, _ = image_codec.convert_image(
+        imagegen.png_bytes(rgba), ImageOptions(output_format="jpeg", background=(128, 128, 128)))
+    assert abs(int(_decode_rgb(grey_bg.data)[8, 5, 0]) - 128) < 8
+
+
+def test_rgba_png_kept_as_png_keeps_alpha():
+    rgba = np.full((6, 6, 4), 100, np.uint8)
+    image, _ = image_codec.convert_image(imagegen.png_bytes(rgba), ImageOptions(resize=3))
+    assert (image.format, image.channels) == ("png", 4)
+
+
+def test_grayscale_keeps_one_channel_unless_rgb_is_asked():
+    gray = imagegen.photo_like(16, 16)[:, :, 0]
+    data = imagegen.pillow_bytes(Image.fromarray(gray), "JPEG")
+    kept, _ = image_codec.convert_image(data, ImageOptions(resize=8))
+    assert kept.channels == 1 and hdr.read_header(kept.data).channels == 1
+    rgb, _ = image_codec.convert_image(data, ImageOptions(channels=3))
+    assert rgb.channels == 3 and hdr.read_header(rgb.data).channels == 3
+
+
+@pytest.mark.parametrize("fmt", ["GIF", "BMP", "WEBP"])
+def test_other_formats_are_reencoded(fmt):
+    source = imagegen.photo_like(12, 20)
+    data = imagegen.pillow_bytes(Image.fromarray(source), fmt, **(
+        {"lossless": True} if fmt == "WEBP" else {}))
+    as_png, _ = image_codec.convert_image(data, ImageOptions())
+    assert as_png.format == "png" and (as_png.height, as_png.width) == (12, 20)
+    if fmt != "GIF":  # GIF is paletted, so lossy by nature
+        np.testing.assert_array_equal(_decode_rgb(as_png.data), source)
+    as_jpeg, _ = image_codec.convert_image(data, ImageOptions(other_formats_to="jpeg"))
+    assert as_jpeg.format == "jpeg"
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation_is_applied_when_pixels_are_reencoded(orientation):
+    source = imagegen.photo_like(24, 40, seed=3)
+    data = imagegen.exif_jpeg_bytes(source, orientation)
+    image, _ = image_codec.convert_image(data, ImageOptions(quality=95))
+    expected = np.asarray(ImageOps.exif_transpose(Image.open(__import__("io").BytesIO(data))))
+    assert (image.height, image.width) == expected.shape[:2]
+    assert np.abs(_decode_rgb(image.data).astype(int) - expected).mean() < 6
+
+
+def test_resize_shorter_side_and_center_crop():
+    data = imagegen.jpeg_bytes(imagegen.photo_like(300, 500))
+    resized, _ = image_codec.convert_image(data, ImageOptions(resize=100))
+    assert (resized.height, resized.width) == (100, 167)
+    cropped, _ = image_codec.convert_image(data, ImageOptions(resize=100, center_crop=True))
+    assert (cropped.height, cropped.width, cropped.format) == (100, 100, "jpeg")
+
+
+def test_large_jpeg_is_decoded_reduced_in_the_dct_domain():
+    data = imagegen.jpeg_bytes(imagegen.photo_like(800, 1200))
+    header = hdr.read_header(data)
+    reduced = image_codec.decode(data, header, min_side=100)
+    assert 100 <= min(reduced.shape[:2]) <= 200  # 1/4 scale, not the full 800x1200
+    full = simplejpeg.decode_jpeg(data)
+    assert full.shape[:2] == (800, 1200)
+
+
+def test_decompression_bomb_is_refused_from_the_header_alone():
+    # A PNG header claiming 20000 x 20000 with no pixel data at all: decoding is never tried.
+    bomb = bytearray(imagegen.png_bytes(np.zeros((1, 1, 3), np.uint8)))
+    bomb[16:24] = (20000).to_bytes(4, "big") + (20000).to_bytes(4, "big")
+    with pytest.raises(hdr.ImageHeaderError, match="decompression bomb: 20000x20000"):
+        image_codec.convert_image(bytes(bomb), ImageOptions())
+
+
+def test_verify_decode_catches_a_corrupt_body_with_intact_markers():
+    data = bytearray(imagegen.png_bytes(imagegen.photo_like(32, 32)))
+    data[60:200] = b"\x00" * 140  # corrupt IDAT, IEND intact
+    image_codec.convert_image(bytes(data), ImageOptions())  # header check passes
+    with pytest.raises(image_codec.ImageDecodeError, match="undecodable png"):
+        image_codec.convert_image(bytes(data), ImageOptions(verify="decode"))

@@ -1,0 +1,221 @@
+"""The conversion on real Beam: layout, bad input, counts, determinism, round trip, shards."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import apache_beam as beam
+import numpy as np
+import pytest
+import tensorflow as tf
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
+
+from components.common import artifacts
+from components.common import features as fk
+from components.image_example_gen import transforms
+from components.image_example_gen.convert import run_conversion
+from components.image_example_gen.options import ImageOptions, OutputOptions
+from tests import imagegen
+
+
+def in_process() -> beam.Pipeline:
+    return beam.Pipeline(options=PipelineOptions(["--direct_num_workers=1"]))
+
+
+def multi_process() -> beam.Pipeline:
+    return beam.Pipeline(options=PipelineOptions(
+        ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]))
+
+
+def read_split(output_dir: str, split: str) -> list[tf.train.Example]:
+    records = []
+    for path in sorted(tf.io.gfile.glob(artifacts.split_shard_pattern(output_dir, split))):
+        compression = "GZIP" if path.endswith(".gz") else ""
+        for raw in tf.data.TFRecordDataset(path, compression_type=compression):
+            records.append(tf.train.Example.FromString(raw.numpy()))
+    return records
+
+
+def feature(example: tf.train.Example, key: str):
+    f = example.features.feature[key]
+    return f.bytes_list.value[0] if f.bytes_list.value else f.int64_list.value[0]
+
+
+@pytest.fixture(scope="module")
+def messy_folder(tmp_path_factory) -> str:
+    """Good images of three labels, plus one of every kind of bad or ignored file."""
+    root = str(tmp_path_factory.mktemp("messy"))
+    imagegen.make_image_folder(root, {"cat": 12, "dog": 10, "owl": 8})
+    good_jpeg = imagegen.jpeg_bytes(imagegen.photo_like(40, 40, seed=99))
+    bomb = bytearray(imagegen.png_bytes(np.zeros((1, 1, 3), np.uint8)))
+    bomb[16:24] = (12000).to_bytes(4, "big") + (12000).to_bytes(4, "big")
+    corrupt_png = bytearray(imagegen.png_bytes(imagegen.photo_like(32, 32)))
+    corrupt_png[60:200] = b"\x00" * 140
+    for rel, data in {
+        "cat/truncated.jpg": good_jpeg[: len(good_jpeg) // 2],
+        "cat/empty.jpg": b"",
+        "dog/text.jpg": b"I am a text file with an image name\n",
+        "dog/bomb.png": bytes(bomb),
+        "owl/corrupt-body.png": bytes(corrupt_png),
+        "owl/nested/deeper/cmyk.jpg": imagegen.cmyk_jpeg_bytes(imagegen.photo_like(20, 20)),
+        "owl/UPPER.JPG": good_jpeg,
+        "stray.jpg": good_jpeg,
+        "README.md": b"# images\n",
+        "cat/.DS_Store": b"\x00",
+        ".cache/thumb.jpg": good_jpeg,
+    }.items():
+        imagegen.write(os.path.join(root, rel), data)
+    os.symlink(os.path.join(root, "missing-target.jpg"), os.path.join(root, "dog", "dangling.jpg"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def converted(messy_folder, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("out"))
+    result = run_conversion(messy_folder, out, ImageOptions(), OutputOptions(
+        num_shards=2, splits=(("train", 0.7), ("eval", 0.3)), stratify=True), in_process)
+    return out, result
+
+
+def test_every_bad_input_is_skipped_with_its_reason(converted):
+    out, _ = converted
+    skipped = {row["path"]: row["reason"] for row in artifacts.load_skipped(out)}
+    assert set(skipped) == {"cat/truncated.jpg", "cat/empty.jpg", "dog/text.jpg",
+                            "dog/bomb.png", "dog/dangling.jpg", "stray.jpg"}
+    assert "no end-of-image marker" in skipped["cat/truncated.jpg"]
+    assert skipped["cat/empty.jpg"] == "empty file (0 bytes)"
+    assert skipped["dog/text.jpg"].startswith("not an image")
+    assert skipped["dog/bomb.png"].startswith("decompression bomb: 12000x12000")
+    assert skipped["dog/dangling.jpg"].startswith("unreadable")
+    assert skipped["stray.jpg"] == "image outside a label folder"
+    ignored = json.loads(open(os.path.join(out, "ignored.json")).read())
+    assert {row["path"] for row in ignored} == {"README.md", "cat/.DS_Store", ".cache/thumb.jpg"}
+
+
+def test_counts_reconcile_and_are_recorded(converted):
+    out, result = converted
+    summary = artifacts.load_summary(out)
+    assert summary == result.summary
+    assert summary["files_seen"] == summary["written"] + summary["skipped"] + summary["ignored"]
+    # 30 generated + cmyk + UPPER.JPG + corrupt-body.png (header-valid) are written.
+    assert (summary["written"], summary["skipped"], summary["ignored"]) == (33, 6, 3)
+    written = read_split(out, "train") + read_split(out, "eval")
+    assert len(written) == 33
+    assert sum(s["records"] for s in summary["splits"].values()) == 33
+
+
+def test_layout_labels_and_features(converted):
+    out, result = converted
+    assert result.split_names == ["train", "eval"]
+    assert artifacts.load_labels(out) == ["cat", "dog", "owl"]
+    examples = {feature(e, fk.FILENAME_KEY).decode(): e
+                for e in read_split(out, "train") + read_split(out, "eval")}
+    cmyk = examples["owl/nested/deeper/cmyk.jpg"]
+    assert feature(cmyk, fk.LABEL_KEY) == 2
+    assert feature(cmyk, fk.LABEL_TEXT_KEY) == b"owl"
+    assert feature(cmyk, fk.IMAGE_CHANNELS_KEY) == 3  # CMYK became RGB
+    cat = examples["cat/img_000.jpg"]
+    assert feature(cat, fk.IMAGE_FORMAT_KEY) == b"jpeg"
+    assert (feature(cat, fk.IMAGE_HEIGHT_KEY), feature(cat, fk.IMAGE_WIDTH_KEY)) == (48, 64)
+    # Stratified over the listed files (14 cat, 13 dog, 11 owl), decided before decoding:
+    # round(0.3 x listed) per label. Here the bad files all hashed into train.
+    assert result.summary["splits"]["eval"]["labels"] == {"cat": 4, "dog": 4, "owl": 3}
+
+
+def test_passthrough_round_trip_keeps_bytes_and_pixels(converted, messy_folder):
+    out, _ = converted
+    for example in read_split(out, "train")[:5]:
+        rel = feature(example, fk.FILENAME_KEY).decode()
+        source = open(os.path.join(messy_folder, rel), "rb").read()
+        stored = feature(example, fk.IMAGE_ENCODED_KEY)
+        assert stored == source
+        assert feature(example, fk.SHA256_KEY).decode() == hashlib.sha256(source).hexdigest()
+        np.testing.assert_array_equal(tf.io.decode_image(stored).numpy(),
+                                      tf.io.decode_image(source).numpy())
+
+
+def test_shards_are_named_and_mixed(converted):
+    out, _ = converted
+    names = sorted(tf.io.gfile.listdir(artifacts.split_dir(out, "train")))
+    assert names == ["data_tfrecord-00000-of-00002", "data_tfrecord-00001-of-00002"]
+    for name in names:
+        path = os.path.join(artifacts.split_dir(out, "train"), name)
+        labels_in_shard = [feature(tf.train.Example.FromString(raw.numpy()), fk.LABEL_KEY)
+                           for raw in tf.data.TFRecordDataset(path)]
+        assert len(set(labels_in_shard)) > 1, f"{name} holds a single class"
+
+
+def test_two_runs_on_different_runners_give_byte_identical_shards(messy_folder, tmp_path):
+    options = OutputOptions(num_shards=3, seed=7)
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    run_conversion(messy_folder, a, ImageOptions(resize=24), options, in_process)
+    run_conversion(messy_folder, b, ImageOptions(resize=24), options, multi_process)
+    for split in ("train", "eval"):
+        files_a = sorted(tf.io.gfile.listdir(artifacts.split_dir(a, split)))
+        assert files_a == sorted(tf.io.gfile.listdir(artifacts.split_dir(b, split)))
+        for name in files_a:
+            with open(os.path.join(artifacts.split_dir(a, split), name), "rb") as fa, \
+                    open(os.path.join(artifacts.split_dir(b, split), name), "rb") as fb:
+                assert fa.read() == fb.read(), f"{split}/{name} differs"
+    for name in (artifacts.SUMMARY_FILE, artifacts.SKIPPED_FILE, artifacts.LABEL_MAP_FILE):
+        assert open(os.path.join(a, name)).read() == open(os.path.join(b, name)).read()
+
+
+def test_on_error_fail_names_the_file_and_publishes_nothing(messy_folder, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"cat/empty\.jpg: empty file|cat/truncated\.jpg|"
+                                         r"dog/.*|stray\.jpg: image outside"):
+        run_conversion(messy_folder, str(out), ImageOptions(), OutputOptions(on_error="fail"),
+                       in_process)
+    assert not out.exists() or os.listdir(out) == []
+
+
+def test_resize_crop_gzip_and_shard_size(tmp_path):
+    root = str(tmp_path / "imgs")
+    imagegen.make_image_folder(root, {"a": 6, "b": 6}, size=(90, 120))
+    out = str(tmp_path / "out")
+    result = run_conversion(root, out, ImageOptions(resize=32, center_crop=True, quality=80),
+                            OutputOptions(gzip=True, shard_mb=0.01, splits=(("train", 1.0),)),
+                            in_process)
+    names = tf.io.gfile.listdir(artifacts.split_dir(out, "train"))
+    assert all(n.endswith(".gz") for n in names)
+    bytes_out = result.summary["splits"]["train"]["bytes_out"]
+    assert len(names) == max(1, -(-bytes_out // int(0.01 * 1024 * 1024)))
+    examples = read_split(out, "train")
+    assert len(examples) == 12
+    for example in examples:
+        assert (feature(example, fk.IMAGE_HEIGHT_KEY), feature(example, fk.IMAGE_WIDTH_KEY)) == (
+            32, 32)
+        assert tf.io.decode_jpeg(feature(example, fk.IMAGE_ENCODED_KEY)).shape == (32, 32, 3)
+
+
+def test_split_layout_keeps_given_splits(tmp_path):
+    root = str(tmp_path / "imgs")
+    imagegen.make_image_folder(os.path.join(root, "train"), {"a": 3, "b": 3})
+    imagegen.make_image_folder(os.path.join(root, "test"), {"a": 2, "b": 1})
+    out = str(tmp_path / "out")
+    result = run_conversion(root, out, ImageOptions(), OutputOptions(num_shards=1), in_process)
+    assert result.split_names == ["test", "train"]
+    assert len(read_split(out, "test")) == 3 and len(read_split(out, "train")) == 6
+    assert result.summary["layout"] == "split"
+
+
+def test_convert_images_ptransform(tmp_path):
+    root = str(tmp_path / "imgs")
+    imagegen.make_image_folder(root, {"a": 2})
+    imagegen.write(os.path.join(root, "a", "bad.jpg"), b"nope")
+    spill = str(tmp_path / "spill")
+    os.makedirs(spill)
+    tasks = [transforms.ConversionTask(rel, "a", 0, "train")
+             for rel in ("a/img_000.jpg", "a/img_001.jpg", "a/bad.jpg")]
+    with in_process() as pipeline:
+        outputs = (pipeline | beam.Create(tasks)
+                   | transforms.ConvertImages(root, spill, ImageOptions(), False))
+        assert_that(outputs[transforms.RECORDS_TAG] | beam.Map(lambda p: (p.relpath, p.split)),
+                    equal_to([("a/img_000.jpg", "train"), ("a/img_001.jpg", "train")]),
+                    label="records")
+        assert_that(outputs[transforms.SKIPPED_TAG] | beam.Map(lambda s: s.relpath),
+                    equal_to(["a/bad.jpg"]), label="skipped")

@@ -1,0 +1,75 @@
+"""Header parsing: format from magic bytes, size and channels without decoding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from components.image_example_gen import image_header as hdr
+from tests import imagegen
+
+
+def test_jpeg_rgb_and_gray_sizes_come_from_the_header():
+    rgb = imagegen.photo_like(37, 53)
+    header = hdr.read_header(imagegen.jpeg_bytes(rgb))
+    assert (header.format, header.height, header.width, header.channels, header.mode) == (
+        "jpeg", 37, 53, 3, "rgb")
+    gray = imagegen.pillow_bytes(Image.fromarray(rgb[:, :, 0]), "JPEG")
+    assert hdr.read_header(gray).channels == 1
+
+
+def test_cmyk_jpeg_is_recognised():
+    header = hdr.read_header(imagegen.cmyk_jpeg_bytes(imagegen.photo_like(20, 30)))
+    assert header.mode in ("cmyk", "ycck") and header.channels == 4
+
+
+@pytest.mark.parametrize("orientation", [1, 3, 6, 8])
+def test_exif_orientation_is_read(orientation):
+    data = imagegen.exif_jpeg_bytes(imagegen.photo_like(20, 30), orientation)
+    assert hdr.read_header(data).exif_orientation == orientation
+
+
+def test_png_modes_and_bit_depth():
+    rgba = np.zeros((5, 7, 4), np.uint8)
+    header = hdr.read_header(imagegen.png_bytes(rgba))
+    assert (header.width, header.height, header.channels, header.mode) == (7, 5, 4, "rgba")
+    deep = hdr.read_header(imagegen.png_bytes(np.zeros((4, 4), np.uint16)))
+    assert (deep.bit_depth, deep.channels) == (16, 1)
+    palette = Image.fromarray(imagegen.photo_like(6, 6)).convert("P")
+    assert hdr.read_header(imagegen.pillow_bytes(palette, "PNG")).mode == "palette"
+    palette.info["transparency"] = 0
+    assert hdr.read_header(imagegen.pillow_bytes(palette, "PNG", transparency=0)).channels == 4
+
+
+@pytest.mark.parametrize("fmt, expected", [("GIF", "gif"), ("BMP", "bmp"), ("WEBP", "webp")])
+def test_other_formats_by_magic_bytes(fmt, expected):
+    data = imagegen.pillow_bytes(Image.fromarray(imagegen.photo_like(9, 11)), fmt)
+    header = hdr.read_header(data)
+    assert (header.format, header.height, header.width) == (expected, 9, 11)
+
+
+def test_format_comes_from_content_not_name():
+    png = imagegen.png_bytes(imagegen.photo_like(4, 4))
+    assert hdr.sniff_format(png) == "png"  # whatever the file is called
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"", "empty file"),
+    (b"hello, I am text pretending to be a jpeg", "not an image"),
+    (b"\xff\xd8\xff\xe0\x00\x10JFIF", "truncated jpeg"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00", "truncated png"),
+])
+def test_bad_bytes_give_a_reason(data, reason):
+    with pytest.raises(hdr.ImageHeaderError, match=reason):
+        hdr.read_header(data)
+
+
+def test_truncated_body_is_caught_without_decoding():
+    jpeg = imagegen.jpeg_bytes(imagegen.photo_like(64, 64))
+    hdr.check_complete(jpeg, "jpeg")
+    with pytest.raises(hdr.ImageHeaderError, match="truncated jpeg"):
+        hdr.check_complete(jpeg[: len(jpeg) // 2], "jpeg")
+    png = imagegen.png_bytes(imagegen.photo_like(64, 64))
+    with pytest.raises(hdr.ImageHeaderError, match="truncated png"):
+        hdr.check_complete(png[:-40], "png")

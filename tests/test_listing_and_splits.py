@@ -1,0 +1,82 @@
+"""Listing an image folder, deciding splits and label ids: pure, deterministic decisions."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import pytest
+
+from components.image_example_gen import labels, listing, splitting
+from components.image_example_gen.options import OutputOptions
+
+
+def test_flat_layout_labels_nested_files_and_ignores_the_rest():
+    result = listing.classify([
+        "cat/a.jpg", "cat/deep/er/b.JPEG", "dog/c.png", ".DS_Store", "cat/.hidden.jpg",
+        ".git/objects/x.jpg", "dog/notes.txt", "stray.jpg", "dog/d.WebP",
+    ])
+    assert result.layout == "flat"
+    assert [(i.relpath, i.label) for i in result.images] == [
+        ("cat/a.jpg", "cat"), ("cat/deep/er/b.JPEG", "cat"), ("dog/c.png", "dog"),
+        ("dog/d.WebP", "dog")]
+    assert {f.relpath: f.reason for f in result.ignored} == {
+        ".DS_Store": "hidden file", ".git/objects/x.jpg": "hidden file",
+        "cat/.hidden.jpg": "hidden file", "dog/notes.txt": "not an image file name"}
+    assert [(f.relpath, f.reason) for f in result.unlabeled] == [
+        ("stray.jpg", "image outside a label folder")]
+    assert result.files_seen == 9
+    assert result.labels == ["cat", "dog"]
+
+
+def test_split_layout_is_detected_and_keeps_split_names():
+    result = listing.classify(["train/cat/a.jpg", "eval/dog/b.jpg", "test/cat/c.jpg",
+                               "train/loose.jpg"])
+    assert result.layout == "split"
+    assert [(i.split, i.label) for i in result.images] == [
+        ("eval", "dog"), ("test", "cat"), ("train", "cat")]
+    assert result.given_splits == ["eval", "test", "train"]
+    assert result.unlabeled[0].relpath == "train/loose.jpg"
+
+
+def test_a_label_named_like_a_split_does_not_fool_detection():
+    assert listing.detect_layout(["train/a.jpg", "cats/b.jpg"]) == "flat"
+
+
+def test_hash_split_is_stable_and_close_to_the_ratios():
+    paths = [f"c{i % 7}/img{i}.jpg" for i in range(5000)]
+    splits = (("train", 0.8), ("eval", 0.2))
+    first = [splitting.hash_split(p, splits) for p in paths]
+    assert first == [splitting.hash_split(p, splits) for p in paths]
+    share = collections.Counter(first)["eval"] / len(paths)
+    assert 0.18 < share < 0.22
+    # Adding files never moves existing ones.
+    assert splitting.hash_split(paths[0], splits) == first[0]
+
+
+def test_stratified_split_gives_every_label_the_exact_proportion():
+    by_label = {"a": [f"a/{i}.jpg" for i in range(10)], "b": [f"b/{i}.jpg" for i in range(7)]}
+    decided = splitting.stratified_split(by_label, (("train", 0.7), ("eval", 0.3)))
+    counts = collections.Counter((p.split("/")[0], s) for p, s in decided.items())
+    assert counts == {("a", "train"): 7, ("a", "eval"): 3, ("b", "train"): 5, ("b", "eval"): 2}
+
+
+def test_label_ids_are_sorted_and_stay_stable_with_an_existing_map(tmp_path):
+    assert labels.build_labels(["dog", "cat"], None, "fail") == ["cat", "dog"]
+    existing = ["zebra", "cat"]
+    assert labels.build_labels(["cat"], existing, "fail") == ["zebra", "cat"]
+    with pytest.raises(ValueError, match=r"classes \['dog'\] are not in the given label map"):
+        labels.build_labels(["cat", "dog"], existing, "fail")
+    assert labels.build_labels(["cat", "dog"], existing, "append") == ["zebra", "cat", "dog"]
+
+    labels.write_label_files(str(tmp_path), ["zebra", "cat"])
+    assert labels.read_label_map(str(tmp_path / "label_map.json")) == ["zebra", "cat"]
+    assert labels.read_label_map(str(tmp_path / "labels.txt")) == ["zebra", "cat"]
+    assert json.loads((tmp_path / "label_map.json").read_text())["labels"] == ["zebra", "cat"]
+
+
+def test_options_are_validated_with_the_bad_value_named():
+    with pytest.raises(ValueError, match="num_shards must be at least 1, got 0"):
+        OutputOptions(num_shards=0).validate()
+    with pytest.raises(ValueError, match="split 'eval' needs .* positive weight"):
+        OutputOptions(splits=(("train", 1.0), ("eval", 0.0))).validate()
