@@ -6,6 +6,8 @@ Subcommands import their heavy dependencies lazily, so `imgpipe --help` is quick
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -29,14 +31,15 @@ def _version(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pipelines import cli_convert
+    from pipelines import cli_convert, cli_kfp, cli_run
 
     parser = argparse.ArgumentParser(
         prog="imgpipe",
         description="Folders of labelled images to a trained, servable Keras model, "
                     "with TFX and Kubeflow Pipelines.")
     subparsers = parser.add_subparsers(title="subcommands", metavar="COMMAND")
-    for register in (_register_version, cli_convert.register):
+    for register in (_register_version, cli_convert.register, cli_run.register,
+                     cli_kfp.register):
         register(subparsers)
     return parser
 
@@ -50,7 +53,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and not getattr(args, "accepts_extra_args", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra_args = extra
-    return args.handler(args)
+    if not os.environ.get("IMGPIPE_VERBOSE"):
+        # Beam's local workers log every start-up at WARNING; keep the terminal readable.
+        logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    try:
+        return args.handler(args)
+    except (ValueError, FileNotFoundError) as e:
+        if os.environ.get("IMGPIPE_DEBUG"):
+            raise
+        print(f"imgpipe: error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

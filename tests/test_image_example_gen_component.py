@@ -1,0 +1,98 @@
+"""ImageExampleGen as a TFX component: TFX's own components consume its output, the
+fingerprint drives caching, and {SPAN} patterns resolve on every orchestrator."""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+from tensorflow_metadata.proto.v0 import schema_pb2
+from tfx import v1 as tfx
+from tfx.types import artifact_utils, standard_artifacts
+
+from components.common import features as fk
+from components.image_example_gen import spec
+from components.image_example_gen.component import ImageExampleGen, split_input_base
+from components.image_example_gen.executor import Executor
+from components.image_example_gen.options import OutputOptions
+from tests import imagegen
+
+OUTPUT_OPTIONS = OutputOptions(num_shards=1, splits=(("train", 0.75), ("eval", 0.25)),
+                               stratify=True)
+
+
+def _pipeline(input_base: str, root: str) -> tfx.dsl.Pipeline:
+    example_gen = ImageExampleGen(input_base=input_base, output_options=OUTPUT_OPTIONS)
+    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
+    schema_gen = tfx.components.SchemaGen(statistics=statistics_gen.outputs["statistics"])
+    return tfx.dsl.Pipeline(
+        pipeline_name="image-example-gen",
+        pipeline_root=os.path.join(root, "pipeline_root"),
+        components=[example_gen, statistics_gen, schema_gen],
+        enable_cache=True,
+        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+            os.path.join(root, "metadata.db")),
+        beam_pipeline_args=["--direct_num_workers=1"],
+    )
+
+
+def _outputs(root: str, component: str, key: str) -> list[str]:
+    return sorted(tf.io.gfile.glob(os.path.join(root, "pipeline_root", component, key, "*")))
+
+
+def test_tfx_statistics_and_schema_consume_the_output_and_new_images_rerun(tmp_path):
+    images = str(tmp_path / "images")
+    imagegen.make_image_folder(images, {"cat": 6, "dog": 6})
+    root = str(tmp_path / "run")
+
+    tfx.orchestration.LocalDagRunner().run(_pipeline(images, root))
+
+    (examples_dir,) = _outputs(root, "ImageExampleGen", "examples")
+    assert {n.rstrip("/") for n in tf.io.gfile.listdir(examples_dir)} == {
+        "Split-train", "Split-eval", "conversion_summary.json", "ignored.json",
+        "label_map.json", "labels.txt", "skipped.json"}
+    (stats_dir,) = _outputs(root, "StatisticsGen", "statistics")
+    assert {"Split-train", "Split-eval"} <= {n.rstrip("/") for n in tf.io.gfile.listdir(stats_dir)}
+    (schema_dir,) = _outputs(root, "SchemaGen", "schema")
+    schema = tfx.utils.parse_pbtxt_file(os.path.join(schema_dir, "schema.pbtxt"),
+                                        schema_pb2.Schema())
+    types = {f.name: f.type for f in schema.feature}
+    assert types[fk.IMAGE_ENCODED_KEY] == schema_pb2.BYTES
+    assert types[fk.LABEL_KEY] == schema_pb2.INT
+    assert types[fk.IMAGE_HEIGHT_KEY] == schema_pb2.INT
+
+    # Unchanged images: served from cache, no new Examples artifact.
+    tfx.orchestration.LocalDagRunner().run(_pipeline(images, root))
+    assert len(_outputs(root, "ImageExampleGen", "examples")) == 1
+
+    # A new image changes the fingerprint, so the component runs again.
+    imagegen.write(os.path.join(images, "dog", "new", "extra.jpg"),
+                   imagegen.jpeg_bytes(imagegen.photo_like(20, 20, seed=5)))
+    tfx.orchestration.LocalDagRunner().run(_pipeline(images, root))
+    assert len(_outputs(root, "ImageExampleGen", "examples")) == 2
+
+
+def test_executor_resolves_the_latest_span_when_no_driver_ran(tmp_path):
+    for span in (1, 2):
+        imagegen.make_image_folder(str(tmp_path / "data" / f"span-{span}"),
+                                   {"a": 2 + span, "b": 2}, seed=span)
+    component = ImageExampleGen(input_base=str(tmp_path / "data" / "span-{SPAN}"),
+                                output_options=OUTPUT_OPTIONS)
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path / "out")
+    exec_properties = dict(component.exec_properties)
+    exec_properties["beam_pipeline_args"] = ["--direct_num_workers=1"]
+
+    Executor().Do({}, {spec.EXAMPLES_KEY: [examples]}, exec_properties)
+
+    assert examples.span == 2
+    assert artifact_utils.decode_split_names(examples.split_names) == ["train", "eval"]
+    assert examples.get_int_custom_property("images_written") == 6
+    assert "num_files:6" in examples.get_string_custom_property("input_fingerprint")
+    assert examples.get_string_custom_property("payload_format") == "FORMAT_TF_EXAMPLE"
+
+
+def test_input_base_is_split_into_base_and_pattern():
+    assert split_input_base("/data/flowers") == ("/data", "flowers")
+    assert split_input_base("gs://b/imgs/span-{SPAN}/v{VERSION}/") == (
+        "gs://b/imgs", "span-{SPAN}/v{VERSION}")
