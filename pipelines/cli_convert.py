@@ -46,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--label-map", metavar="FILE",
                         help="existing label_map.json or labels.txt, to keep ids stable")
     parser.add_argument("--on-new-label", default="fail", choices=["fail", "append"])
-    parser.add_argument("--gzip", action="store_true", help="GZIP shards (off: JPEG barely shrinks)")
+    parser.add_argument("--gzip", action="store_true",
+                        help="GZIP shards (off by default: JPEG barely shrinks)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the order within shards")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run, accepts_extra_args=True)
@@ -56,7 +57,8 @@ def options_from_args(args: argparse.Namespace):
     from components.image_example_gen.options import ImageOptions, OutputOptions
 
     if not 0 < args.eval_fraction < 1:
-        raise SystemExit(f"imgpipe convert: --eval-fraction must be in (0, 1), got {args.eval_fraction}")
+        raise SystemExit(
+            f"imgpipe convert: --eval-fraction must be in (0, 1), got {args.eval_fraction}")
     image_options = ImageOptions(
         resize=args.resize, center_crop=args.center_crop, quality=args.quality,
         output_format=args.format, other_formats_to=args.other_formats_to,
