@@ -22,7 +22,7 @@ demo: env
 	$(IN_ENV) imgpipe demo --workdir $(DEMO_DIR)
 
 bench: env
-	$(IN_ENV) python -m benchmarks.run
+	$(IN_ENV) python -m benchmarks.run $(BENCH_ARGS)
 
 # Re-resolve pyproject.toml's pins into requirements.lock.
 lock:

@@ -1,0 +1,80 @@
+"""`make bench`: every benchmark, baseline and ours side by side, on one dataset.
+
+Writes bench-results/latest.json and prints it, with the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+
+from benchmarks.photos import make_photo_dataset
+
+DEFAULT_DATA = os.path.join(tempfile.gettempdir(), "imgpipe-bench", "photos")
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    if os.path.exists("/proc/cpuinfo"):
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(mem_gb, 1),
+            "platform": platform.platform(), "python": platform.python_version(),
+            "load_average_at_start": os.getloadavg()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--images", type=int, default=3000)
+    parser.add_argument("--only", choices=["convert", "stats", "input"], action="append")
+    parser.add_argument("--out", default="bench-results/latest.json")
+    args = parser.parse_args()
+    selected = set(args.only or ["convert", "stats", "input"])
+
+    photos = make_photo_dataset(DEFAULT_DATA + f"-{args.images}", count=args.images)
+    results: dict = {"machine": machine(), "dataset": {"folder": photos, "images": args.images}}
+    start = time.time()
+    if "convert" in selected:
+        from benchmarks import convert_bench
+        results["image_example_gen"] = convert_bench.run(photos)
+    if "stats" in selected or "input" in selected:
+        shards = convert_bench_shards(photos)
+        if "stats" in selected:
+            from benchmarks import stats_bench
+            results["image_statistics"] = stats_bench.run(shards)
+        if "input" in selected:
+            from benchmarks import input_bench
+            results["trainer_input_fn"] = input_bench.run(shards, photos)
+    results["seconds"] = round(time.time() - start)
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=2)
+    print(json.dumps(results, indent=2))
+
+
+def convert_bench_shards(photos: str) -> str:
+    """Shards of the photos converted at 256 (resize + center crop, q90), made once."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from components.image_example_gen.convert import run_conversion
+    from components.image_example_gen.options import ImageOptions, OutputOptions
+
+    out = photos.rstrip("/") + "-shards-256"
+    if os.path.exists(os.path.join(out, "conversion_summary.json")):
+        return out
+    run_conversion(photos, out, ImageOptions(resize=256, center_crop=True, quality=90),
+                   OutputOptions(num_shards=8),
+                   lambda: beam.Pipeline(options=PipelineOptions(["--direct_num_workers=1"])))
+    return out
+
+
+if __name__ == "__main__":
+    main()
