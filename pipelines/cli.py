@@ -31,7 +31,7 @@ def _version(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pipelines import cli_convert, cli_kfp, cli_run
+    from pipelines import cli_convert, cli_kfp, cli_run, cli_stats
 
     parser = argparse.ArgumentParser(
         prog="imgpipe",
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "with TFX and Kubeflow Pipelines.")
     subparsers = parser.add_subparsers(title="subcommands", metavar="COMMAND")
     for register in (_register_version, cli_convert.register, cli_run.register,
-                     cli_kfp.register):
+                     cli_kfp.register, cli_stats.register):
         register(subparsers)
     return parser
 

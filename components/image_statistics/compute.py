@@ -1,0 +1,112 @@
+"""One statistics run, end to end: find the splits, run the Beam pipeline, read the
+results back. Shared by the TFX executor and `imgpipe stats`.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+import pickle
+import uuid
+from collections.abc import Callable, Sequence
+
+import apache_beam as beam
+import tensorflow as tf
+
+from components.common import artifacts
+from components.image_statistics import transforms
+from components.image_statistics.accumulator import SplitAccumulator
+from components.image_statistics.analyze import AnalysisOptions
+from components.image_statistics.transforms import DuplicateGroup
+
+WORK_DIR_PREFIX = ".imgpipe-stats-"
+_SPLIT_DIR_PREFIX = "Split-"
+TRAIN_SPLIT = "train"
+
+
+@dataclasses.dataclass
+class StatisticsRun:
+    splits: list[str]
+    accumulators: dict[str, SplitAccumulator]
+    groups: list[DuplicateGroup]
+
+
+def find_splits(examples_uri: str) -> list[str]:
+    """Split names from the Split-<name>/ folders of an Examples folder: train first,
+    then the others sorted."""
+    if not tf.io.gfile.isdir(examples_uri):
+        raise FileNotFoundError(f"{examples_uri} is not a folder of Examples")
+    names = sorted(name.rstrip("/")[len(_SPLIT_DIR_PREFIX):]
+                   for name in tf.io.gfile.listdir(examples_uri)
+                   if name.startswith(_SPLIT_DIR_PREFIX))
+    if not names:
+        raise ValueError(f"{examples_uri} has no Split-<name>/ folders: "
+                         "give the output of ImageExampleGen or `imgpipe convert`")
+    return sorted(names, key=lambda name: (name != TRAIN_SPLIT, name))
+
+
+def _encode(value: object) -> str:
+    return base64.b64encode(pickle.dumps(value)).decode("ascii")
+
+
+def build_pipeline(pipeline: beam.Pipeline, examples_uri: str, splits: Sequence[str],
+                   options: AnalysisOptions, results_dir: str) -> None:
+    partials, keys = [], []
+    for split in splits:
+        records = pipeline | f"Read[{split}]" >> transforms.ReadSplit(
+            artifacts.split_shard_pattern(examples_uri, split))
+        analyzed = records | f"Analyze[{split}]" >> transforms.AnalyzeSplit(split, options)
+        partials.append(analyzed[transforms.STATS_TAG])
+        keys.append(analyzed[transforms.KEYS_TAG])
+    _ = (tuple(partials)
+         | "FlattenStats" >> beam.Flatten()
+         | "CombineSplits" >> transforms.CombineSplits(options.keep_thumbnails)
+         | "EncodeStats" >> beam.Map(_encode)
+         | "WriteStats" >> beam.io.WriteToText(os.path.join(results_dir, "stats")))
+    _ = (tuple(keys)
+         | "FlattenKeys" >> beam.Flatten()
+         | "FindDuplicates" >> transforms.FindDuplicates()
+         | "EncodeGroups" >> beam.Map(_encode)
+         | "WriteGroups" >> beam.io.WriteToText(os.path.join(results_dir, "groups")))
+
+
+def _read_encoded(pattern: str) -> list:
+    values = []
+    for path in sorted(tf.io.gfile.glob(pattern)):
+        with tf.io.gfile.GFile(path) as f:
+            values.extend(pickle.loads(base64.b64decode(line)) for line in f if line.strip())
+    return values
+
+
+def run_statistics(examples_uri: str, work_parent: str, options: AnalysisOptions,
+                   make_pipeline: Callable[[], beam.Pipeline]) -> StatisticsRun:
+    """Computes the statistics of every split of `examples_uri`.
+
+    Args:
+      work_parent: a folder for the pipeline's intermediate files (removed after).
+      make_pipeline: returns the Beam pipeline to run on (runner and options set).
+
+    Raises:
+      FileNotFoundError, ValueError: no Examples, or a split without shards.
+    """
+    splits = find_splits(examples_uri)
+    for split in splits:
+        pattern = artifacts.split_shard_pattern(examples_uri, split)
+        if not tf.io.gfile.glob(pattern):
+            raise FileNotFoundError(f"split {split!r} has no shards matching {pattern}")
+    results_dir = os.path.join(work_parent, WORK_DIR_PREFIX + uuid.uuid4().hex)
+    tf.io.gfile.makedirs(results_dir)
+    try:
+        pipeline = make_pipeline()
+        build_pipeline(pipeline, examples_uri, splits, options, results_dir)
+        pipeline.run().wait_until_finish()
+        combined = dict(_read_encoded(os.path.join(results_dir, "stats*")))
+        groups = sorted(_read_encoded(os.path.join(results_dir, "groups*")),
+                        key=lambda g: (g.kind, g.files, g.key))
+    finally:
+        if tf.io.gfile.exists(results_dir):
+            tf.io.gfile.rmtree(results_dir)
+    # A split whose shards are all empty never reaches the combiner.
+    accumulators = {split: combined.get(split, SplitAccumulator()) for split in splits}
+    return StatisticsRun(splits, accumulators, groups)

@@ -1,0 +1,428 @@
+"""ImageStatistics on tiny generated data: exactness, leakage, merge order, the report.
+
+The TFX pipeline run (gate, TFDV image domain) is in test_image_statistics_pipeline.py.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+import apache_beam as beam
+import cv2
+import numpy as np
+import pytest
+import tensorflow as tf
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from components.common import artifacts
+from components.common import features as fk
+from components.common.preprocessing import eval_image
+from components.image_example_gen.convert import run_conversion
+from components.image_example_gen.options import ImageOptions, OutputOptions
+from components.image_statistics import accumulator as acc
+from components.image_statistics import anomalies as anomaly_lib
+from components.image_statistics import spec, summary
+from components.image_statistics.analyze import AnalysisOptions, BatchDecoder, analyze_batch
+from components.image_statistics.executor import (
+    REJECTED_SUFFIX,
+    Executor,
+    options_from_properties,
+)
+from components.image_statistics.produce import produce
+
+IMAGE_SIZE = 48
+CROP = 0.875
+CHROMIUM = "/usr/bin/chromium"
+# Saturated colours no chart or text on the page uses: found in the screenshot, they
+# can only come from the thumbnails.
+CLASS_COLOURS = {"crimson": (230, 20, 60), "lime": (30, 220, 40)}
+
+
+def make_pipeline() -> beam.Pipeline:
+    return beam.Pipeline(options=PipelineOptions(["--direct_num_workers=1"]))
+
+
+def textured(rng: np.random.Generator, height: int, width: int, colour) -> np.ndarray:
+    """A colour with a random smooth pattern, so every image has its own dHash."""
+    small = rng.integers(-90, 90, (4, 4, 1)).astype(np.float32)
+    pattern = cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC)[..., None]
+    noise = rng.normal(0, 6, (height, width, 3))
+    return np.clip(np.array(colour, np.float32) + pattern + noise, 0, 255).astype(np.uint8)
+
+
+def write_image(path: str, rgb: np.ndarray) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    image = rgb if rgb.ndim == 2 else cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+    assert cv2.imwrite(path, image)
+
+
+def make_folder(root: str) -> None:
+    """root/<split>/<label>/: sizes differ, JPEG and PNG, one grey image, one planted
+    cross-split copy (train/crimson/c02.png == eval/lime/leak.png), one copy within
+    train and one file that is not an image."""
+    rng = np.random.default_rng(7)
+    for split, count in (("train", 10), ("eval", 4)):
+        for label, colour in CLASS_COLOURS.items():
+            for i in range(count):
+                # Small images are bright, large ones dark: a mean of means is far off.
+                side = int(rng.integers(16, 40)) if i % 2 else int(rng.integers(90, 160))
+                shade = 1.0 if i % 2 else 0.35
+                rgb = textured(rng, side, int(side * rng.uniform(0.6, 1.7)),
+                               [c * shade for c in colour])
+                ext = "png" if i % 3 else "jpg"
+                write_image(os.path.join(root, split, label, f"{label[0]}{i:02d}.{ext}"), rgb)
+    write_image(os.path.join(root, "train", "lime", "grey.png"),
+                textured(rng, 50, 70, (128, 128, 128))[..., 0])
+    shutil.copy(os.path.join(root, "train", "crimson", "c02.png"),
+                os.path.join(root, "eval", "lime", "leak.png"))
+    shutil.copy(os.path.join(root, "train", "lime", "l01.png"),
+                os.path.join(root, "train", "lime", "l01-copy.png"))
+    with open(os.path.join(root, "train", "lime", "broken.jpg"), "wb") as f:
+        f.write(b"this is not a jpeg")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> dict:
+    base = tmp_path_factory.mktemp("stats")
+    root, examples = str(base / "images"), str(base / "examples")
+    make_folder(root)
+    run_conversion(root, examples, ImageOptions(), OutputOptions(num_shards=2, gzip=True),
+                   make_pipeline=make_pipeline)
+    options = AnalysisOptions(IMAGE_SIZE, CROP, keep_thumbnails=3, native_resolution=True)
+    produced = produce(examples, str(base), options, anomaly_lib.Thresholds(), make_pipeline)
+    return {"base": base, "examples": examples, "produced": produced, "stats": produced.stats}
+
+
+def read_split_images(examples: str, split: str) -> list[bytes]:
+    pattern = artifacts.split_shard_pattern(examples, split)
+    records = tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(pattern)), compression_type="GZIP")
+    encoded = []
+    for record in records:
+        example = tf.train.Example.FromString(record.numpy())
+        encoded.append(example.features.feature[fk.IMAGE_ENCODED_KEY].bytes_list.value[0])
+    return encoded
+
+
+def reference_moments(images: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """numpy float64: pixel-weighted mean and std, and the mean of per-image means."""
+    pixels = np.concatenate([im.reshape(-1, 3).astype(np.float64) for im in images])
+    per_image = np.stack([im.reshape(-1, 3).astype(np.float64).mean(axis=0) for im in images])
+    return pixels.mean(axis=0), pixels.std(axis=0), per_image.mean(axis=0)
+
+
+def test_pixel_statistics_are_exact_against_numpy_float64(dataset):
+    stats = dataset["stats"]
+    for split in ("train", "eval"):
+        encoded = read_split_images(dataset["examples"], split)
+        assert stats["splits"][split]["images"] == len(encoded)
+        model_view = [eval_image(tf.constant(e), IMAGE_SIZE, CROP).numpy() for e in encoded]
+        mean, std, _ = reference_moments(model_view)
+        pixels = stats["splits"][split]["pixels"]
+        np.testing.assert_allclose(pixels["mean"], mean, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(pixels["std"], std, rtol=0, atol=1e-6)
+        assert pixels["pixels_per_channel"] == len(encoded) * IMAGE_SIZE**2
+
+        native = [tf.io.decode_image(e, channels=3, expand_animations=False).numpy()
+                  for e in encoded]
+        assert len({im.shape for im in native}) > 5, "the test needs images of many sizes"
+        mean, std, mean_of_means = reference_moments(native)
+        got = stats["splits"][split]["native_pixels"]
+        np.testing.assert_allclose(got["mean"], mean, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(got["std"], std, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(got["image_weighted_mean"], mean_of_means, atol=1e-9)
+        # The articles' mean of per-image means is far from the exact mean here.
+        assert np.max(np.abs(mean_of_means - mean)) > 10.0
+
+
+def test_load_normalization_reads_the_output(dataset, tmp_path):
+    artifacts.write_json(str(tmp_path / artifacts.IMAGE_STATS_FILE), dataset["stats"])
+    norm = artifacts.load_normalization(str(tmp_path))
+    assert norm["image_size"] == IMAGE_SIZE and norm["crop_fraction"] == CROP
+    assert norm["mean"] == dataset["stats"]["splits"]["train"]["pixels"]["mean"]
+    assert norm["std"] == dataset["stats"]["splits"]["train"]["pixels"]["std"]
+    assert artifacts.load_normalization(str(tmp_path), "eval")["mean"] != norm["mean"]
+
+
+def test_planted_leak_and_duplicates_are_found(dataset):
+    stats = dataset["stats"]
+    leakage = stats["leakage"]
+    assert leakage["groups"] == 1
+    assert leakage["images_by_split"] == {"train": 1, "eval": 1}
+    assert leakage["examples"][0]["files"] == [
+        {"split": "eval", "path": "eval/lime/leak.png"},
+        {"split": "train", "path": "train/crimson/c02.png"}]
+    train_dups = stats["splits"]["train"]["duplicates"]
+    assert train_dups["groups"] == 1 and train_dups["redundant_images"] == 1
+    assert {f["path"] for f in train_dups["examples"][0]["files"]} == {
+        "train/lime/l01.png", "train/lime/l01-copy.png"}
+    assert stats["splits"]["eval"]["duplicates"]["groups"] == 0
+    codes = {(a["code"], a["split"]) for a in stats["anomalies"]}
+    assert (anomaly_lib.LEAKAGE, "eval") in codes
+    leak = next(a for a in stats["anomalies"] if a["code"] == anomaly_lib.LEAKAGE)
+    assert "eval/lime/leak.png (eval)" in leak["message"]
+    assert "train/crimson/c02.png (train)" in leak["message"]
+    # broken.jpg was skipped by ImageExampleGen: 1 of 30 files is not usable.
+    assert stats["source"]["skipped_by_example_gen"] == 1
+    assert (anomaly_lib.LOW_SUPPORTED_FRACTION, None) in codes
+
+
+def test_distributions(dataset):
+    train = dataset["stats"]["splits"]["train"]
+    assert train["labels"]["counts"] == {"crimson": 10, "lime": 12}
+    assert train["labels"]["imbalance_ratio"] == pytest.approx(1.2)
+    assert sum(train["sizes"]["width"]["counts"]) == train["images"] == 22
+    assert train["formats"]["jpeg"] + train["formats"]["png"] == 22
+    assert train["color_modes"]["gray"] == 1 and train["channels"]["1"] == 1
+    assert train["bytes"]["total"] == sum(len(e) for e in read_split_images(
+        dataset["examples"], "train"))
+    assert sorted(train["thumbnails"]) == ["crimson", "lime"]
+    assert all(len(paths) == 3 for paths in train["thumbnails"].values())
+
+
+def test_eval_labels_differ_and_supported_fraction_anomalies():
+    def split(counts: dict[str, int]) -> dict:
+        return {"images": sum(counts.values()), "labels": {"counts": counts}}
+
+    stats = {
+        "splits": {"train": split({"a": 5, "b": 5}), "eval": split({"a": 3, "b": 0})},
+        "source": {"supported_fraction": 0.5, "skipped_by_example_gen": 5, "undecodable": 0},
+        "leakage": {"fraction_by_split": {"train": 0.0, "eval": 0.0}},
+    }
+    found = anomaly_lib.check(stats, anomaly_lib.Thresholds())
+    assert [(a["code"], a["split"]) for a in found] == [
+        (anomaly_lib.LABELS_DIFFER, "eval"), (anomaly_lib.LOW_SUPPORTED_FRACTION, None)]
+    assert "missing ['b']" in found[0]["message"]
+    stats["splits"]["eval"] = split({"a": 3, "b": 1})
+    stats["source"]["supported_fraction"] = 1.0
+    assert anomaly_lib.check(stats, anomaly_lib.Thresholds()) == []
+
+
+def test_combine_fn_is_merge_order_independent(dataset):
+    records = []
+    for path in sorted(tf.io.gfile.glob(artifacts.split_shard_pattern(dataset["examples"],
+                                                                      "train"))):
+        records.extend(r.numpy() for r in tf.data.TFRecordDataset(path, "GZIP"))
+    options = AnalysisOptions(IMAGE_SIZE, CROP, keep_thumbnails=2, native_resolution=True)
+    decoder = BatchDecoder(IMAGE_SIZE, CROP)
+    batches = [records[i:i + 3] for i in range(0, len(records), 3)]
+    partials = [analyze_batch(batch, "train", decoder, options)[0] for batch in batches]
+    combine = acc.ImageStatsCombineFn(keep_thumbnails=2)
+
+    def combined(order: list[int], chunks: int) -> dict:
+        groups = [order[i::chunks] for i in range(chunks)]
+        merged = []
+        for group in groups:
+            a = combine.create_accumulator()
+            for i in group:
+                a = combine.add_input(a, partials[i])
+            merged.append(a)
+        result = combine.extract_output(combine.merge_accumulators(merged))
+        return summary.build_stats(
+            splits=["train"], accumulators={"train": result}, groups=[], labels=["c", "l"],
+            options=options, examples_uri="x", skipped=[], leakage_threshold=0.0)
+
+    rng = np.random.default_rng(0)
+    reference = combined(list(range(len(partials))), 1)
+    for chunks in (2, 3, len(partials)):
+        order = list(rng.permutation(len(partials)))
+        assert combined(order, chunks) == reference
+    assert reference["splits"]["train"]["pixels"]["mean"] == (
+        dataset["stats"]["splits"]["train"]["pixels"]["mean"])
+    # Per-chunk means averaged, as with per-worker means: not the exact mean.
+    chunk_means = [acc.exact_moments(p.pixel_hist)[1] for p in partials]
+    assert np.mean(chunk_means, axis=0).tolist() != reference["splits"]["train"]["pixels"]["mean"]
+
+
+def test_undecodable_image_is_reported_not_fatal(tmp_path):
+    split_dir = tmp_path / "Split-train"
+    split_dir.mkdir()
+    good = cv2.imencode(".png", np.full((20, 30, 3), 200, np.uint8))[1].tobytes()
+    jpeg = cv2.imencode(".jpg", np.full((64, 64, 3), 90, np.uint8))[1].tobytes()
+    # A complete header and end marker around a corrupt body: only a decode finds it.
+    corrupt = jpeg[:len(jpeg) // 2] + b"\x00" * 64 + b"\xff\xd9"
+    with tf.io.TFRecordWriter(str(split_dir / "data_tfrecord-00000-of-00001")) as writer:
+        for name, data in (("good.png", good), ("corrupt.jpg", corrupt), ("text.jpg", b"hi")):
+            example = tf.train.Example()
+            feature = example.features.feature
+            feature[fk.IMAGE_ENCODED_KEY].bytes_list.value.append(data)
+            feature[fk.FILENAME_KEY].bytes_list.value.append(name.encode())
+            feature[fk.LABEL_KEY].int64_list.value.append(0)
+            writer.write(example.SerializeToString())
+    artifacts.write_json(str(tmp_path / artifacts.LABEL_MAP_FILE), {"labels": ["a"]})
+    stats = produce(str(tmp_path), str(tmp_path), AnalysisOptions(16, CROP),
+                    anomaly_lib.Thresholds(), make_pipeline).stats
+    train = stats["splits"]["train"]
+    assert train["images"] == 1
+    assert {f["path"] for f in train["undecodable_files"]} == {"corrupt.jpg", "text.jpg"}
+    assert all(f["reason"] for f in train["undecodable_files"])
+    assert train["pixels"]["mean"] == [200.0, 200.0, 200.0]
+    assert stats["source"]["supported_fraction"] == pytest.approx(1 / 3)
+
+
+def test_bad_properties_are_rejected_by_name():
+    properties = {spec.IMAGE_SIZE_KEY: 224, spec.CROP_FRACTION_KEY: 1.5,
+                  spec.SAMPLE_THUMBNAILS_KEY: 8, spec.LEAKAGE_THRESHOLD_KEY: 0.0,
+                  spec.MIN_SUPPORTED_FRACTION_KEY: 0.99}
+    with pytest.raises(ValueError, match=spec.CROP_FRACTION_KEY):
+        options_from_properties(properties)
+    properties.update({spec.CROP_FRACTION_KEY: 0.875, spec.LEAKAGE_THRESHOLD_KEY: 2.0})
+    with pytest.raises(ValueError, match="leakage_threshold"):
+        options_from_properties(properties)
+
+
+class _ReportParser(html.parser.HTMLParser):
+    """Collects chart bars, pixel polylines and thumbnails per split."""
+
+    def __init__(self):
+        super().__init__()
+        self.bars: dict[tuple[str, str], dict[str, int]] = {}
+        self.lines: dict[tuple[str, str], list[int]] = {}
+        self.thumbs: dict[str, list[str]] = {}
+        self._chart: tuple[str, str] | None = None
+        self._thumb_split = None
+        self.external: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        for attr in ("src", "href"):
+            if attr in a and not a[attr].startswith("data:"):
+                self.external.append(a[attr])
+        if tag == "svg":
+            self._chart = (a["data-split"], a["data-chart"])
+        elif tag == "rect" and self._chart:
+            self.bars.setdefault(self._chart, {})[a["data-key"]] = int(a["data-value"])
+        elif tag == "polyline" and self._chart:
+            self.lines[(self._chart[0], a["data-channel"])] = [
+                int(c) for c in a["data-counts"].split(",")]
+        elif tag == "div" and a.get("class") == "thumbnails":
+            self._thumb_split = a["data-split"]
+        elif tag == "img" and a.get("class") == "thumb":
+            self.thumbs.setdefault(self._thumb_split, []).append(a["title"])
+
+    def handle_endtag(self, tag):
+        if tag == "svg":
+            self._chart = None
+
+
+def test_report_figures_match_the_json(dataset):
+    stats = dataset["stats"]
+    parser = _ReportParser()
+    parser.feed(dataset["produced"].html)
+    assert parser.external == []
+    for split, s in stats["splits"].items():
+        assert parser.bars[(split, "labels")] == s["labels"]["counts"]
+        assert list(parser.bars[(split, "width")].values()) == s["sizes"]["width"]["counts"]
+        assert list(parser.bars[(split, "aspect_ratio")].values()) == (
+            s["sizes"]["aspect_ratio"]["counts"])
+        assert list(parser.bars[(split, "bytes")].values()) == s["bytes"]["counts"]
+        for channel, name in enumerate(("red", "green", "blue")):
+            assert parser.lines[(split, name)] == s["pixels"]["histogram"][channel]
+        assert sorted(parser.thumbs[split]) == sorted(
+            p for paths in s["thumbnails"].values() for p in paths)
+    page = dataset["produced"].html
+    assert "lime/leak.png" in page and "broken.jpg" in page
+
+
+def _run_chromium(args: list[str], profile: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+         "--disable-background-networking", "--disable-component-update",
+         f"--user-data-dir={profile}", *args],
+        capture_output=True, timeout=120, check=True)
+
+
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
+                    reason=f"{CHROMIUM} not found: the report cannot be rendered in a browser")
+def test_report_renders_in_headless_chromium(dataset):
+    base = dataset["base"]
+    page = base / artifacts.REPORT_FILE
+    page.write_text(dataset["produced"].html, encoding="utf-8")
+    shot = base / "report.png"
+    with tempfile.TemporaryDirectory() as profile:
+        _run_chromium(["--window-size=1200,2000", f"--screenshot={shot}", page.as_uri()],
+                      profile)
+    with tempfile.TemporaryDirectory() as profile:
+        dom = _run_chromium(["--dump-dom", page.as_uri()], profile).stdout.decode()
+    parser = _ReportParser()
+    parser.feed(dom)
+    assert ("train", "labels") in parser.bars and ("eval", "width") in parser.bars
+    assert ("eval", "red") in parser.lines
+    assert len(parser.thumbs["train"]) == 6 and len(parser.thumbs["eval"]) == 6
+
+    image = cv2.cvtColor(cv2.imread(str(shot)), cv2.COLOR_BGR2RGB).astype(np.int16)
+    assert image.shape[:2] == (2000, 1200)
+    assert image.std() > 20, "the screenshot is (nearly) a single colour"
+    for name, colour in CLASS_COLOURS.items():
+        near = np.abs(image - np.array(colour)).max(axis=-1) < 40
+        assert near.sum() > 500, f"no {name} thumbnail pixels in the screenshot"
+    # The chart bars' colour is there too.
+    bar = np.array([0x4C, 0x72, 0xB0])  # report.BAR_COLOUR
+    assert (np.abs(image - bar).max(axis=-1) < 4).sum() > 2000
+
+
+def test_executor_writes_outputs_then_gates(dataset, tmp_path):
+    from tfx.types import standard_artifacts
+
+    from components.image_statistics.artifact import ImageStatisticsArtifact
+
+    examples = standard_artifacts.Examples()
+    examples.uri = dataset["examples"]
+    properties = {spec.IMAGE_SIZE_KEY: IMAGE_SIZE, spec.CROP_FRACTION_KEY: CROP,
+                  spec.SAMPLE_THUMBNAILS_KEY: 2, spec.LEAKAGE_THRESHOLD_KEY: 0.0,
+                  spec.MIN_SUPPORTED_FRACTION_KEY: 0.5, spec.FAIL_ON_ANOMALIES_KEY: 1,
+                  spec.NATIVE_RESOLUTION_KEY: 0}
+    for fail, uri in ((1, tmp_path / "gated"), (0, tmp_path / "warned")):
+        output = ImageStatisticsArtifact()
+        output.uri = str(uri)
+        uri.mkdir()
+        executor = Executor(Executor.Context(beam_pipeline_args=["--direct_num_workers=1"],
+                                             tmp_dir=str(tmp_path)))
+        args = ({spec.EXAMPLES_KEY: [examples]}, {spec.STATISTICS_KEY: [output]},
+                {**properties, spec.FAIL_ON_ANOMALIES_KEY: fail})
+        if fail:
+            with pytest.raises(anomaly_lib.AnomaliesFoundError,
+                               match=r"(?s)1 data anomaly.*leakage.*eval/lime/leak.png"):
+                executor.Do(*args)
+        else:
+            executor.Do(*args)
+        written = json.loads((uri / artifacts.IMAGE_STATS_FILE).read_text())
+        if fail:  # TFX deletes a failed execution's outputs; this copy is kept.
+            rejected = tmp_path / f"gated{REJECTED_SUFFIX}"
+            assert json.loads((rejected / artifacts.IMAGE_STATS_FILE).read_text()) == written
+            assert (rejected / artifacts.REPORT_FILE).exists()
+        assert written["splits"]["train"]["native_pixels"] is None
+        assert [a["code"] for a in written["anomalies"]] == [anomaly_lib.LEAKAGE]
+        assert (uri / artifacts.REPORT_FILE).stat().st_size > 10_000
+        assert output.get_int_custom_property(spec.ANOMALY_COUNT_PROPERTY) == 1
+        assert not [p for p in os.listdir(uri) if p.startswith(".imgpipe")]
+
+
+def test_cli_stats_writes_json_and_html(dataset, tmp_path):
+    from pipelines import cli
+
+    out_json, out_html = tmp_path / "s.json", tmp_path / "r.html"
+    code = cli.main(["stats", dataset["examples"], "--json", str(out_json), "--html",
+                     str(out_html), "--image-size", str(IMAGE_SIZE), "--fail-on-anomalies",
+                     "--direct_running_mode=in_memory", "--direct_num_workers=1"])
+    assert code == 1  # the planted leak
+    written = json.loads(out_json.read_text())
+    assert written["splits"]["train"]["pixels"]["mean"] == (
+        dataset["stats"]["splits"]["train"]["pixels"]["mean"])
+    assert "<svg" in out_html.read_text()
+
+
+def test_resize_skips_only_an_identity_resize():
+    """The same-size shortcut in resize_uint8 gives the pixels the full resize would."""
+    from components.common.preprocessing import resize_uint8
+
+    rng = np.random.default_rng(1)
+    for shape in ((IMAGE_SIZE, IMAGE_SIZE, 3), (IMAGE_SIZE + 5, IMAGE_SIZE, 3)):
+        image = tf.constant(rng.integers(0, 256, shape, dtype=np.uint8))
+        full = tf.image.resize(image, [IMAGE_SIZE, IMAGE_SIZE], method="bilinear")
+        full = tf.cast(tf.clip_by_value(tf.round(full), 0.0, 255.0), tf.uint8)
+        np.testing.assert_array_equal(resize_uint8(image, IMAGE_SIZE).numpy(), full.numpy())
