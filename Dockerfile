@@ -1,0 +1,42 @@
+# The image every step of the compiled Kubeflow pipeline runs (pipelines/images.py names
+# it; `make image` builds and tags it from there). Debian 13 and Python 3.13, like the
+# development environment; the pins are requirements.lock's, the one source of truth.
+# TensorFlow comes with its CUDA libraries (tensorflow[and-cuda]), so the same image
+# trains on GPU nodes and runs the CPU steps.
+
+# ---- build stage: compilers and pip caches stay here ---------------------------------
+FROM python:3.13-trixie AS build
+
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+
+# Dependencies first: this layer is rebuilt only when the lock changes.
+COPY requirements.lock /tmp/requirements.lock
+RUN pip install --require-virtualenv -r /tmp/requirements.lock \
+ && TF_VERSION="$(sed -n 's/^tensorflow==//p' /tmp/requirements.lock)" \
+ && pip install --require-virtualenv -c /tmp/requirements.lock \
+        "tensorflow[and-cuda]==${TF_VERSION}"
+
+COPY pyproject.toml README.md /src/
+COPY components /src/components
+COPY pipelines /src/pipelines
+RUN pip install --require-virtualenv --no-deps /src \
+ && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +
+
+# ---- runtime stage -------------------------------------------------------------------
+FROM python:3.13-slim-trixie
+
+RUN groupadd --gid 1000 imgpipe \
+ && useradd --uid 1000 --gid imgpipe --create-home --shell /usr/sbin/nologin imgpipe
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    TF_CPP_MIN_LOG_LEVEL=1
+
+USER 1000:1000
+WORKDIR /home/imgpipe
+# The compiled pipeline sets the command (python -m pipelines.kfp_entrypoint ...);
+# this default serves interactive use.
+ENTRYPOINT ["imgpipe"]
+CMD ["--help"]

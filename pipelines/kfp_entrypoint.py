@@ -1,0 +1,321 @@
+"""Container entrypoint of every pipeline step on Kubeflow Pipelines v2.
+
+`python -m pipelines.kfp_entrypoint <TFX's kubeflow_v2_run_executor arguments>` runs
+TFX's own executor entrypoint after fixing what breaks it on the open-source KFP v2
+backend (the Vertex AI backend needs none of this, and none of it changes Vertex runs):
+
+1. `system.*` schema titles. The OSS driver hands input artifacts typed as they were
+   recorded in its MLMD (system.Artifact, system.Dataset, system.Model, ...), which TFX
+   treats as Python import paths. Input types are restored from the component's inputs
+   spec (compiled in with pipeline spec 2.1); `system.*` titles also map to TFX classes
+   as a fallback, then artifact metadata keys decide (split_names -> Examples).
+2. A null `instance_schema`. yaml.safe_load("") is None, and TFX calls .get on it; an
+   empty schema now reads as untyped and goes through (1).
+3. KubeflowV2DagRunner's export with kfp >= 2. `tfx.v1.orchestration.experimental`
+   drops it when its kfp-v1 imports fail; the project compiles through
+   tfx.orchestration.kubeflow.v2.kubeflow_v2_dag_runner, and this module re-exports it
+   for user code that imports the public name.
+4. Zero-byte directory markers. TF's GCS filesystem writes "dir/" blobs that the KFP
+   launcher downloads as files, so the next step fails with "not a directory". With
+   artifact I/O "local" the step writes to the launcher's local paths (/gcs/, /minio/,
+   /s3/) and the launcher uploads files only; with "direct" gs:// writes, the markers
+   under each output are deleted after the executor. "auto" is local for the schemes
+   TensorFlow cannot open (minio://, s3://) and direct otherwise.
+5. A crash at interpreter exit. protobuf/ml-metadata destructors can abort after the
+   executor output is written, failing a step whose outputs exist. Once the output
+   metadata is written, the process ends with os._exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+ARTIFACT_IO_ENV = "IMGPIPE_KFP_ARTIFACT_IO"
+MODE_AUTO, MODE_DIRECT, MODE_LOCAL = "auto", "direct", "local"
+
+# The KFP launcher's local mirror of each object store (kfp.dsl.types.artifact_types).
+LOCAL_MOUNTS = {"gs://": "/gcs/", "minio://": "/minio/", "s3://": "/s3/"}
+# Schemes TensorFlow's filesystems open without plugins.
+TF_NATIVE_SCHEMES = ("gs://",)
+
+# system.* titles of KFP's generic types -> the TFX class most often behind them.
+SYSTEM_TITLES = {
+    "system.Dataset": "tfx.types.standard_artifacts.Examples",
+    "system.Model": "tfx.types.standard_artifacts.Model",
+    "system.Statistics": "tfx.types.standard_artifacts.ExampleStatistics",
+    "system.Metrics": "tfx.types.standard_artifacts.ModelEvaluation",
+    "system.Artifact": f"{__name__}.GenericArtifact",
+}
+# KFP schema titles are "<namespace>.<Type>"; project artifact types whose TYPE_NAME is
+# not of that form are compiled as "imgpipe.<TYPE_NAME>" (kubeflow_runner.py).
+PROJECT_TITLE_PREFIX = "imgpipe."
+
+# Metadata keys that identify a TFX type when only a system.* title is known.
+METADATA_SIGNATURES = (
+    ("split_names", "tfx.Examples"),
+    ("pushed_destination", "tfx.PushedModel"),
+    ("blessed", "tfx.ModelBlessing"),
+)
+
+_log = logging.getLogger(__name__)
+
+
+def _generic_artifact_class() -> type:
+    from tfx.types import artifact
+
+    return type("GenericArtifact", (artifact.Artifact,), {"TYPE_NAME": "system.Artifact",
+                                                          "__module__": __name__})
+
+
+def __getattr__(name: str) -> Any:  # GenericArtifact, built when TFX asks for it
+    if name == "GenericArtifact":
+        cls = _generic_artifact_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(name)
+
+
+# ---- 1 and 2: artifact types -------------------------------------------------------
+
+def schema_title(type_schema) -> str | None:
+    """The title of an ArtifactTypeSchema; None when it is empty or null."""
+    import yaml
+
+    kind = type_schema.WhichOneof("kind")
+    if kind == "schema_title":
+        return type_schema.schema_title or None
+    if kind == "instance_schema":
+        data = yaml.safe_load(type_schema.instance_schema or "") or {}
+        return data.get("title") if isinstance(data, dict) else None
+    return None
+
+
+def _is_tfx_title(title: str | None) -> bool:
+    return bool(title) and not title.startswith("system.")
+
+
+def restore_input_types(executor_input, inputs_spec) -> list[str]:
+    """Gives each input artifact without a TFX type the type its inputs spec declares.
+
+    Falls back to metadata keys (METADATA_SIGNATURES) when no spec names the input.
+    Returns the input keys it changed.
+    """
+    changed = []
+    for key, artifact_list in executor_input.inputs.artifacts.items():
+        declared = inputs_spec.artifacts[key].artifact_type if (
+            inputs_spec is not None and key in inputs_spec.artifacts) else None
+        for artifact in artifact_list.artifacts:
+            if _is_tfx_title(schema_title(artifact.type)):
+                continue
+            if declared is not None and _is_tfx_title(schema_title(declared)):
+                artifact.type.CopyFrom(declared)
+            else:
+                keys = set(artifact.metadata.keys()) | set(artifact.custom_properties.keys())
+                guess = next((title for k, title in METADATA_SIGNATURES if k in keys), None)
+                if guess is None:
+                    continue
+                artifact.type.Clear()
+                artifact.type.schema_title = guess
+            changed.append(key)
+    return changed
+
+
+def patch_tfx() -> None:
+    """Patches TFX's entrypoint helpers in place (1, 2, 3); idempotent."""
+    from tfx.orchestration.kubeflow.v2 import compiler_utils
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
+
+    for title, path in SYSTEM_TITLES.items():
+        compiler_utils.TITLE_TO_CLASS_PATH.setdefault(title, path)
+
+    def retrieve_class_path(type_schema) -> str:
+        title = schema_title(type_schema) or "system.Artifact"
+        if title in compiler_utils.TITLE_TO_CLASS_PATH:
+            return compiler_utils.TITLE_TO_CLASS_PATH[title]
+        return custom_class_path(title) or title
+
+    utils._retrieve_class_path = retrieve_class_path
+    export_kubeflow_v2_runner()
+
+
+def custom_class_path(title: str) -> str | None:
+    """The import path of the loaded Artifact subclass a custom schema title names.
+
+    TFX uses a custom type's TYPE_NAME as its schema title and, at run time, as an
+    import path; a TYPE_NAME that is not one (or the imgpipe.-prefixed form) is
+    found among the Artifact classes the executor's modules have loaded.
+    """
+    from tfx.types import artifact
+
+    names = {title, title.removeprefix(PROJECT_TITLE_PREFIX)}
+    pending = [artifact.Artifact]
+    while pending:
+        cls = pending.pop()
+        if getattr(cls, "TYPE_NAME", None) in names and "<locals>" not in cls.__qualname__:
+            return f"{cls.__module__}.{cls.__qualname__}"
+        pending.extend(cls.__subclasses__())
+    return None
+
+
+def export_kubeflow_v2_runner() -> None:
+    """Re-exports KubeflowV2DagRunner(Config) from tfx.v1.orchestration.experimental."""
+    from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
+    from tfx.v1.orchestration import experimental
+
+    for name in ("KubeflowV2DagRunner", "KubeflowV2DagRunnerConfig"):
+        if not hasattr(experimental, name):
+            setattr(experimental, name, getattr(kubeflow_v2_dag_runner, name))
+
+
+# ---- 4: artifact I/O and directory markers ----------------------------------------
+
+def local_path(uri: str) -> str | None:
+    """The KFP launcher's local path of a remote URI; None for other URIs."""
+    for prefix, mount in LOCAL_MOUNTS.items():
+        if uri.startswith(prefix):
+            return mount + uri[len(prefix):]
+    return None
+
+
+def uses_local_path(uri: str, mode: str) -> bool:
+    if local_path(uri) is None or mode == MODE_DIRECT:
+        return False
+    return mode == MODE_LOCAL or not uri.startswith(TF_NATIVE_SCHEMES)
+
+
+def localize_uris(executor_input, mode: str) -> dict[str, str]:
+    """Points artifacts at the launcher's local paths; returns local path -> URI."""
+    if mode not in (MODE_AUTO, MODE_DIRECT, MODE_LOCAL):
+        raise ValueError(f"{ARTIFACT_IO_ENV} must be auto, direct or local, got {mode!r}")
+    remote_of: dict[str, str] = {}
+    for side in (executor_input.inputs.artifacts, executor_input.outputs.artifacts):
+        for artifact_list in side.values():
+            for artifact in artifact_list.artifacts:
+                if uses_local_path(artifact.uri, mode):
+                    path = local_path(artifact.uri)
+                    remote_of[path] = artifact.uri
+                    artifact.uri = path
+    return remote_of
+
+
+def restore_output_uris(output_file: str, remote_of: dict[str, str]) -> None:
+    """Rewrites the executor output so that KFP records the remote URIs."""
+    if not remote_of:
+        return
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+    from tfx.dsl.io import fileio
+
+    output = pipeline_spec_pb2.ExecutorOutput()
+    with fileio.open(output_file, "rb") as f:
+        json_format.Parse(f.read(), output, ignore_unknown_fields=True)
+    for artifact_list in output.artifacts.values():
+        for artifact in artifact_list.artifacts:
+            artifact.uri = remote_of.get(artifact.uri, artifact.uri)
+    with fileio.open(output_file, "wb") as f:
+        f.write(json_format.MessageToJson(output))
+
+
+def directory_markers(blobs: Iterable[Any]) -> list[Any]:
+    """The zero-byte blobs named like folders ("a/b/") among GCS blobs."""
+    return [b for b in blobs if b.name.endswith("/") and not b.size]
+
+
+def delete_gcs_directory_markers(uris: Iterable[str],
+                                 make_client: Callable[[], Any] | None = None) -> int:
+    """Deletes zero-byte "dir/" blobs under each gs:// URI; returns how many."""
+    uris = [u for u in uris if u.startswith("gs://")]
+    if not uris:
+        return 0
+    if make_client is None:
+        from google.cloud import storage
+
+        make_client = storage.Client
+    client = make_client()
+    deleted = 0
+    for uri in uris:
+        bucket_name, _, prefix = uri[len("gs://"):].partition("/")
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        bucket = client.bucket(bucket_name)
+        for blob in directory_markers(bucket.list_blobs(prefix=prefix)):
+            blob.delete()
+            deleted += 1
+    if deleted:
+        _log.info("deleted %d zero-byte directory marker(s) under %s", deleted, uris)
+    return deleted
+
+
+# ---- the entrypoint ------------------------------------------------------------------
+
+def prepare(args, mode: str) -> tuple[Any, dict[str, str]]:
+    """Fixes the serialized executor input in args in place; returns it and the URI map."""
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    executor_input = pipeline_spec_pb2.ExecutorInput()
+    json_format.Parse(args.json_serialized_invocation_args, executor_input,
+                      ignore_unknown_fields=True)
+    inputs_spec = None
+    if getattr(args, "json_serialized_inputs_spec_args", None):
+        inputs_spec = pipeline_spec_pb2.ComponentInputsSpec()
+        json_format.Parse(args.json_serialized_inputs_spec_args, inputs_spec,
+                          ignore_unknown_fields=True)
+    changed = restore_input_types(executor_input, inputs_spec)
+    if changed:
+        _log.info("restored the TFX types of inputs %s", sorted(set(changed)))
+    remote_of = localize_uris(executor_input, mode)
+    args.json_serialized_invocation_args = json_format.MessageToJson(executor_input)
+    return executor_input, remote_of
+
+
+def run(parsed: tuple[Any, list[str]]) -> None:
+    """Runs one TFX executor the way kubeflow_v2_run_executor does, with the fixes."""
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
+    from tfx.utils import import_utils
+
+    args, beam_args = parsed
+    mode = os.environ.get(ARTIFACT_IO_ENV, MODE_AUTO)
+    patch_tfx()
+    # Loads the executor's modules, and with them its custom artifact classes.
+    import_utils.import_class_by_path(args.executor_class_path)
+    executor_input, remote_of = prepare(args, mode)
+    kubeflow_v2_run_executor._run_executor(args, beam_args)
+    restore_output_uris(executor_input.outputs.output_file, remote_of)
+    outputs = [a.uri for al in executor_input.outputs.artifacts.values() for a in al.artifacts]
+    delete_gcs_directory_markers([u for u in outputs if u.startswith("gs://")])
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    logging.shutdown()
+    os._exit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parses TFX's arguments, runs the executor, and ends the process at once (5)."""
+    from absl import app
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
+
+    def guarded(parsed: tuple[Any, list[str]]) -> None:
+        try:
+            run(parsed)
+        except BaseException:  # noqa: B036 - reported here, then the process ends
+            traceback.print_exc()
+            _exit_now(1)
+        _exit_now(0)
+
+    app.run(guarded, argv=list(argv) if argv is not None else None,
+            flags_parser=kubeflow_v2_run_executor._parse_flags)
+
+
+if __name__ == "__main__":
+    main()

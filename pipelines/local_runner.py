@@ -1,0 +1,142 @@
+"""Runs the pipeline on one machine: LocalDagRunner with SQLite MLMD.
+
+A second run on unchanged images is served from TFX's cache: ImageExampleGen's driver
+fingerprints the image tree, so unchanged files give the same cache key everywhere
+downstream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from pipelines import config as cfg
+from pipelines import pipeline as pl
+
+REPORT_FILE_NAMES = ("report.html",)
+# Custom properties TFX's Pusher sets on its PushedModel output.
+PUSHED = "pushed"
+PUSHED_DESTINATION = "pushed_destination"
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputArtifact:
+    uri: str
+    properties: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeResult:
+    """The latest execution of one component: its state and output artifacts by key."""
+
+    state: str
+    outputs: dict[str, list[OutputArtifact]]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """Where a local run left its results, from MLMD."""
+
+    metadata_path: str
+    nodes: dict[str, NodeResult]
+
+    def artifact(self, component_id: str, key: str) -> OutputArtifact | None:
+        node = self.nodes.get(component_id)
+        artifacts = node.outputs.get(key) if node else None
+        return artifacts[0] if artifacts else None
+
+    def uri(self, component_id: str, key: str) -> str | None:
+        artifact = self.artifact(component_id, key)
+        return artifact.uri if artifact else None
+
+    @property
+    def all_cached(self) -> bool:
+        return bool(self.nodes) and all(n.state == "CACHED" for n in self.nodes.values())
+
+
+def run(config: cfg.PipelineConfig) -> RunResult:
+    """Runs the whole pipeline locally and returns where its outputs are.
+
+    Raises:
+      RuntimeError: a component failed (TFX's own error is chained).
+    """
+    import tensorflow as tf
+    from tfx.orchestration import metadata
+    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
+
+    tf.io.gfile.makedirs(os.path.dirname(config.local_metadata_path) or ".")
+    connection = metadata.sqlite_metadata_connection_config(config.local_metadata_path)
+    pipeline = pl.create_pipeline(config, metadata_connection_config=connection,
+                                  beam_pipeline_args=config.local_beam_args)
+    LocalDagRunner().run(pipeline)
+    return latest_results(config)
+
+
+def latest_results(config: cfg.PipelineConfig) -> RunResult:
+    """Each component's latest execution state and outputs, read from the SQLite MLMD."""
+    from ml_metadata.metadata_store import metadata_store
+    from ml_metadata.proto import metadata_store_pb2
+    from tfx.orchestration import metadata
+
+    store = metadata_store.MetadataStore(
+        metadata.sqlite_metadata_connection_config(config.local_metadata_path))
+    state_names = {v: k for k, v in metadata_store_pb2.Execution.State.items()}
+    nodes = {}
+    for component_id in cfg.COMPONENT_IDS:
+        context = store.get_context_by_type_and_name(
+            "node", f"{config.pipeline_name}.{component_id}")
+        if context is None:
+            continue
+        executions = store.get_executions_by_context(context.id)
+        if not executions:
+            continue
+        latest = max(executions, key=lambda e: e.id)
+        outputs: dict[str, list[OutputArtifact]] = {}
+        events = store.get_events_by_execution_ids([latest.id])
+        output_events = [e for e in events if e.type in (
+            metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)]
+        artifacts = {a.id: a for a in store.get_artifacts_by_id(
+            [e.artifact_id for e in output_events])}
+        for event in output_events:
+            key = event.path.steps[0].key if event.path.steps else ""
+            artifact = artifacts[event.artifact_id]
+            properties = {name: getattr(value, value.WhichOneof("value"))
+                          for name, value in artifact.custom_properties.items()
+                          if value.WhichOneof("value")}
+            outputs.setdefault(key, []).append(OutputArtifact(artifact.uri, properties))
+        nodes[component_id] = NodeResult(state=state_names[latest.last_known_state],
+                                         outputs=outputs)
+    return RunResult(metadata_path=config.local_metadata_path, nodes=nodes)
+
+
+def summary_lines(result: RunResult, config: cfg.PipelineConfig) -> list[str]:
+    """The closing lines of a run: where the model, the reports and the statistics are."""
+    import tensorflow as tf
+
+    def report_in(uri: str | None) -> str | None:
+        if not uri:
+            return None
+        for name in REPORT_FILE_NAMES:
+            if tf.io.gfile.exists(os.path.join(uri, name)):
+                return os.path.join(uri, name)
+        return uri
+
+    pushed = result.artifact(cfg.PUSHER, pl.PUSHED_MODEL)
+    pushed_to = (pushed.properties.get(PUSHED_DESTINATION)
+                 if pushed and pushed.properties.get(PUSHED) else None)
+    lines = [
+        f"model (trained)      {result.uri(cfg.TRAINER, pl.MODEL) or 'not produced'}",
+        f"model (served)       {pushed_to or f'not pushed (see {config.serving_dir})'}",
+        f"image report         {report_in(result.uri(cfg.IMAGE_STATISTICS, pl.STATISTICS))}",
+        f"evaluation           {report_in(result.uri(cfg.EVALUATOR, pl.EVALUATION))}",
+        f"statistics (TFDV)    {result.uri(cfg.STATISTICS_GEN, pl.STATISTICS)}",
+        f"statistics (images)  {result.uri(cfg.IMAGE_STATISTICS, pl.STATISTICS)}",
+        f"anomalies            {result.uri(cfg.EXAMPLE_VALIDATOR, pl.ANOMALIES)}",
+        f"metadata (SQLite)    {result.metadata_path}",
+    ]
+    states = sorted({n.state for n in result.nodes.values()})
+    lines.append(f"executions           {', '.join(states)}"
+                 + ("  (served from TFX's cache)" if result.all_cached else ""))
+    return lines
+

@@ -1,0 +1,128 @@
+"""The k8s/ manifests parse, validate against the kubernetes client's models (unknown
+fields included), and agree with the pipeline config they are examples of."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import kubernetes
+import pytest
+import yaml
+
+from pipelines import config as cfg
+from pipelines import images
+
+K8S_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "k8s")
+PIPELINE_CONFIG = os.path.join(K8S_DIR, "pipeline-config.yaml")
+MANIFEST_FILES = sorted(
+    os.path.join(K8S_DIR, name) for name in os.listdir(K8S_DIR)
+    if name.endswith(".yaml") and os.path.join(K8S_DIR, name) != PIPELINE_CONFIG)
+
+_LIST = re.compile(r"^list\[(.+)\]$")
+_DICT = re.compile(r"^dict\(([^,]+), (.+)\)$")
+_PRIMITIVES = {"str": str, "int": int, "bool": bool, "float": (int, float), "object": object}
+
+
+def strict_errors(data, type_name: str, where: str) -> list[str]:
+    """Fields the kubernetes client's model `type_name` does not know, recursively."""
+    if (match := _LIST.match(type_name)):
+        if not isinstance(data, list):
+            return [f"{where}: expected a list, got {data!r}"]
+        return [e for i, item in enumerate(data)
+                for e in strict_errors(item, match.group(1), f"{where}[{i}]")]
+    if (match := _DICT.match(type_name)):
+        if not isinstance(data, dict):
+            return [f"{where}: expected a mapping, got {data!r}"]
+        return [e for k, v in data.items()
+                for e in strict_errors(v, match.group(2), f"{where}.{k}")]
+    if type_name in _PRIMITIVES:
+        ok = isinstance(data, _PRIMITIVES[type_name]) and not (
+            type_name == "int" and isinstance(data, bool))
+        return [] if ok else [f"{where}: expected {type_name}, got {data!r}"]
+    model = getattr(kubernetes.client, type_name)
+    if not isinstance(data, dict):
+        return [f"{where}: expected a {type_name} mapping, got {data!r}"]
+    by_json = {json_name: attr for attr, json_name in model.attribute_map.items()}
+    errors = []
+    for key, value in data.items():
+        if key not in by_json:
+            errors.append(f"{where}.{key}: not a field of {type_name}")
+        else:
+            errors += strict_errors(value, model.openapi_types[by_json[key]], f"{where}.{key}")
+    return errors
+
+
+def model_name(document: dict) -> str:
+    version = document["apiVersion"].split("/")[-1]
+    return version.capitalize() + document["kind"]
+
+
+def load_documents() -> list[tuple[str, dict]]:
+    documents = []
+    for path in MANIFEST_FILES:
+        with open(path) as f:
+            documents += [(os.path.basename(path), d) for d in yaml.safe_load_all(f) if d]
+    return documents
+
+
+DOCUMENTS = load_documents()
+
+
+def test_the_manifests_cover_the_deployment():
+    kinds = {d["kind"] for _, d in DOCUMENTS}
+    assert {"Namespace", "PersistentVolumeClaim", "ConfigMap", "ServiceAccount", "Role",
+            "RoleBinding", "Pod"} <= kinds
+    assert os.path.isfile(os.path.join(K8S_DIR, "README.md"))
+
+
+@pytest.mark.parametrize("name,document", DOCUMENTS,
+                         ids=[f"{n}:{d['kind']}" for n, d in DOCUMENTS])
+def test_manifest_validates_against_the_kubernetes_models(name, document):
+    type_name = model_name(document)
+    assert hasattr(kubernetes.client, type_name), f"{name}: no model {type_name}"
+    assert strict_errors(document, type_name, name) == []
+    # The client's own deserializer enforces required fields and enum values.
+    api = kubernetes.client.ApiClient()
+    obj = api._ApiClient__deserialize(document, type_name)
+    assert obj.metadata.name
+    if document["kind"] != "Namespace":
+        assert obj.metadata.namespace == "imgpipe"
+
+
+def test_strict_validation_catches_a_misspelt_field():
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+           "spec": {"containers": [{"name": "c", "image": "i", "resource": {}}]}}
+    assert strict_errors(pod, "V1Pod", "pod") == [
+        "pod.spec.containers[0].resource: not a field of V1Container"]
+
+
+def test_the_service_account_is_least_privilege_and_is_the_configs():
+    by_kind = {d["kind"]: d for _, d in DOCUMENTS}
+    account = by_kind["ServiceAccount"]["metadata"]["name"]
+    assert account == cfg.KubeflowConfig().service_account
+    binding = by_kind["RoleBinding"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
+                                    "namespace": "imgpipe"}]
+    assert binding["roleRef"]["kind"] == "Role"  # namespaced, never a ClusterRole
+    for rule in by_kind["Role"]["rules"]:
+        assert set(rule["verbs"]) == {"get"} and rule["resourceNames"]
+
+
+def test_the_gpu_example_matches_what_the_compiler_writes():
+    pod = next(d for _, d in DOCUMENTS if d["kind"] == "Pod")
+    gpu = cfg.GpuConfig()
+    assert pod["spec"]["nodeSelector"] == dict(gpu.node_selector)
+    assert pod["spec"]["tolerations"] == [
+        {"key": t.key, "operator": t.operator, "effect": t.effect} for t in gpu.tolerations]
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == images.RUNTIME_IMAGE
+    assert container["resources"]["limits"] == {gpu.accelerator: "1"}
+
+
+def test_the_example_pipeline_config_loads_and_uses_the_claim():
+    config = cfg.load(PIPELINE_CONFIG)
+    claim = next(d for _, d in DOCUMENTS if d["kind"] == "PersistentVolumeClaim")
+    assert config.kubeflow.pvc_name == claim["metadata"]["name"]
+    assert config.data_root.startswith(config.kubeflow.mount_path)
+    assert config.num_gpus == 1

@@ -1,0 +1,380 @@
+"""The compiled KFP v2 package: static checks, the golden file, the kfp client calls
+(against a fake API server on 127.0.0.1) and the entrypoint's fixes for OSS KFP v2.
+
+Regenerate the golden file with IMGPIPE_UPDATE_GOLDEN=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+import yaml
+from google.protobuf import json_format
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+from pipelines import cli, cli_kfp, kfp_entrypoint, kubeflow_runner
+from pipelines import config as cfg
+
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "pipeline.yaml")
+GPU_IMAGE = "registry.example/imgpipe-gpu:1.2.3"
+
+TEST_SETTINGS = {
+    "pipeline_name": "golden-pipeline",
+    "data_root": "gs://imgpipe-test/images/span-{SPAN}",
+    "pipeline_root": "gs://imgpipe-test/root",
+    "serving_dir": "/mnt/imgpipe/serving",
+    "num_gpus": 2,
+    "model": {"image_size": 128, "epochs": 3, "batch_size": 16, "accuracy_threshold": 0.5},
+    "resources": {"Trainer": {"cpu_request": "8", "memory_request": "30Gi"}},
+    "gpu": {"node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                             "effect": "NoSchedule"}]},
+    "images": {"Trainer": GPU_IMAGE},
+    "kubeflow": {"pvc_name": "imgpipe-data", "mount_path": "/mnt/imgpipe"},
+}
+
+
+def strip_versions(text: str) -> str:
+    """Drops what changes with the stack's or the project's version, not with the pipeline."""
+    text = re.sub(r"tfx-\d+\.\d+\.\d+[\w.\-]*", "tfx-<version>", text)
+    return re.sub(r"(image: \S+?):[\w.\-]+\n", r"\1:<tag>\n", text)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    config = cfg.from_dict(TEST_SETTINGS)
+    path = str(tmp_path_factory.mktemp("kfp") / "pipeline.yaml")
+    assert cli.main(["kfp", "compile", "--config", write_config(tmp_path_factory), "-o",
+                     path]) == 0
+    with open(path) as f:
+        text = f.read()
+    spec, platform = [d for d in yaml.safe_load_all(text) if d]
+    return config, path, text, spec, platform
+
+
+def write_config(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("config") / "pipeline-config.yaml"
+    path.write_text(yaml.safe_dump(TEST_SETTINGS))
+    return str(path)
+
+
+def executor(spec: dict, task: str) -> dict:
+    return spec["deploymentSpec"]["executors"][kubeflow_runner.executor_labels(spec)[task]]
+
+
+def test_matches_the_golden_file(compiled):
+    _, _, text, _, _ = compiled
+    text = strip_versions(text)
+    if os.environ.get("IMGPIPE_UPDATE_GOLDEN"):
+        os.makedirs(os.path.dirname(GOLDEN), exist_ok=True)
+        with open(GOLDEN, "w") as f:
+            f.write(text)
+    with open(GOLDEN) as f:
+        assert text == f.read(), "compiled YAML changed; IMGPIPE_UPDATE_GOLDEN=1 regenerates"
+
+
+def test_parses_into_kfps_protos_and_loads_as_a_component(compiled):
+    from kfp import components
+    from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
+
+    _, path, _, spec, platform = compiled
+    proto = json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
+    assert proto.schema_version == "2.1.0"
+    assert set(proto.root.dag.tasks) == set(cfg.COMPONENT_IDS)
+    platform_proto = json_format.ParseDict(platform, pipeline_spec_pb2.PlatformSpec())
+    executors = platform_proto.platforms["kubernetes"].deployment_spec.executors
+    assert set(executors) == set(kubeflow_runner.executor_labels(spec).values())
+    for config in executors.values():
+        json_format.ParseDict(json_format.MessageToDict(config),
+                              k8s_pb2.KubernetesExecutorConfig())
+    component = components.load_component_from_file(path)
+    assert component.pipeline_spec.pipeline_info.name == "golden-pipeline"
+    assert component.platform_spec.platforms["kubernetes"] == platform_proto.platforms[
+        "kubernetes"]
+
+
+def test_the_trainer_gets_gpus_node_selector_tolerations_and_its_image(compiled):
+    _, _, _, spec, platform = compiled
+    trainer = executor(spec, cfg.TRAINER)["container"]
+    assert trainer["image"] == GPU_IMAGE
+    accelerator = trainer["resources"]["accelerator"]
+    assert accelerator["resourceType"] == accelerator["type"] == "nvidia.com/gpu"
+    assert accelerator["resourceCount"] == "2"
+    assert trainer["resources"]["resourceCpuRequest"] == "8"
+    label = kubeflow_runner.executor_labels(spec)[cfg.TRAINER]
+    k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"][label]
+    assert k8s["nodeSelector"] == {"labels": {"cloud.google.com/gke-accelerator": "nvidia-l4"}}
+    assert k8s["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                   "effect": "NoSchedule"}]
+    assert k8s["pvcMount"][0]["mountPath"] == "/mnt/imgpipe"
+
+
+def test_data_components_get_requests_no_gpu_and_the_runtime_image(compiled):
+    config, _, _, spec, platform = compiled
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for task in (cfg.EXAMPLE_GEN, cfg.STATISTICS_GEN, cfg.IMAGE_STATISTICS):
+        container = executor(spec, task)["container"]
+        assert container["image"] == config.image_for(cfg.DEFAULT_IMAGE_KEY)
+        assert container["resources"]["resourceCpuRequest"] == "2"
+        assert container["resources"]["resourceMemoryRequest"] == "4Gi"
+        assert "accelerator" not in container["resources"]
+        label = kubeflow_runner.executor_labels(spec)[task]
+        assert "nodeSelector" not in executors[label] and "tolerations" not in executors[label]
+
+
+def test_every_step_runs_the_project_entrypoint_with_tfxs_arguments(compiled):
+    _, _, _, spec, _ = compiled
+    for task in cfg.COMPONENT_IDS:
+        container = executor(spec, task)["container"]
+        assert container["command"] == ["python", "-m", "pipelines.kfp_entrypoint"]
+        args = container["args"]
+        assert args[:4][0] == "--executor_class_path" and args[3] == "{{$}}"
+        assert args[4] == "--json_serialized_inputs_spec_args"
+        assert {"name": kubeflow_runner.ARTIFACT_IO_ENV, "value": "auto"} in container["env"]
+    gen = executor(spec, cfg.EXAMPLE_GEN)["container"]["args"]
+    assert gen[-2:] == ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    tasks = spec["root"]["dag"]["tasks"]
+    assert tasks[cfg.EXAMPLE_GEN]["cachingOptions"] == {"enableCache": False}
+    assert tasks[cfg.TRAINER]["cachingOptions"] == {"enableCache": True}
+
+
+def test_beam_args_for_flink_reach_every_beam_component():
+    flink = ["--runner=FlinkRunner", "--flink_master=flink:8081"]
+    config = cfg.from_dict({**TEST_SETTINGS, "beam_args": flink})
+    spec, _ = kubeflow_runner.compile_pipeline(config)
+    for task in (cfg.EXAMPLE_GEN, cfg.STATISTICS_GEN, cfg.IMAGE_STATISTICS, cfg.EVALUATOR):
+        args = executor(spec, task)["container"]["args"]
+        if task == cfg.EVALUATOR and not any(a.startswith("--runner") for a in args):
+            continue  # the evaluator may be a plain (non-Beam) component
+        assert args[-2:] == flink, task
+
+
+def test_resource_quantities_convert_as_kfp_does():
+    assert kubeflow_runner.cpu_cores("500m") == 0.5
+    assert kubeflow_runner.memory_gb("8G") == 8.0
+    assert kubeflow_runner.memory_gb("2Gi") == pytest.approx(2.147483648)
+    with pytest.raises(ValueError, match="8GB"):
+        kubeflow_runner.memory_gb("8GB")
+
+
+def test_compile_refuses_json_output(tmp_path):
+    with pytest.raises(ValueError, match="YAML"):
+        kubeflow_runner.compile_to_file(cfg.from_dict(TEST_SETTINGS), str(tmp_path / "p.json"))
+
+
+# ---- config ------------------------------------------------------------------------
+
+def test_config_round_trips_through_yaml_and_names_bad_keys(tmp_path):
+    config = cfg.from_dict(TEST_SETTINGS)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg.to_dict(config)))
+    assert cfg.load(str(path)) == config
+    path.write_text("model: {epochz: 3}\n")
+    with pytest.raises(ValueError, match=r"c\.yaml: unknown key\(s\) \['epochz'\] in model"):
+        cfg.load(str(path))
+    with pytest.raises(ValueError, match="unknown component ids"):
+        cfg.from_dict({"images": {"Trainr": "x"}})
+
+
+# ---- submit and schedule through kfp.Client ------------------------------------------
+
+class FakeKfpApi(BaseHTTPRequestHandler):
+    """Answers the v2beta1 calls kfp.Client makes, and records them."""
+
+    requests: list[tuple[str, str, dict]] = []
+
+    def _reply(self, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):  # noqa: N802
+        self.requests.append(("GET", self.path, {}))
+        if "healthz" in self.path:
+            return self._reply({"multi_user": False})
+        return self._reply({"experiments": [], "total_size": 0})
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+        self.requests.append(("POST", self.path, body))
+        replies = {"experiments": {"experiment_id": "exp-1"}, "runs": {"run_id": "run-1"},
+                   "recurringruns": {"recurring_run_id": "rr-1"}}
+        return self._reply(replies[self.path.rsplit("/", 1)[-1]])
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def kfp_api():
+    FakeKfpApi.requests = []
+    server = HTTPServer(("127.0.0.1", 0), FakeKfpApi)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", FakeKfpApi.requests
+    server.shutdown()
+
+
+def _posted(requests, endpoint: str) -> dict:
+    (body,) = [b for method, path, b in requests
+               if method == "POST" and path.endswith("/" + endpoint)]
+    return body
+
+
+def test_submit_posts_the_package_through_the_kfp_client(compiled, kfp_api, capsys):
+    _, path, _, _, _ = compiled
+    host, requests = kfp_api
+    assert cli.main(["kfp", "submit", "--host", host, "--experiment", "nightly",
+                     "--package", path, "--config", write_config_file(path)]) == 0
+    assert "submitted run run-1" in capsys.readouterr().out
+    assert _posted(requests, "experiments")["display_name"] == "nightly"
+    run = _posted(requests, "runs")
+    assert run["experiment_id"] == "exp-1"
+    assert run["service_account"] == "imgpipe-runner"
+    assert run["runtime_config"]["pipeline_root"] == "gs://imgpipe-test/root"
+    sent = json.dumps(run["pipeline_spec"])
+    assert "pipelines.kfp_entrypoint" in sent and "nvidia-l4" in sent  # platform spec too
+
+
+def test_schedule_creates_a_recurring_run_without_catch_up(compiled, kfp_api, capsys):
+    _, path, _, _, _ = compiled
+    host, requests = kfp_api
+    assert cli.main(["kfp", "schedule", "--host", host, "--experiment", "nightly",
+                     "--cron", "0 0 3 * * *", "--package", path,
+                     "--config", write_config_file(path)]) == 0
+    assert "max concurrency 1, no catch-up" in capsys.readouterr().out
+    job = _posted(requests, "recurringruns")
+    assert job["trigger"] == {"cron_schedule": {"cron": "0 0 3 * * *"}}
+    assert int(job["max_concurrency"]) == 1 and job["no_catchup"] is True
+    assert job["display_name"] == "golden-pipeline-schedule"
+    assert job["mode"] == "ENABLE"
+
+
+def write_config_file(package_path: str) -> str:
+    path = os.path.join(os.path.dirname(package_path), "submit-config.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(TEST_SETTINGS, f)
+    return path
+
+
+def test_params_are_checked_against_the_package():
+    spec = {"root": {"inputDefinitions": {"parameters": {
+        "epochs": {"parameterType": "NUMBER_INTEGER"}, "tag": {"parameterType": "STRING"}}}}}
+    assert cli_kfp.parse_params(["epochs=3", "tag=a=b"], spec) == {"epochs": 3, "tag": "a=b"}
+    with pytest.raises(ValueError, match="no parameter 'lr'"):
+        cli_kfp.parse_params(["lr=0.1"], spec)
+    with pytest.raises(ValueError, match="not a NUMBER_INTEGER"):
+        cli_kfp.parse_params(["epochs=three"], spec)
+    with pytest.raises(ValueError, match="six fields"):
+        cli_kfp.validate_cron("0 3 * * *")
+
+
+# ---- the entrypoint's fixes ------------------------------------------------------------
+
+def _executor_input(artifact_type: dict, metadata: dict | None = None):
+    return json_format.ParseDict({
+        "inputs": {"artifacts": {"examples": {"artifacts": [{
+            "name": "a1", "uri": "minio://mlpipeline/v2/artifacts/run/gen/examples",
+            "type": artifact_type, "metadata": metadata or {}}]}}},
+        "outputs": {"artifacts": {"statistics": {"artifacts": [{
+            "uri": "gs://bucket/run/stats/statistics",
+            "type": {"instanceSchema": "title: tfx.ExampleStatistics\n"}}]}},
+            "outputFile": "/tmp/kfp_outputs/output_metadata.json"},
+    }, pipeline_spec_pb2.ExecutorInput())
+
+
+INPUTS_SPEC = json_format.ParseDict({"artifacts": {"examples": {"artifactType": {
+    "instanceSchema": "title: tfx.Examples\ntype: object\n"}}}},
+    pipeline_spec_pb2.ComponentInputsSpec())
+
+
+@pytest.mark.parametrize("artifact_type", [
+    {"schemaTitle": "system.Artifact"}, {"schemaTitle": "system.Dataset"},
+    {"instanceSchema": ""}, {}], ids=["system.Artifact", "system.Dataset", "null-schema",
+                                      "untyped"])
+def test_inputs_get_their_declared_tfx_type_back(artifact_type):
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
+
+    kfp_entrypoint.patch_tfx()
+    executor_input = _executor_input(artifact_type)
+    assert kfp_entrypoint.restore_input_types(executor_input, INPUTS_SPEC) == ["examples"]
+    parsed = utils.parse_raw_artifact_dict(executor_input.inputs.artifacts)
+    assert type(parsed["examples"][0]).__name__ == "Examples"
+
+
+def test_without_a_spec_metadata_keys_decide_and_unknowns_stay_generic():
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
+
+    kfp_entrypoint.patch_tfx()
+    executor_input = _executor_input({"schemaTitle": "system.Artifact"},
+                                     {"split_names": '["train","eval"]'})
+    kfp_entrypoint.restore_input_types(executor_input, None)
+    assert type(utils.parse_raw_artifact_dict(
+        executor_input.inputs.artifacts)["examples"][0]).__name__ == "Examples"
+    # Null instance_schema (breakage 2) no longer raises TypeError in TFX's own parser.
+    untyped = _executor_input({"instanceSchema": ""})
+    artifact = utils.parse_raw_artifact_dict(untyped.inputs.artifacts)["examples"][0]
+    assert artifact.type_name == "system.Artifact"
+
+
+def test_artifact_uris_go_through_the_launchers_local_paths(tmp_path):
+    executor_input = _executor_input({"schemaTitle": "system.Dataset"})
+    remote_of = kfp_entrypoint.localize_uris(executor_input, kfp_entrypoint.MODE_AUTO)
+    # auto: minio:// is not a TensorFlow filesystem, gs:// is.
+    assert executor_input.inputs.artifacts["examples"].artifacts[0].uri == (
+        "/minio/mlpipeline/v2/artifacts/run/gen/examples")
+    assert executor_input.outputs.artifacts["statistics"].artifacts[0].uri == (
+        "gs://bucket/run/stats/statistics")
+    local = _executor_input({})
+    remote_of = kfp_entrypoint.localize_uris(local, kfp_entrypoint.MODE_LOCAL)
+    assert remote_of["/gcs/bucket/run/stats/statistics"] == "gs://bucket/run/stats/statistics"
+    output_file = tmp_path / "output_metadata.json"
+    output_file.write_text(json.dumps({"artifacts": {"statistics": {"artifacts": [
+        {"uri": "/gcs/bucket/run/stats/statistics"}]}}}))
+    kfp_entrypoint.restore_output_uris(str(output_file), remote_of)
+    assert json.loads(output_file.read_text())["artifacts"]["statistics"]["artifacts"][0][
+        "uri"] == "gs://bucket/run/stats/statistics"
+    with pytest.raises(ValueError, match="auto, direct or local"):
+        kfp_entrypoint.localize_uris(_executor_input({}), "sometimes")
+
+
+class _Blob:
+    def __init__(self, name: str, size: int, deleted: list):
+        self.name, self.size, self._deleted = name, size, deleted
+
+    def delete(self):
+        self._deleted.append(self.name)
+
+
+def test_zero_byte_directory_markers_are_deleted_under_gcs_outputs():
+    deleted: list[str] = []
+    blobs = [_Blob("run/model/", 0, deleted), _Blob("run/model/Format-Serving/", 0, deleted),
+             _Blob("run/model/Format-Serving/saved_model.pb", 1234, deleted),
+             _Blob("run/model/empty.txt", 0, deleted)]
+    listed = []
+
+    class Client:
+        def bucket(self, name):
+            assert name == "bucket"
+            return type("B", (), {"list_blobs": lambda _, prefix: listed.append(prefix)
+                                  or blobs})()
+
+    n = kfp_entrypoint.delete_gcs_directory_markers(
+        ["gs://bucket/run/model", "/local/path"], make_client=Client)
+    assert n == 2 and deleted == ["run/model/", "run/model/Format-Serving/"]
+    assert listed == ["run/model/"]
+
+
+def test_the_kubeflow_v2_runner_is_exported_for_user_code():
+    from tfx.v1.orchestration import experimental
+
+    kfp_entrypoint.export_kubeflow_v2_runner()
+    assert experimental.KubeflowV2DagRunner.__module__.endswith("kubeflow_v2_dag_runner")
