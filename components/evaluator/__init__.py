@@ -1,0 +1,1 @@
+"""ImageEvaluator: TFX's Evaluator (TFMA), configured for the image classifier."""

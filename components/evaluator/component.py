@@ -1,0 +1,68 @@
+"""ImageEvaluator: TFX's stock Evaluator with the classifier's EvalConfig.
+
+TFMA 0.52 evaluates the Keras 3 SavedModel through its `serving_examples` signature
+(serialized tf.Examples in, probabilities out): accuracy overall and per true class (a
+slice on the label feature), plus a blessing when overall accuracy reaches the threshold.
+Its `blessing` output is the standard ModelBlessing TFX's Pusher checks.
+"""
+
+from __future__ import annotations
+
+from tensorflow_model_analysis.proto import config_pb2
+from tfx import types
+from tfx.components import Evaluator
+
+from components.common.features import LABEL_KEY
+from components.trainer.export import PROBABILITIES, SERVING_EXAMPLES
+
+ACCURACY_METRIC = "SparseCategoricalAccuracy"
+ACCURACY_NAME = "sparse_categorical_accuracy"
+EXAMPLE_COUNT_METRIC = "ExampleCount"
+EVAL_SPLIT = "eval"
+
+
+def eval_config(
+    accuracy_threshold: float = 0.0, label_key: str = LABEL_KEY
+) -> config_pb2.EvalConfig:
+    """Accuracy overall and per class; blessed when overall accuracy >= the threshold.
+
+    Args:
+      accuracy_threshold: the lowest overall accuracy (0..1) that blesses the model.
+      label_key: the label feature, also the per-class slicing key.
+    """
+    if not 0.0 <= accuracy_threshold <= 1.0:
+        raise ValueError(f"accuracy_threshold must be in [0, 1], got {accuracy_threshold}")
+    overall = config_pb2.SlicingSpec()
+    per_class = config_pb2.SlicingSpec(feature_keys=[label_key])
+    accuracy = config_pb2.MetricConfig(
+        class_name=ACCURACY_METRIC,
+        per_slice_thresholds=[config_pb2.PerSliceMetricThreshold(
+            slicing_specs=[overall],
+            threshold=config_pb2.MetricThreshold(
+                value_threshold=config_pb2.GenericValueThreshold(
+                    lower_bound={"value": accuracy_threshold})))])
+    return config_pb2.EvalConfig(
+        model_specs=[config_pb2.ModelSpec(signature_name=SERVING_EXAMPLES,
+                                          label_key=label_key,
+                                          prediction_key=PROBABILITIES)],
+        slicing_specs=[overall, per_class],
+        metrics_specs=[config_pb2.MetricsSpec(metrics=[
+            accuracy, config_pb2.MetricConfig(class_name=EXAMPLE_COUNT_METRIC)])])
+
+
+def ImageEvaluator(  # noqa: N802 - reads as the component it builds
+    examples: types.BaseChannel,
+    model: types.BaseChannel,
+    accuracy_threshold: float = 0.0,
+    example_splits: list[str] | None = None,
+) -> Evaluator:
+    """TFX's Evaluator over the eval split; outputs `evaluation` and `blessing`.
+
+    Example:
+      evaluator = ImageEvaluator(gen.outputs["examples"], trainer.outputs["model"], 0.8)
+      Pusher(model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
+             push_destination=...)
+    """
+    return Evaluator(examples=examples, model=model,
+                     example_splits=example_splits or [EVAL_SPLIT],
+                     eval_config=eval_config(accuracy_threshold))

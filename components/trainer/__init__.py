@@ -1,0 +1,1 @@
+"""ImageTrainer: a Keras classifier trained on ImageExampleGen's shards, served on bytes."""

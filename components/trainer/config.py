@@ -1,0 +1,156 @@
+"""The Trainer's configuration: every `custom_config` key, documented once, in TrainerConfig.
+
+`ImageTrainer(custom_config={...})` stores the dict as JSON in exec_properties; run_fn
+reads it back with `TrainerConfig.from_custom_config`, which rejects unknown keys so a
+typo fails the run instead of being ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from components.common import features
+
+# Set by the ImageTrainer executor, not by users: the ImageStatistics artifact's URI.
+IMAGE_STATISTICS_URI_KEY = "image_statistics_uri"
+
+CACHE_AUTO = "auto"
+CACHE_ON = "on"
+CACHE_OFF = "off"
+
+PRECISION_AUTO = "auto"
+PRECISION_ON = "on"
+PRECISION_OFF = "off"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    """Everything run_fn can be told through `custom_config`.
+
+    Attributes:
+      backbone: a key of components.trainer.model.BACKBONES (mobilenet_v3_small,
+        efficientnet_v2_b0, efficientnet_v2_s, resnet50, tiny_cnn).
+      weights: a local or gs:// notop weights file for the backbone; None trains from
+        scratch. Nothing is ever downloaded.
+      width_multiplier: MobileNet's alpha.
+      image_size: the model's input side in pixels.
+      batch_size: batch size per replica (the global batch is this x replicas).
+      epochs: epochs of fit(); TrainArgs.num_steps is spread over them.
+      learning_rate: peak learning rate of the warm-up + cosine schedule.
+      warmup_fraction: fraction of the steps spent warming up linearly.
+      weight_decay: AdamW weight decay.
+      label_smoothing: for the cross-entropy loss.
+      dropout: before the classification head.
+      early_stopping_patience: epochs without val_loss improvement before stopping;
+        0 disables early stopping.
+      num_gpus: GPUs to use: None for all visible, 0 for none, n for the first n.
+      mixed_precision: `auto` (mixed_float16 exactly when training on GPUs), `on`, `off`.
+      cache: `auto` caches the encoded split in RAM when it fits the budget; `on`, `off`.
+      ram_budget_mb: RAM the input pipeline may use (cache + shuffle buffer + tf.data
+        autotuned buffers); None is half the memory available to this process.
+      shuffle_buffer: shuffle buffer in images; None sizes it from the RAM budget.
+      key_map: feature layout of the shards: a key of components.common.features.KEY_MAPS.
+      normalize_on_host: normalize in the input_fn (float32 batches) instead of in the
+        model's first layer (uint8 batches, a quarter of the host memory traffic).
+      tune_malloc: raise glibc malloc's mmap/trim thresholds so per-image buffers are
+        reused instead of page-faulted afresh (see components/trainer/allocator.py).
+      seed: seeds shard order, shuffling and weight initialization.
+      tensorboard_images: augmented training images written to TensorBoard.
+      checkpoint_dir: where the preemption backup lives; None is <model_run>/backup.
+        Point it at a stable location for a retried run to resume.
+      mean: per-channel normalization mean (0..255); overrides ImageStatistics.
+      std: per-channel normalization std (0..255); overrides ImageStatistics.
+      crop_fraction: center-crop fraction at eval and serving; None takes the value the
+        statistics were computed with.
+    """
+
+    backbone: str = "mobilenet_v3_small"
+    weights: str | None = None
+    width_multiplier: float = 1.0
+    image_size: int = 224
+    batch_size: int = 64
+    epochs: int = 10
+    learning_rate: float = 1e-3
+    warmup_fraction: float = 0.05
+    weight_decay: float = 1e-4
+    label_smoothing: float = 0.0
+    dropout: float = 0.2
+    early_stopping_patience: int = 3
+    num_gpus: int | None = None
+    mixed_precision: str = PRECISION_AUTO
+    cache: str = CACHE_AUTO
+    ram_budget_mb: float | None = None
+    shuffle_buffer: int | None = None
+    key_map: str = "default"
+    normalize_on_host: bool = False
+    tune_malloc: bool = True
+    seed: int = 0
+    tensorboard_images: int = 8
+    checkpoint_dir: str | None = None
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+    crop_fraction: float | None = None
+
+    def validate(self) -> None:
+        from components.trainer import model  # the registry of backbones
+
+        if self.backbone not in model.BACKBONES:
+            raise ValueError(f"backbone {self.backbone!r} is unknown; "
+                             f"choose one of {sorted(model.BACKBONES)}")
+        for name in ("image_size", "batch_size", "epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.image_size < 32:
+            raise ValueError(f"image_size must be at least 32, got {self.image_size}")
+        if not 0.0 <= self.warmup_fraction < 1.0:
+            raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.num_gpus is not None and self.num_gpus < 0:
+            raise ValueError(f"num_gpus must be None (all), 0 or more, got {self.num_gpus}")
+        if self.mixed_precision not in (PRECISION_AUTO, PRECISION_ON, PRECISION_OFF):
+            raise ValueError(f"mixed_precision must be auto, on or off, "
+                             f"got {self.mixed_precision!r}")
+        if self.cache not in (CACHE_AUTO, CACHE_ON, CACHE_OFF):
+            raise ValueError(f"cache must be auto, on or off, got {self.cache!r}")
+        if self.ram_budget_mb is not None and self.ram_budget_mb <= 0:
+            raise ValueError(f"ram_budget_mb must be positive, got {self.ram_budget_mb}")
+        if self.shuffle_buffer is not None and self.shuffle_buffer < 1:
+            raise ValueError(f"shuffle_buffer must be at least 1, got {self.shuffle_buffer}")
+        if self.key_map not in features.KEY_MAPS:
+            raise ValueError(f"key_map {self.key_map!r} is unknown; "
+                             f"choose one of {sorted(features.KEY_MAPS)}")
+        for name in ("mean", "std"):
+            value = getattr(self, name)
+            if value is not None and len(value) != 3:
+                raise ValueError(f"{name} needs 3 values (R, G, B), got {value}")
+        if self.std is not None and min(self.std) <= 0:
+            raise ValueError(f"std values must be positive, got {self.std}")
+        if self.crop_fraction is not None and not 0.0 < self.crop_fraction <= 1.0:
+            raise ValueError(f"crop_fraction must be in (0, 1], got {self.crop_fraction}")
+
+    @property
+    def feature_key_map(self) -> features.FeatureKeyMap:
+        return features.KEY_MAPS[self.key_map]
+
+    @classmethod
+    def from_custom_config(cls, custom_config: dict[str, Any] | None) -> TrainerConfig:
+        """The config from a Trainer's custom_config dict (JSON types), validated.
+
+        Raises:
+          ValueError: an unknown key or an invalid value.
+        """
+        values = {k: v for k, v in (custom_config or {}).items()
+                  if k != IMAGE_STATISTICS_URI_KEY}
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown Trainer custom_config keys {unknown}; "
+                             f"known: {sorted(known)}")
+        for name in ("mean", "std"):
+            if values.get(name) is not None:
+                values[name] = tuple(float(v) for v in values[name])
+        config = cls(**values)
+        config.validate()
+        return config

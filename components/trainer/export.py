@@ -1,0 +1,87 @@
+"""Exports the trained classifier as a SavedModel that takes encoded image bytes.
+
+Signatures:
+  serving_default   images: string [B] (JPEG or PNG bytes)
+  serving_examples  examples: string [B] (serialized tf.Examples; what TFMA feeds)
+Both return probabilities float32 [B, C], class_names string [B, C] (aligned with
+the probabilities, as TF Serving's Classify API returns them) and predicted_class
+string [B]. The preprocessing inside is `input.decode_batch(..., EVAL)`, the same
+function the eval input pipeline runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import keras
+import tensorflow as tf
+
+from components.common import artifacts
+from components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
+from components.trainer import input as input_lib
+
+SERVING_DEFAULT = "serving_default"
+SERVING_EXAMPLES = "serving_examples"
+IMAGES_INPUT = "images"
+EXAMPLES_INPUT = "examples"
+PROBABILITIES = "probabilities"
+CLASS_NAMES = "class_names"
+PREDICTED_CLASS = "predicted_class"
+
+
+def export_serving_model(
+    model: keras.Model,
+    export_dir: str,
+    labels: Sequence[str],
+    image_size: int,
+    crop_fraction: float,
+    host_normalization: tuple[Sequence[float], Sequence[float]] | None = None,
+    key_map: FeatureKeyMap = DEFAULT_KEY_MAP,
+) -> str:
+    """Writes the SavedModel (and labels.txt under assets.extra/) to `export_dir`.
+
+    Args:
+      model: the trained classifier.
+      export_dir: e.g. fn_args.serving_model_dir; gs:// works.
+      labels: class names in id order.
+      image_size: the model's input side.
+      crop_fraction: eval center-crop fraction.
+      host_normalization: (mean, std) when the model expects normalized float32 input;
+        None when it normalizes uint8 input itself.
+      key_map: the feature layout serving_examples parses.
+    """
+    class_names = tf.constant(list(labels), tf.string)
+
+    def classify(encoded: tf.Tensor) -> dict[str, tf.Tensor]:
+        images = input_lib.decode_batch(encoded, input_lib.EVAL, image_size, crop_fraction)
+        if host_normalization is not None:
+            images = input_lib.normalize(images, *host_normalization)
+        probabilities = tf.cast(model(images, training=False), tf.float32)
+        batch = tf.shape(probabilities)[0]
+        return {
+            PROBABILITIES: probabilities,
+            CLASS_NAMES: tf.tile(class_names[tf.newaxis], [batch, 1]),
+            PREDICTED_CLASS: tf.gather(class_names, tf.argmax(probabilities, axis=-1)),
+        }
+
+    def serve_images(images: tf.Tensor) -> dict[str, tf.Tensor]:
+        return classify(images)
+
+    def serve_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
+        parsed = tf.io.parse_example(
+            examples, {key_map.encoded: tf.io.FixedLenFeature([], tf.string)})
+        return classify(parsed[key_map.encoded])
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(SERVING_DEFAULT, serve_images, input_signature=[
+        tf.TensorSpec([None], tf.string, name=IMAGES_INPUT)])
+    archive.add_endpoint(SERVING_EXAMPLES, serve_examples, input_signature=[
+        tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)])
+    archive.write_out(export_dir, verbose=False)
+    extra = os.path.join(export_dir, "assets.extra")
+    tf.io.gfile.makedirs(extra)
+    with tf.io.gfile.GFile(os.path.join(extra, artifacts.LABELS_TXT_FILE), "w") as f:
+        f.write("".join(f"{label}\n" for label in labels))
+    return export_dir

@@ -1,0 +1,268 @@
+"""The Trainer's tf.data input pipeline over ImageExampleGen's shards.
+
+Stages, in the order of tensorflow/models' input_reader: list shards -> shuffle shard
+order (train) -> parallel interleave -> count check -> [RAM cache] -> [repeat] ->
+shuffle (train) -> batch -> parse the batch -> decode + crop + resize -> [normalize]
+-> prefetch.
+
+`decode_batch(..., EVAL)` is also the serving signature's preprocessing, so the
+exported model sees exactly the pixels eval saw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from components.common import artifacts, preprocessing
+from components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
+from components.trainer.memory import MemoryPlan
+
+TRAIN = "train"
+EVAL = "eval"
+MODES = (TRAIN, EVAL)
+
+GZIP = "GZIP"
+# Files read concurrently; more than the shard count would only add idle readers.
+MAX_CYCLE_LENGTH = 16
+READ_BUFFER_BYTES = 8 * 1024 * 1024
+
+
+class ShardReadError(OSError):
+    """A shard is corrupt or truncated, or the shards disagree with the recorded counts."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitSource:
+    """The shards of one split and what ImageExampleGen recorded about them.
+
+    Attributes:
+      files: shard paths, sorted.
+      records: records ImageExampleGen wrote; None skips the count check.
+      encoded_bytes: bytes of the records, for the cache decision; None if unknown.
+      name: how errors name the split, e.g. "gs://bucket/examples split 'train'".
+    """
+
+    files: tuple[str, ...]
+    records: int | None = None
+    encoded_bytes: int | None = None
+    name: str = ""
+
+    @property
+    def compression(self) -> str:
+        gzipped = {f.endswith(artifacts.GZIP_SUFFIX) for f in self.files}
+        if len(gzipped) > 1:
+            raise ValueError(f"{self.name}: mixes GZIP (.gz) and plain shards: "
+                             f"{list(self.files)}")
+        return GZIP if gzipped == {True} else ""
+
+
+def split_source(examples_uri: str, split: str) -> SplitSource:
+    """The shards of `split` in an ImageExampleGen `Examples` artifact, with its counts.
+
+    Raises:
+      FileNotFoundError: no shard matches, naming the pattern.
+    """
+    pattern = artifacts.split_shard_pattern(examples_uri, split)
+    files = tuple(sorted(tf.io.gfile.glob(pattern)))
+    if not files:
+        raise FileNotFoundError(f"no shards match {pattern}: is {examples_uri} an Examples "
+                                f"artifact with a split {split!r}?")
+    name = f"{examples_uri} split {split!r}"
+    summary_path = os.path.join(examples_uri, artifacts.SUMMARY_FILE)
+    if not tf.io.gfile.exists(summary_path):
+        logging.warning("%s: no %s, so record counts are not checked",
+                        name, artifacts.SUMMARY_FILE)
+        return SplitSource(files, name=name)
+    splits = artifacts.load_summary(examples_uri)["splits"]
+    if split not in splits:
+        raise KeyError(f"{summary_path} has no split {split!r}; it has {sorted(splits)}")
+    counts = splits[split]
+    return SplitSource(files, int(counts["records"]), int(counts["bytes_out"]), name)
+
+
+def decode_batch(
+    encoded: tf.Tensor,
+    mode: str,
+    image_size: int,
+    crop_fraction: float = preprocessing.DEFAULT_CROP_FRACTION,
+) -> tf.Tensor:
+    """Decodes a batch of encoded JPEG/PNG images to uint8 [B, S, S, 3].
+
+    Eval: `preprocessing.eval_image` (center crop, resize). Train:
+    `preprocessing.train_image` (random-resized-crop fused into the JPEG decode, flip).
+    """
+    if mode == EVAL:
+        def one(e: tf.Tensor) -> tf.Tensor:
+            return preprocessing.eval_image(e, image_size, crop_fraction)
+    elif mode == TRAIN:
+        def one(e: tf.Tensor) -> tf.Tensor:
+            return preprocessing.train_image(e, image_size)
+    else:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    return tf.map_fn(one, encoded,
+                     fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.uint8))
+
+
+def normalize(images: tf.Tensor, mean: Sequence[float], std: Sequence[float]) -> tf.Tensor:
+    """(float(x) - mean) / std per channel, for uint8 images [..., H, W, 3].
+
+    Written as one multiply-add against full-size scale and offset images: broadcasting a
+    3-vector over the last axis is several times slower on CPU.
+    """
+    shape = images.shape[-3:]
+    scale = np.broadcast_to(1.0 / np.asarray(std, np.float32), shape)
+    offset = np.broadcast_to(-np.asarray(mean, np.float32) / np.asarray(std, np.float32),
+                             shape)
+    return tf.cast(images, tf.float32) * scale + offset
+
+
+def parse_batch(serialized: tf.Tensor, key_map: FeatureKeyMap) -> tuple[tf.Tensor, tf.Tensor]:
+    """Parses a batch of serialized Examples to (encoded bytes [B], 0-based labels [B])."""
+    parsed = tf.io.parse_example(serialized, {
+        key_map.encoded: tf.io.FixedLenFeature([], tf.string),
+        key_map.label: tf.io.FixedLenFeature([], tf.int64),
+    })
+    labels = parsed[key_map.label] - key_map.label_offset
+    return parsed[key_map.encoded], tf.cast(labels, tf.int32)
+
+
+def read_records(source: SplitSource, mode: str, seed: int = 0) -> tf.data.Dataset:
+    """One pass over the serialized records, checked against `source.records`.
+
+    TRAIN shuffles the shard order each pass and interleaves non-deterministically;
+    EVAL interleaves the sorted shards round-robin, the same order every time.
+    """
+    training = mode == TRAIN
+    files = tf.data.Dataset.from_tensor_slices(list(source.files))
+    if training:
+        files = files.shuffle(len(source.files), seed=seed, reshuffle_each_iteration=True)
+    compression = source.compression
+    records = files.interleave(
+        lambda path: tf.data.TFRecordDataset(path, compression, READ_BUFFER_BYTES),
+        cycle_length=min(len(source.files), MAX_CYCLE_LENGTH),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=not training)
+    if source.records is not None:
+        records = records.apply(tf.data.experimental.assert_cardinality(source.records))
+    return records
+
+
+def make_dataset(
+    source: SplitSource,
+    mode: str,
+    *,
+    image_size: int,
+    batch_size: int,
+    memory: MemoryPlan,
+    crop_fraction: float = preprocessing.DEFAULT_CROP_FRACTION,
+    key_map: FeatureKeyMap = DEFAULT_KEY_MAP,
+    normalization: tuple[Sequence[float], Sequence[float]] | None = None,
+    repeat: bool | None = None,
+    seed: int = 0,
+) -> tf.data.Dataset:
+    """The (images, labels) batches of one split.
+
+    Args:
+      source: the shards and their recorded counts (see split_source).
+      mode: TRAIN (shuffled, augmented, non-deterministic order, full batches only) or
+        EVAL (file order, center crop, deterministic, last batch may be partial).
+      image_size: output side in pixels.
+      batch_size: the global batch size.
+      memory: cache decision, shuffle buffer and autotune RAM budget (see plan_memory).
+      crop_fraction: center crop of EVAL mode.
+      key_map: the shards' feature layout.
+      normalization: (mean, std) to normalize on the host to float32; None yields uint8
+        and leaves normalization to the model's first layer.
+      repeat: repeat forever; None repeats in TRAIN mode only.
+      seed: seeds the shard-order and record shuffles.
+
+    Returns:
+      A dataset of (images [B, S, S, 3] uint8 or float32, labels [B] int32). A corrupt or
+      truncated shard, or a count differing from `source.records`, fails the iteration:
+      run it inside `named_read_errors(source)` for an error naming the file.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    training = mode == TRAIN
+    repeat = training if repeat is None else repeat
+    records = read_records(source, mode, seed)
+    if memory.cache:
+        records = records.cache()
+    if repeat:
+        records = records.repeat()
+    if training:
+        records = records.shuffle(memory.shuffle_buffer, seed=seed,
+                                  reshuffle_each_iteration=True)
+
+    def parse_and_decode(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        encoded, labels = parse_batch(serialized, key_map)
+        images = decode_batch(encoded, mode, image_size, crop_fraction)
+        if normalization is not None:
+            images = normalize(images, *normalization)
+        return images, labels
+
+    dataset = (records
+               .batch(batch_size, drop_remainder=training)
+               .map(parse_and_decode, num_parallel_calls=tf.data.AUTOTUNE,
+                    deterministic=not training)
+               .prefetch(tf.data.AUTOTUNE))
+    options = tf.data.Options()
+    options.deterministic = not training
+    options.autotune.enabled = True
+    options.autotune.ram_budget = int(memory.autotune_ram_budget)
+    # Training is single-worker (MirroredStrategy at most), so there is nothing to shard;
+    # the auto-shard rewrite would also strip the assert_cardinality count check.
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.OFF)
+    return dataset.with_options(options)
+
+
+def count_records(path: str, compression: str) -> int:
+    """Records in one shard; raises tf.errors.OpError if it is corrupt or truncated."""
+    dataset = tf.data.TFRecordDataset(path, compression, READ_BUFFER_BYTES)
+    return int(dataset.reduce(np.int64(0), lambda count, _: count + 1))
+
+
+def find_read_error(source: SplitSource) -> ShardReadError | None:
+    """Reads every shard of `source` to name the one that is corrupt or miscounted."""
+    compression = source.compression
+    counts = {}
+    for path in source.files:
+        try:
+            counts[path] = count_records(path, compression)
+        except tf.errors.OpError as e:
+            return ShardReadError(
+                f"{path}: corrupt or truncated shard of {source.name} "
+                f"({e.message.strip()}); re-run ImageExampleGen for this span")
+    total = sum(counts.values())
+    if source.records is not None and total != source.records:
+        per_shard = ", ".join(f"{os.path.basename(p)}: {n}" for p, n in counts.items())
+        return ShardReadError(
+            f"{source.name}: the shards hold {total} records but ImageExampleGen wrote "
+            f"{source.records}; a shard was truncated or replaced ({per_shard})")
+    return None
+
+
+@contextlib.contextmanager
+def named_read_errors(*sources: SplitSource) -> Iterator[None]:
+    """Turns a tf.data read failure inside the block into a ShardReadError naming the file.
+
+    The pipeline itself only knows that a record was bad or that the count was off;
+    on failure this re-reads the shards to find which one. Errors not caused by the
+    shards are re-raised unchanged.
+    """
+    try:
+        yield
+    except tf.errors.OpError as e:
+        for source in sources:
+            error = find_read_error(source)
+            if error is not None:
+                raise error from e
+        raise

@@ -1,0 +1,162 @@
+"""The classifier: normalization, a keras.applications backbone, a head sized from the labels.
+
+Backbones are built with `weights=None` or a local weights file: nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+
+import keras
+import tensorflow as tf
+
+from components.trainer.config import TrainerConfig
+
+PROBABILITIES = "probabilities"
+INPUT_NAME = "image"
+
+BackboneFn = Callable[[tuple[int, int, int], "str | None", TrainerConfig], keras.Model]
+
+
+def _mobilenet_v3_small(shape, weights, config):
+    return keras.applications.MobileNetV3Small(
+        input_shape=shape, alpha=config.width_multiplier, include_top=False,
+        weights=weights, pooling="avg", include_preprocessing=False)
+
+
+def _efficientnet_v2_b0(shape, weights, config):
+    return keras.applications.EfficientNetV2B0(
+        input_shape=shape, include_top=False, weights=weights, pooling="avg",
+        include_preprocessing=False)
+
+
+def _efficientnet_v2_s(shape, weights, config):
+    return keras.applications.EfficientNetV2S(
+        input_shape=shape, include_top=False, weights=weights, pooling="avg",
+        include_preprocessing=False)
+
+
+def _resnet50(shape, weights, config):
+    return keras.applications.ResNet50(
+        input_shape=shape, include_top=False, weights=weights, pooling="avg")
+
+
+def _tiny_cnn(shape, weights, config):
+    """Three conv blocks: for smoke tests and CPU runs where a real backbone is too slow."""
+    inputs = keras.Input(shape)
+    x = inputs
+    for filters in (16, 32, 64):
+        x = keras.layers.Conv2D(filters, 3, strides=2, padding="same", use_bias=False)(x)
+        x = keras.layers.BatchNormalization()(x)
+        x = keras.layers.ReLU()(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inputs, x, name="tiny_cnn")
+    if weights:
+        model.load_weights(weights)
+    return model
+
+
+BACKBONES: dict[str, BackboneFn] = {
+    "mobilenet_v3_small": _mobilenet_v3_small,
+    "efficientnet_v2_b0": _efficientnet_v2_b0,
+    "efficientnet_v2_s": _efficientnet_v2_s,
+    "resnet50": _resnet50,
+    "tiny_cnn": _tiny_cnn,
+}
+
+
+@keras.saving.register_keras_serializable(package="imgpipe")
+class Standardize(keras.layers.Layer):
+    """(float(x) - mean) / std per channel, in float32 whatever the dtype policy.
+
+    The model's first layer, so the input pipeline can feed uint8 batches.
+    """
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float], **kwargs):
+        kwargs.setdefault("dtype", "float32")
+        super().__init__(**kwargs)
+        self.mean = [float(v) for v in mean]
+        self.std = [float(v) for v in std]
+
+    def call(self, inputs):
+        x = keras.ops.cast(inputs, "float32")
+        return (x - keras.ops.convert_to_tensor(self.mean)) / keras.ops.convert_to_tensor(
+            self.std)
+
+    def get_config(self):
+        return {**super().get_config(), "mean": self.mean, "std": self.std}
+
+
+def _local_weights(path: str | None) -> str | None:
+    """A local copy of a weights file (keras.applications reads local files only)."""
+    if not path:
+        return None
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"backbone weights file {path} does not exist")
+    if os.path.exists(path):
+        return path
+    local = os.path.join(tempfile.mkdtemp(prefix="imgpipe-weights-"), os.path.basename(path))
+    tf.io.gfile.copy(path, local)
+    return local
+
+
+def build_model(
+    config: TrainerConfig,
+    num_classes: int,
+    normalization: tuple[Sequence[float], Sequence[float]] | None,
+) -> keras.Model:
+    """The classifier for `num_classes` classes, under the current dtype policy.
+
+    Args:
+      config: backbone, weights, image size, dropout.
+      num_classes: the label count.
+      normalization: (mean, std) for a Standardize first layer taking uint8 images; None
+        when the input pipeline normalizes (the model then takes float32).
+
+    Returns:
+      An uncompiled keras.Model: images [B, S, S, 3] -> probabilities [B, num_classes]
+      in float32 (the head stays float32 under mixed precision, for a stable softmax).
+    """
+    if num_classes < 2:
+        raise ValueError(f"a classifier needs at least 2 classes, got {num_classes}")
+    shape = (config.image_size, config.image_size, 3)
+    keras.utils.set_random_seed(config.seed)
+    inputs = keras.Input(shape, dtype="uint8" if normalization else "float32",
+                         name=INPUT_NAME)
+    x = Standardize(*normalization, name="standardize")(inputs) if normalization else inputs
+    backbone = BACKBONES[config.backbone](shape, _local_weights(config.weights), config)
+    x = backbone(x)
+    if config.dropout:
+        x = keras.layers.Dropout(config.dropout, name="head_dropout")(x)
+    outputs = keras.layers.Dense(num_classes, activation="softmax", dtype="float32",
+                                 name=PROBABILITIES)(x)
+    return keras.Model(inputs, outputs, name=f"{config.backbone}_classifier")
+
+
+def compile_model(model: keras.Model, config: TrainerConfig, total_steps: int) -> None:
+    """AdamW with linear warm-up then cosine decay over `total_steps`."""
+    warmup = int(total_steps * config.warmup_fraction)
+    schedule = keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0 if warmup else config.learning_rate,
+        decay_steps=max(total_steps - warmup, 1),
+        warmup_target=config.learning_rate if warmup else None,
+        warmup_steps=warmup)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(schedule, weight_decay=config.weight_decay),
+        loss=_loss(config.label_smoothing, model.output_shape[-1]),
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+
+
+def _loss(label_smoothing: float, num_classes: int):
+    if not label_smoothing:
+        return keras.losses.SparseCategoricalCrossentropy()
+
+    # The sparse loss cannot smooth labels; smooth their one-hot form instead.
+    def smoothed(y_true, y_pred):
+        labels = keras.ops.cast(keras.ops.reshape(y_true, [-1]), "int32")
+        return keras.losses.categorical_crossentropy(
+            keras.ops.one_hot(labels, num_classes), y_pred, label_smoothing=label_smoothing)
+
+    return smoothed

@@ -1,0 +1,69 @@
+"""Generated data for the Trainer and Evaluator tests: visually separable classes,
+converted by ImageExampleGen's run_conversion, plus a hand-written image_stats.json."""
+
+from __future__ import annotations
+
+import os
+
+import apache_beam as beam
+import numpy as np
+
+from components.common import artifacts
+from components.image_example_gen.convert import run_conversion
+from components.image_example_gen.options import ImageOptions, OutputOptions
+from tests.imagegen import jpeg_bytes, png_bytes, write
+
+CLASSES = ("blue", "red", "stripes")
+
+
+def class_image(label: str, index: int, size: int = 40) -> np.ndarray:
+    """Noisy images of a class that a tiny CNN separates: two colours and a stripe pattern."""
+    rng = np.random.default_rng(hash((label, index)) % (1 << 32))
+    noise = rng.normal(0, 18, (size, size, 3))
+    if label == "red":
+        base = np.array([200, 40, 40]) + rng.uniform(-30, 30, 3)
+        image = np.broadcast_to(base, (size, size, 3)) + noise
+    elif label == "blue":
+        base = np.array([40, 60, 200]) + rng.uniform(-30, 30, 3)
+        image = np.broadcast_to(base, (size, size, 3)) + noise
+    else:
+        period = int(rng.integers(4, 8))
+        rows = (np.arange(size) // (period // 2)) % 2
+        stripes = np.where(rows[:, None, None] == 1, 230.0, 25.0)
+        image = np.broadcast_to(stripes, (size, size, 3)) + noise
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def make_class_folder(root: str, per_class: int, size: int = 40, png_every: int = 5) -> str:
+    """root/<class>/<i>.jpg (every `png_every`-th a PNG, so both decoders are exercised)."""
+    for label in CLASSES:
+        for i in range(per_class):
+            pixels = class_image(label, i, size)
+            if png_every and i % png_every == 0:
+                write(os.path.join(root, label, f"{i:03d}.png"), png_bytes(pixels))
+            else:
+                write(os.path.join(root, label, f"{i:03d}.jpg"), jpeg_bytes(pixels))
+    return root
+
+
+def convert(image_root: str, examples_dir: str, gzip: bool = False,
+            num_shards: int = 2) -> dict:
+    result = run_conversion(
+        image_root, examples_dir, ImageOptions(),
+        OutputOptions(splits=(("train", 0.75), ("eval", 0.25)), stratify=True,
+                      num_shards=num_shards, gzip=gzip),
+        make_pipeline=lambda: beam.Pipeline())
+    return result.summary
+
+
+def write_stats(statistics_dir: str, image_size: int, mean=(110.0, 80.0, 110.0),
+                std=(70.0, 60.0, 70.0), crop_fraction: float = 0.875) -> str:
+    """image_stats.json in the schema of artifacts.load_normalization."""
+    os.makedirs(statistics_dir, exist_ok=True)
+    pixels = {"mean": list(mean), "std": list(std)}
+    artifacts.write_json(os.path.join(statistics_dir, artifacts.IMAGE_STATS_FILE), {
+        "version": 1,
+        "preprocessing": {"image_size": image_size, "crop_fraction": crop_fraction},
+        "splits": {"train": {"pixels": pixels}, "eval": {"pixels": pixels}},
+    })
+    return statistics_dir
