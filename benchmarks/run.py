@@ -52,6 +52,7 @@ def main() -> None:
         if "input" in selected:
             from benchmarks import input_bench
             results["trainer_input_fn"] = input_bench.run(shards, photos)
+            results["gpu_feed"] = input_bench.gpu_feed(shards, batch_size=16, steps=4)
     results["seconds"] = round(time.time() - start)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:

@@ -6,7 +6,7 @@ import argparse
 import os
 import threading
 
-DEFAULT_LOCAL_BEAM_ARGS = ["--direct_running_mode=multi_processing", "--direct_num_workers=0"]
+from pipelines.config import DEFAULT_LOCAL_BEAM_ARGS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -79,7 +79,7 @@ def options_from_args(args: argparse.Namespace):
 def beam_args(extra: list[str]) -> list[str]:
     if any(arg.startswith("--runner") for arg in extra):
         return list(extra)
-    return DEFAULT_LOCAL_BEAM_ARGS + list(extra)
+    return list(DEFAULT_LOCAL_BEAM_ARGS) + list(extra)
 
 
 class ProgressBar:
