@@ -29,14 +29,14 @@ PUSHED_MODEL = "pushed_model"
 
 def create_components(config: cfg.PipelineConfig) -> list[base_node.BaseNode]:
     """The pipeline's components in topological order, each named by its config id."""
-    from components.evaluator.component import ImageEvaluator
-    from components.trainer.component import ImageTrainer
     from tfx.proto import pusher_pb2, trainer_pb2
 
+    from components.evaluator.component import ImageEvaluator
     from components.image_example_gen.component import ImageExampleGen
     from components.image_example_gen.options import ImageOptions, OutputOptions
     from components.image_statistics.component import ImageStatistics
     from components.image_statistics.tfdv_options import image_stats_options
+    from components.trainer.component import ImageTrainer
 
     data, model = config.data, config.model
     example_gen = ImageExampleGen(
