@@ -212,9 +212,10 @@ def test_convert_images_ptransform(tmp_path):
     tasks = [transforms.ConversionTask(rel, "a", 0, "train")
              for rel in ("a/img_000.jpg", "a/img_001.jpg", "a/bad.jpg")]
     with in_process() as pipeline:
-        outputs = (pipeline | beam.Create(tasks)
+        outputs = (pipeline | beam.Create(transforms.batch_tasks(tasks, size=2))
                    | transforms.ConvertImages(root, spill, ImageOptions(), False))
-        assert_that(outputs[transforms.RECORDS_TAG] | beam.Map(lambda p: (p.relpath, p.split)),
+        assert_that(outputs[transforms.RECORDS_TAG]
+                    | beam.FlatMap(lambda pointers: [(p.relpath, p.split) for p in pointers]),
                     equal_to([("a/img_000.jpg", "train"), ("a/img_001.jpg", "train")]),
                     label="records")
         assert_that(outputs[transforms.SKIPPED_TAG] | beam.Map(lambda s: s.relpath),

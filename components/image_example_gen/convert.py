@@ -78,7 +78,7 @@ def build_pipeline(
 ) -> None:
     converted = (
         pipeline
-        | "ListedImages" >> beam.Create(tasks)
+        | "ListedImages" >> beam.Create(transforms.batch_tasks(tasks))
         | "Convert" >> transforms.ConvertImages(
             root, os.path.join(work_dir, "spill"), image_options,
             output_options.on_error == ON_ERROR_FAIL, progress_dir))
