@@ -28,9 +28,9 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from components.common import artifacts, preprocessing
-from components.trainer import allocator, memory
+from components.common import allocator, artifacts, preprocessing
 from components.trainer import input as input_lib
+from components.trainer import memory
 
 TARGETS = {"vs_decode_ceiling": 0.85, "vs_image_dataset_from_directory": 2.0,
            "vs_sequential": 1.8}

@@ -38,8 +38,12 @@ def main() -> None:
     args = parser.parse_args()
     selected = set(args.only or ["convert", "stats", "input"])
 
+    # As the pipeline's own stages do; set once here, so every baseline gets it too.
+    from components.common import allocator
+    malloc_tuned = allocator.tune_malloc()
     photos = make_photo_dataset(DEFAULT_DATA + f"-{args.images}", count=args.images)
-    results: dict = {"machine": machine(), "dataset": {"folder": photos, "images": args.images}}
+    results: dict = {"machine": machine() | {"glibc_malloc_tuned": malloc_tuned},
+                     "dataset": {"folder": photos, "images": args.images}}
     start = time.time()
     if "convert" in selected:
         from benchmarks import convert_bench

@@ -20,7 +20,7 @@ import tensorflow as tf
 from components.common import artifacts
 from components.common import features as fk
 from components.image_statistics.analyze import AnalysisOptions, BatchDecoder, analyze_batch
-from components.image_statistics.compute import find_splits, run_statistics
+from components.image_statistics.compute import find_splits, run_statistics, thumbnail_fraction
 
 BATCH = 64
 TARGET_RATIO = 0.8
@@ -88,7 +88,8 @@ def run(examples_dir: str, image_size: int = 224, repeats: int = 2) -> dict:
       image_size: the Trainer's input side.
       repeats: passes of each kind; the best is kept.
     """
-    options = AnalysisOptions(image_size=image_size, crop_fraction=0.875, keep_thumbnails=8)
+    options = AnalysisOptions(image_size=image_size, crop_fraction=0.875, keep_thumbnails=8,
+                              thumbnail_fraction=thumbnail_fraction(examples_dir, 8))
     _decode_only(examples_dir)  # warm-up: tf.function tracing, page cache
     rates: dict[str, list[float]] = {"decode_only": [], "stats_core": [], "stats_beam": []}
     for _ in range(repeats):

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 import apache_beam as beam
 import tensorflow as tf
 
-from components.common import artifacts, fileio
+from components.common import allocator, artifacts, fileio
 from components.image_example_gen import splitting
 from components.image_example_gen.examples import image_example
 from components.image_example_gen.image_codec import ImageDecodeError, convert_image
@@ -125,6 +125,7 @@ class ConvertImageFn(beam.DoFn):
         self._threads = threads
 
     def setup(self) -> None:
+        allocator.tune_malloc()
         self._progress = _ProgressFile(self._progress_dir)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self._threads or os.cpu_count() or 1)

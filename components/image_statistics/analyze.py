@@ -41,12 +41,17 @@ class AnalysisOptions:
       keep_thumbnails: sample thumbnails kept per class (0 for none).
       native_resolution: also decode every image at its stored size, for pixel
         statistics there (doubles the decoding work).
+      thumbnail_fraction: only images whose content hash falls in this lowest
+        fraction are thumbnail candidates. Thumbnails are the lowest hashes of each
+        class, so this keeps the result and saves making a thumbnail per image (each
+        batch starts a fresh accumulator, which would take every image).
     """
 
     image_size: int
     crop_fraction: float
     keep_thumbnails: int = 8
     native_resolution: bool = False
+    thumbnail_fraction: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +110,11 @@ def difference_hash(pixels: np.ndarray) -> int:
                         cv2.COLOR_RGB2GRAY).astype(np.int16)
     bits = (grey[:, 1:] > grey[:, :-1]).ravel()
     return int(np.packbits(bits).view(">u8")[0])
+
+
+def hash_fraction(sha256_hex: str) -> float:
+    """Where a content hash falls in [0, 1)."""
+    return int(sha256_hex[:8], 16) / 2**32
 
 
 def thumbnail_jpeg(pixels: np.ndarray) -> bytes:
@@ -202,8 +212,9 @@ def analyze_batch(records: Sequence[bytes], split: str, decoder: BatchDecoder,
         if options.native_resolution:
             accumulator.add_native(channel_histograms(decoder.native_pixels(image.encoded)))
         keys.append(ImageKey(split, image.path, image.sha256, difference_hash(pixels)))
-        if accumulator.would_keep_thumbnail(image.label, image.sha256, image.path,
-                                            options.keep_thumbnails):
+        if (hash_fraction(image.sha256) < options.thumbnail_fraction
+                and accumulator.would_keep_thumbnail(image.label, image.sha256, image.path,
+                                                     options.keep_thumbnails)):
             accumulator.offer_thumbnail(
                 image.label, Thumbnail(image.sha256, image.path, thumbnail_jpeg(pixels)),
                 options.keep_thumbnails)

@@ -79,6 +79,26 @@ def _read_encoded(pattern: str) -> list:
     return values
 
 
+# Thumbnail candidates per class, as a multiple of the thumbnails kept: with 4x, a
+# class falls short of its thumbnails with a probability below 1e-7.
+_THUMBNAIL_OVERSAMPLING = 4
+
+
+def thumbnail_fraction(examples_uri: str, keep: int) -> float:
+    """The hash fraction that still leaves every class enough thumbnail candidates.
+
+    Uses ImageExampleGen's per-label counts; 1.0 (every image a candidate) without them.
+    """
+    try:
+        splits = artifacts.load_summary(examples_uri)["splits"]
+    except (tf.errors.NotFoundError, FileNotFoundError, KeyError):
+        return 1.0
+    counts = [n for split in splits.values() for n in split.get("labels", {}).values() if n]
+    if not counts or keep <= 0:
+        return 1.0
+    return min(1.0, _THUMBNAIL_OVERSAMPLING * keep / min(counts))
+
+
 def run_statistics(examples_uri: str, work_parent: str, options: AnalysisOptions,
                    make_pipeline: Callable[[], beam.Pipeline]) -> StatisticsRun:
     """Computes the statistics of every split of `examples_uri`.
@@ -95,6 +115,8 @@ def run_statistics(examples_uri: str, work_parent: str, options: AnalysisOptions
         pattern = artifacts.split_shard_pattern(examples_uri, split)
         if not tf.io.gfile.glob(pattern):
             raise FileNotFoundError(f"split {split!r} has no shards matching {pattern}")
+    options = dataclasses.replace(
+        options, thumbnail_fraction=thumbnail_fraction(examples_uri, options.keep_thumbnails))
     results_dir = os.path.join(work_parent, WORK_DIR_PREFIX + uuid.uuid4().hex)
     tf.io.gfile.makedirs(results_dir)
     try:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 
+from components.common import allocator
 from components.image_statistics.accumulator import ImageStatsCombineFn, SplitAccumulator
 from components.image_statistics.analyze import (
     AnalysisOptions,
@@ -45,6 +46,9 @@ class AnalyzeBatchFn(beam.DoFn):
         self._split = split
         self._options = options
         self._decoder = BatchDecoder(options.image_size, options.crop_fraction)
+
+    def setup(self) -> None:
+        allocator.tune_malloc()
 
     def process(self, records: list[bytes]) -> Iterator:
         accumulator, keys = analyze_batch(records, self._split, self._decoder, self._options)

@@ -17,8 +17,8 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from components.common import artifacts, preprocessing
-from components.trainer import allocator, devices, export, memory
+from components.common import allocator, artifacts, preprocessing
+from components.trainer import devices, export, memory
 from components.trainer import input as input_lib
 from components.trainer import model as model_lib
 from components.trainer.config import IMAGE_STATISTICS_URI_KEY, TrainerConfig

@@ -1,4 +1,7 @@
-"""Keeps glibc malloc from returning tf.data's per-image buffers to the kernel.
+"""Keeps glibc malloc from returning per-image buffers to the kernel.
+
+Called by every stage that decodes images: the Trainer's run_fn, and the setup of
+ImageExampleGen's and ImageStatistics' Beam DoFns (so remote workers tune too).
 
 By default glibc serves allocations above a (dynamic) threshold with mmap and trims the
 heap eagerly, so every decoded image and every batch costs fresh page faults. Measured
