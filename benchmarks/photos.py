@@ -13,19 +13,25 @@ import os
 import cv2
 import numpy as np
 
-OPENCV_DOC = "/usr/share/doc/opencv-doc/examples"
+from pipelines.sample_data import find_source_dir
+
 TARGET_SHAPES = ((375, 500), (500, 375), (333, 500), (375, 375))
 
 
 def source_photos(min_side: int = 240) -> list[str]:
-    paths = sorted(glob.glob(os.path.join(OPENCV_DOC, "**", "*.jpg"), recursive=True))
+    """Every opencv-doc example photo with a shorter side of at least min_side.
+
+    Found (or extracted from the package) by the demo's own locator.
+    """
+    examples = os.path.dirname(find_source_dir())  # .../opencv-doc/examples
+    paths = sorted(glob.glob(os.path.join(examples, "**", "*.jpg"), recursive=True))
     photos = []
     for path in paths:
         image = cv2.imread(path, cv2.IMREAD_REDUCED_COLOR_2)
         if image is not None and min(image.shape[:2]) * 2 >= min_side:
             photos.append(path)
     if not photos:
-        raise FileNotFoundError(f"no photos under {OPENCV_DOC}: install Debian's opencv-doc")
+        raise FileNotFoundError(f"no photos of at least {min_side} px under {examples}")
     return photos
 
 

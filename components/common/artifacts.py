@@ -26,11 +26,13 @@ IMAGE_STATS_FILE = "image_stats.json"
 REPORT_FILE = "report.html"
 
 SHARD_PREFIX = "data_tfrecord"
+# TFX names the folder of each split of an artifact Split-<name>.
+SPLIT_DIR_PREFIX = "Split-"
 GZIP_SUFFIX = ".gz"
 
 
 def split_dir(examples_uri: str, split: str) -> str:
-    return os.path.join(examples_uri, f"Split-{split}")
+    return os.path.join(examples_uri, SPLIT_DIR_PREFIX + split)
 
 
 def split_shard_pattern(examples_uri: str, split: str) -> str:

@@ -107,7 +107,7 @@ def validator_anomalies(anomalies_uri: str, split_names: list[str]) -> list[dict
     """ExampleValidator's anomalies, one entry per split and feature."""
     found = []
     for split in split_names:
-        path = os.path.join(anomalies_uri, f"Split-{split}", VALIDATOR_ANOMALIES_FILE)
+        path = os.path.join(artifacts.split_dir(anomalies_uri, split), VALIDATOR_ANOMALIES_FILE)
         if not tf.io.gfile.exists(path):
             continue
         proto = anomalies_pb2.Anomalies()

@@ -21,7 +21,6 @@ from components.image_statistics.analyze import AnalysisOptions
 from components.image_statistics.transforms import DuplicateGroup
 
 WORK_DIR_PREFIX = ".imgpipe-stats-"
-_SPLIT_DIR_PREFIX = "Split-"
 TRAIN_SPLIT = "train"
 
 
@@ -37,9 +36,9 @@ def find_splits(examples_uri: str) -> list[str]:
     then the others sorted."""
     if not tf.io.gfile.isdir(examples_uri):
         raise FileNotFoundError(f"{examples_uri} is not a folder of Examples")
-    names = sorted(name.rstrip("/")[len(_SPLIT_DIR_PREFIX):]
-                   for name in tf.io.gfile.listdir(examples_uri)
-                   if name.startswith(_SPLIT_DIR_PREFIX))
+    prefix = artifacts.SPLIT_DIR_PREFIX
+    names = sorted(name.rstrip("/")[len(prefix):]
+                   for name in tf.io.gfile.listdir(examples_uri) if name.startswith(prefix))
     if not names:
         raise ValueError(f"{examples_uri} has no Split-<name>/ folders: "
                          "give the output of ImageExampleGen or `imgpipe convert`")

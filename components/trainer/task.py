@@ -31,9 +31,9 @@ def examples_uri_and_split(file_pattern: str) -> tuple[str, str]:
     """(examples URI, split) from a TFX file pattern like <uri>/Split-train/*."""
     split_dir = os.path.dirname(file_pattern.rstrip("/"))
     name = os.path.basename(split_dir)
-    if not name.startswith("Split-"):
+    if not name.startswith(artifacts.SPLIT_DIR_PREFIX):
         raise ValueError(f"{file_pattern} is not an <examples>/Split-<name>/* pattern")
-    return os.path.dirname(split_dir), name[len("Split-"):]
+    return os.path.dirname(split_dir), name[len(artifacts.SPLIT_DIR_PREFIX):]
 
 
 def resolve_normalization(
