@@ -426,3 +426,20 @@ def test_resize_skips_only_an_identity_resize():
         full = tf.image.resize(image, [IMAGE_SIZE, IMAGE_SIZE], method="bilinear")
         full = tf.cast(tf.clip_by_value(tf.round(full), 0.0, 255.0), tf.uint8)
         np.testing.assert_array_equal(resize_uint8(image, IMAGE_SIZE).numpy(), full.numpy())
+
+
+def test_dhash_matches_a_reencoded_copy_and_tells_images_apart():
+    rng = np.random.default_rng(11)
+    original = textured(rng, 120, 160, (120, 90, 60))
+    other = textured(rng, 120, 160, (120, 90, 60))
+
+    def jpeg(rgb: np.ndarray, quality: int) -> bytes:
+        ok, data = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR),
+                                [cv2.IMWRITE_JPEG_QUALITY, quality])
+        assert ok
+        return data.tobytes()
+
+    _, hashes = BatchDecoder(224, CROP).eval_pixels(  # the Trainer's default size
+        [jpeg(original, 95), jpeg(original, 70), jpeg(other, 95)])
+    assert hashes[0] == hashes[1], "a re-encoded copy looks the same"
+    assert bin(hashes[0] ^ hashes[2]).count("1") > 8, "different images hash apart"

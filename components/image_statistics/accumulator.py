@@ -9,9 +9,10 @@ out the same whatever the order in which accumulators are merged.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -25,10 +26,6 @@ BYTES_EDGES = tuple(k * 1024 for k in (0, 4, 16, 32, 64, 128, 256, 512, 1024, 20
 CHANNELS = 3
 LEVELS = 256
 MAX_LISTED_FAILURES = 100
-
-
-def bin_index(edges: tuple[float, ...], value: float) -> int:
-    return int(np.searchsorted(edges, value, side="right")) - 1
 
 
 def exact_add(partials: list[float], x: float) -> None:
@@ -96,27 +93,42 @@ class SplitAccumulator:
     def add_image(self, *, label: int, fmt: str, width: int, height: int, channels: int,
                   mode: str, num_bytes: int, hist: np.ndarray) -> None:
         """Adds one image given its header facts and its [3, 256] eval-pixel histogram."""
-        self.images += 1
-        self.pixel_hist += hist
-        self._add_image_means(self.image_mean_partials, hist)
-        self.width_hist[bin_index(SIDE_EDGES, width)] += 1
-        self.height_hist[bin_index(SIDE_EDGES, height)] += 1
-        self.aspect_hist[bin_index(ASPECT_EDGES, width / height)] += 1
-        self.bytes_hist[bin_index(BYTES_EDGES, num_bytes)] += 1
-        self.bytes_total += num_bytes
-        self.min_width = width if self.min_width is None else min(self.min_width, width)
-        self.max_width = width if self.max_width is None else max(self.max_width, width)
-        self.min_height = height if self.min_height is None else min(self.min_height, height)
-        self.max_height = height if self.max_height is None else max(self.max_height, height)
-        _count(self.formats, fmt)
-        _count(self.channels, channels)
-        _count(self.modes, mode)
-        _count(self.labels, label)
+        self.add_images(labels=[label], formats=[fmt], widths=[width], heights=[height],
+                        channels=[channels], modes=[mode], num_bytes=[num_bytes],
+                        hists=hist[np.newaxis])
 
-    def add_native(self, hist: np.ndarray) -> None:
-        self.native_images += 1
-        self.native_hist += hist
-        self._add_image_means(self.native_image_mean_partials, hist)
+    def add_images(self, *, labels: Sequence[int], formats: Sequence[str],
+                   widths: Sequence[int], heights: Sequence[int], channels: Sequence[int],
+                   modes: Sequence[str], num_bytes: Sequence[int], hists: np.ndarray) -> None:
+        """Adds a batch of images: per-image header facts and [B, 3, 256] histograms."""
+        width_array = np.asarray(widths, np.int64)
+        height_array = np.asarray(heights, np.int64)
+        bytes_array = np.asarray(num_bytes, np.int64)
+        self.images += len(labels)
+        self.pixel_hist += hists.sum(axis=0)
+        self._add_image_means(self.image_mean_partials, hists)
+        self.width_hist += _bin_counts(SIDE_EDGES, width_array)
+        self.height_hist += _bin_counts(SIDE_EDGES, height_array)
+        self.aspect_hist += _bin_counts(ASPECT_EDGES, width_array / height_array)
+        self.bytes_hist += _bin_counts(BYTES_EDGES, bytes_array)
+        self.bytes_total += int(bytes_array.sum())
+        for name, pick, values in (("min_width", min, width_array.min()),
+                                   ("max_width", max, width_array.max()),
+                                   ("min_height", min, height_array.min()),
+                                   ("max_height", max, height_array.max())):
+            current = getattr(self, name)
+            setattr(self, name, int(values) if current is None else pick(current, int(values)))
+        for counts, keys in ((self.formats, formats), (self.channels, channels),
+                             (self.modes, modes), (self.labels, labels)):
+            for key, n in collections.Counter(keys).items():
+                _count(counts, key, n)
+
+    def add_native(self, hists: np.ndarray) -> None:
+        """Adds [B, 3, 256] (or one [3, 256]) histograms of pixels at the stored size."""
+        hists = hists.reshape(-1, CHANNELS, LEVELS)
+        self.native_images += len(hists)
+        self.native_hist += hists.sum(axis=0)
+        self._add_image_means(self.native_image_mean_partials, hists)
 
     def add_failure(self, path: str, reason: str) -> None:
         self.failed += 1
@@ -162,11 +174,20 @@ class SplitAccumulator:
                 self.offer_thumbnail(label, thumbnail, keep_thumbnails)
 
     @staticmethod
-    def _add_image_means(partials: list[list[float]], hist: np.ndarray) -> None:
-        pixels = int(hist[0].sum())
-        sums = hist @ np.arange(LEVELS, dtype=np.int64)
+    def _add_image_means(partials: list[list[float]], hists: np.ndarray) -> None:
+        """Adds each image's per-channel mean, from [B, 3, 256] histograms."""
+        pixels = hists[:, 0].sum(axis=1)
+        sums = hists @ np.arange(LEVELS, dtype=np.int64)
+        means = sums / pixels[:, np.newaxis]  # int64 / int64: each correctly rounded
         for channel in range(CHANNELS):
-            exact_add(partials[channel], int(sums[channel]) / pixels)
+            for mean in means[:, channel].tolist():
+                exact_add(partials[channel], mean)
+
+
+def _bin_counts(edges: tuple[float, ...], values: np.ndarray) -> np.ndarray:
+    """How many values fall in each bin; bins start at `edges`, the last is open."""
+    indices = np.searchsorted(edges, values, side="right") - 1
+    return np.bincount(indices, minlength=len(edges))
 
 
 def _count(counts: dict, key, n: int = 1) -> None:

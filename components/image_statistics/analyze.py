@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import cv2
 import numpy as np
@@ -28,7 +29,13 @@ THUMBNAIL_SIZE = 96
 THUMBNAIL_QUALITY = 85
 # cv2.calcHist counts in float32, exact up to 2**24 pixels per bin.
 _CALCHIST_EXACT_PIXELS = 1 << 24
+_DHASH_GRID = 56
+_GREY_WEIGHTS = (0.299, 0.587, 0.114)  # ITU-R BT.601 luma, as OpenCV's RGB2GRAY
 _PARALLEL_DECODES = 4
+# Images decoded and reduced per job. Jobs run on their own threads, ahead of the
+# Python bookkeeping that consumes them; 32 keeps TF's per-call cost small.
+DECODE_CHUNK = 64
+_REDUCING_THREADS = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,17 +106,24 @@ def channel_histograms(pixels: np.ndarray) -> np.ndarray:
                      for c in range(3)]).astype(np.int64)
 
 
-def difference_hash(pixels: np.ndarray) -> int:
-    """64-bit dHash: is each cell of an 8x9 grey thumbnail brighter than its left one.
+def difference_hash_bits(pixels: tf.Tensor) -> tf.Tensor:
+    """[B, 64] bools of the dHash of [B, S, S, 3] uint8 images: is each cell of an 8x9
+    grey thumbnail brighter than its left neighbour.
 
-    The thumbnail is made from every 4th pixel: a quarter of the area work, and the
-    hash only looks at 72 cells anyway.
+    The thumbnail is the area mean of a grid of about 56x56 pixels (every 4th at 224):
+    a fraction of the work, and enough samples per cell that re-encoding noise averages
+    out.
     """
-    sparse = np.ascontiguousarray(pixels[::4, ::4])
-    grey = cv2.cvtColor(cv2.resize(sparse, (9, 8), interpolation=cv2.INTER_AREA),
-                        cv2.COLOR_RGB2GRAY).astype(np.int16)
-    bits = (grey[:, 1:] > grey[:, :-1]).ravel()
-    return int(np.packbits(bits).view(">u8")[0])
+    step = max(1, pixels.shape[1] // _DHASH_GRID)
+    sparse = tf.cast(pixels[:, ::step, ::step, :], tf.float32)
+    cells = tf.image.resize(sparse, [8, 9], method="area")
+    grey = tf.tensordot(cells, tf.constant(_GREY_WEIGHTS), axes=1)
+    return tf.reshape(grey[:, :, 1:] > grey[:, :, :-1], [-1, 64])
+
+
+def pack_hashes(bits: np.ndarray) -> list[int]:
+    """[B, 64] bools -> B unsigned 64-bit ints, the first bit most significant."""
+    return np.packbits(bits, axis=1).view(">u8")[:, 0].tolist()
 
 
 def hash_fraction(sha256_hex: str) -> float:
@@ -127,27 +141,37 @@ def thumbnail_jpeg(pixels: np.ndarray) -> bytes:
 
 
 class BatchDecoder:
-    """eval_image over a batch in one tf.function; the TF state is built lazily and
-    dropped when pickled, so Beam can ship the decoder to workers."""
+    """eval_image over a batch in one tf.function; the TF state and the decoding thread
+    are built lazily and dropped when pickled, so Beam can ship the decoder to workers."""
 
     def __init__(self, image_size: int, crop_fraction: float):
         self._image_size = image_size
         self._crop_fraction = crop_fraction
         self._eval = None
         self._native = None
+        self._threads: ThreadPoolExecutor | None = None
 
     def __getstate__(self) -> dict:
         return {"_image_size": self._image_size, "_crop_fraction": self._crop_fraction,
-                "_eval": None, "_native": None}
+                "_eval": None, "_native": None, "_threads": None}
+
+    def reduce_in_background(self, images: Sequence[ParsedImage], native: bool) -> Future:
+        """A future of `_reduce_chunk(images)`. TF and OpenCV release the GIL, so two
+        chunks are decoded and reduced while the caller accumulates earlier ones."""
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(max_workers=_REDUCING_THREADS,
+                                               thread_name_prefix="image-stats")
+        return self._threads.submit(_reduce_chunk, self, images, native)
 
     def _build(self) -> None:
         size, crop = self._image_size, self._crop_fraction
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-        def eval_batch(encoded: tf.Tensor) -> tf.Tensor:
-            return tf.map_fn(lambda e: eval_image(e, size, crop), encoded,
-                             fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8),
-                             parallel_iterations=_PARALLEL_DECODES)
+        def eval_batch(encoded: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            pixels = tf.map_fn(lambda e: eval_image(e, size, crop), encoded,
+                               fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8),
+                               parallel_iterations=_PARALLEL_DECODES)
+            return pixels, difference_hash_bits(pixels)
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
         def native(encoded: tf.Tensor) -> tf.Tensor:
@@ -155,11 +179,13 @@ class BatchDecoder:
 
         self._eval, self._native = eval_batch, native
 
-    def eval_pixels(self, encoded: Sequence[bytes]) -> np.ndarray:
-        """[B, S, S, 3] uint8. Raises tf.errors.InvalidArgumentError on a bad image."""
+    def eval_pixels(self, encoded: Sequence[bytes]) -> tuple[np.ndarray, list[int]]:
+        """[B, S, S, 3] uint8 pixels and B dHashes. Raises tf.errors.InvalidArgumentError
+        on a bad image."""
         if self._eval is None:
             self._build()
-        return self._eval(tf.constant(list(encoded), tf.string)).numpy()
+        pixels, hash_bits = self._eval(tf.constant(list(encoded), tf.string))
+        return pixels.numpy(), pack_hashes(hash_bits.numpy())
 
     def native_pixels(self, encoded: bytes) -> np.ndarray:
         if self._native is None:
@@ -168,23 +194,59 @@ class BatchDecoder:
 
 
 def _decode_each(decoder: BatchDecoder, images: Sequence[ParsedImage]
-                 ) -> Iterator[tuple[ParsedImage, np.ndarray | None, str | None]]:
-    """Decodes the batch at once, or one by one to single out the images that fail."""
+                 ) -> Iterator[tuple[ParsedImage, np.ndarray | None, int, str | None]]:
+    """(image, pixels, dHash, error) per image: the batch decoded at once, or one by one
+    to single out the images that fail."""
     try:
-        pixels = decoder.eval_pixels([image.encoded for image in images])
-        for image, image_pixels in zip(images, pixels, strict=True):
-            yield image, image_pixels, None
+        pixels, hashes = decoder.eval_pixels([image.encoded for image in images])
+        for image, image_pixels, image_hash in zip(images, pixels, hashes, strict=True):
+            yield image, image_pixels, image_hash, None
         return
     except tf.errors.InvalidArgumentError:
         if len(images) == 1:
-            message = "TensorFlow cannot decode it"
-            yield images[0], None, message
+            yield images[0], None, 0, "TensorFlow cannot decode it"
             return
     for image in images:
         try:
-            yield image, decoder.eval_pixels([image.encoded])[0], None
+            pixels, hashes = decoder.eval_pixels([image.encoded])
+            yield image, pixels[0], hashes[0], None
         except tf.errors.InvalidArgumentError as e:
-            yield image, None, f"TensorFlow cannot decode it: {e.message.splitlines()[0]}"
+            yield image, None, 0, f"TensorFlow cannot decode it: {e.message.splitlines()[0]}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReducedImage:
+    """One image after decoding: what the accumulator and the duplicate search need."""
+
+    image: ParsedImage
+    pixels: np.ndarray | None  # eval pixels, None when the image failed to decode
+    error: str | None = None
+    hist: np.ndarray | None = None  # [3, 256] counts of the eval pixels
+    native_hist: np.ndarray | None = None  # [3, 256] at the stored size, when asked
+    dhash: int = 0
+
+
+def _reduce_chunk(decoder: BatchDecoder, images: Sequence[ParsedImage], native: bool
+                  ) -> list[ReducedImage]:
+    reduced = []
+    for image, pixels, dhash, error in _decode_each(decoder, images):
+        if pixels is None:
+            reduced.append(ReducedImage(image, None, error or "undecodable"))
+            continue
+        native_hist = (channel_histograms(decoder.native_pixels(image.encoded))
+                       if native else None)
+        reduced.append(ReducedImage(image, pixels, None, channel_histograms(pixels),
+                                    native_hist, dhash))
+    return reduced
+
+
+def _reduce_pipelined(decoder: BatchDecoder, images: Sequence[ParsedImage], native: bool
+                      ) -> Iterator[ReducedImage]:
+    """`_reduce_chunk` over the images, in order, with the worker threads running ahead."""
+    pending = [decoder.reduce_in_background(images[i:i + DECODE_CHUNK], native)
+               for i in range(0, len(images), DECODE_CHUNK)]
+    for chunk in pending:
+        yield from chunk.result()
 
 
 def analyze_batch(records: Sequence[bytes], split: str, decoder: BatchDecoder,
@@ -200,22 +262,59 @@ def analyze_batch(records: Sequence[bytes], split: str, decoder: BatchDecoder,
             accumulator.add_failure(image.path, str(e))
     headers = {id(image): header for image, header in parsed}
     keys = []
-    for image, pixels, error in _decode_each(decoder, [image for image, _ in parsed]):
-        if pixels is None:
-            accumulator.add_failure(image.path, error or "undecodable")
+    batch = ImageBatch()
+    for result in _reduce_pipelined(decoder, [image for image, _ in parsed],
+                                    options.native_resolution):
+        image = result.image
+        if result.pixels is None:
+            accumulator.add_failure(image.path, result.error or "undecodable")
             continue
-        header = headers[id(image)]
-        accumulator.add_image(
-            label=image.label, fmt=header.format, width=header.width, height=header.height,
-            channels=header.channels, mode=header.mode, num_bytes=len(image.encoded),
-            hist=channel_histograms(pixels))
-        if options.native_resolution:
-            accumulator.add_native(channel_histograms(decoder.native_pixels(image.encoded)))
-        keys.append(ImageKey(split, image.path, image.sha256, difference_hash(pixels)))
+        batch.append(image.label, headers[id(image)], len(image.encoded), result.hist,
+                     result.native_hist)
+        keys.append(ImageKey(split, image.path, image.sha256, result.dhash))
         if (hash_fraction(image.sha256) < options.thumbnail_fraction
                 and accumulator.would_keep_thumbnail(image.label, image.sha256, image.path,
                                                      options.keep_thumbnails)):
             accumulator.offer_thumbnail(
-                image.label, Thumbnail(image.sha256, image.path, thumbnail_jpeg(pixels)),
+                image.label, Thumbnail(image.sha256, image.path, thumbnail_jpeg(result.pixels)),
                 options.keep_thumbnails)
+    batch.add_to(accumulator)
     return accumulator, keys
+
+
+@dataclasses.dataclass
+class ImageBatch:
+    """Per-image facts gathered for one vectorized `SplitAccumulator.add_images`."""
+
+    labels: list[int] = dataclasses.field(default_factory=list)
+    formats: list[str] = dataclasses.field(default_factory=list)
+    widths: list[int] = dataclasses.field(default_factory=list)
+    heights: list[int] = dataclasses.field(default_factory=list)
+    channels: list[int] = dataclasses.field(default_factory=list)
+    modes: list[str] = dataclasses.field(default_factory=list)
+    num_bytes: list[int] = dataclasses.field(default_factory=list)
+    hists: list[np.ndarray] = dataclasses.field(default_factory=list)
+    native_hists: list[np.ndarray] = dataclasses.field(default_factory=list)
+
+    def append(self, label: int, header: image_header.ImageHeader, num_bytes: int,
+               hist: np.ndarray, native_hist: np.ndarray | None) -> None:
+        self.labels.append(label)
+        self.formats.append(header.format)
+        self.widths.append(header.width)
+        self.heights.append(header.height)
+        self.channels.append(header.channels)
+        self.modes.append(header.mode)
+        self.num_bytes.append(num_bytes)
+        self.hists.append(hist)
+        if native_hist is not None:
+            self.native_hists.append(native_hist)
+
+    def add_to(self, accumulator: SplitAccumulator) -> None:
+        if not self.labels:
+            return
+        accumulator.add_images(
+            labels=self.labels, formats=self.formats, widths=self.widths,
+            heights=self.heights, channels=self.channels, modes=self.modes,
+            num_bytes=self.num_bytes, hists=np.stack(self.hists))
+        if self.native_hists:
+            accumulator.add_native(np.stack(self.native_hists))

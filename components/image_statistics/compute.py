@@ -55,7 +55,9 @@ def build_pipeline(pipeline: beam.Pipeline, examples_uri: str, splits: Sequence[
     for split in splits:
         records = pipeline | f"Read[{split}]" >> transforms.ReadSplit(
             artifacts.split_shard_pattern(examples_uri, split))
-        analyzed = records | f"Analyze[{split}]" >> transforms.AnalyzeSplit(split, options)
+        split_options = dataclasses.replace(options, thumbnail_fraction=thumbnail_fraction(
+            examples_uri, options.keep_thumbnails, split))
+        analyzed = records | f"Analyze[{split}]" >> transforms.AnalyzeSplit(split, split_options)
         partials.append(analyzed[transforms.STATS_TAG])
         keys.append(analyzed[transforms.KEYS_TAG])
     _ = (tuple(partials)
@@ -83,16 +85,17 @@ def _read_encoded(pattern: str) -> list:
 _THUMBNAIL_OVERSAMPLING = 4
 
 
-def thumbnail_fraction(examples_uri: str, keep: int) -> float:
-    """The hash fraction that still leaves every class enough thumbnail candidates.
+def thumbnail_fraction(examples_uri: str, keep: int, split: str) -> float:
+    """The hash fraction that still leaves every class of `split` enough thumbnail
+    candidates.
 
     Uses ImageExampleGen's per-label counts; 1.0 (every image a candidate) without them.
     """
     try:
-        splits = artifacts.load_summary(examples_uri)["splits"]
+        labels = artifacts.load_summary(examples_uri)["splits"][split]["labels"]
     except (tf.errors.NotFoundError, FileNotFoundError, KeyError):
         return 1.0
-    counts = [n for split in splits.values() for n in split.get("labels", {}).values() if n]
+    counts = [n for n in labels.values() if n]
     if not counts or keep <= 0:
         return 1.0
     return min(1.0, _THUMBNAIL_OVERSAMPLING * keep / min(counts))
@@ -114,8 +117,6 @@ def run_statistics(examples_uri: str, work_parent: str, options: AnalysisOptions
         pattern = artifacts.split_shard_pattern(examples_uri, split)
         if not tf.io.gfile.glob(pattern):
             raise FileNotFoundError(f"split {split!r} has no shards matching {pattern}")
-    options = dataclasses.replace(
-        options, thumbnail_fraction=thumbnail_fraction(examples_uri, options.keep_thumbnails))
     results_dir = os.path.join(work_parent, WORK_DIR_PREFIX + uuid.uuid4().hex)
     tf.io.gfile.makedirs(results_dir)
     try:

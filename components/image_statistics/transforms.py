@@ -24,8 +24,9 @@ from components.image_statistics.analyze import (
 
 KEYS_TAG = "keys"
 STATS_TAG = "stats"
-MIN_BATCH = 8
-MAX_BATCH = 64
+MIN_BATCH = 16
+# Large batches keep the decoder busy: each batch decodes its first chunk alone.
+MAX_BATCH = 256
 # A group's file list stops here; its size and per-split counts are still complete.
 MAX_GROUP_MEMBERS = 50
 
