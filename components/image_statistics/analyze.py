@@ -1,11 +1,14 @@
 """Reduces a batch of serialized image Examples to one `SplitAccumulator`.
 
 Pixels come from `components.common.preprocessing.eval_image`, the function the
-Trainer and serving use, run over the whole batch in one `tf.function`. Each image is
-then reduced by OpenCV's integer histogram (`cv2.calcHist`, one fused C++ pass); sums
-and sums of squares follow from the histogram exactly. On this project's machines a
-TF `reduce_sum` or `bincount` over the batch cost a third to a half of the decode
-itself, and a numpy float32 mean more than the decode.
+Trainer and serving use, run over chunks of the batch in one `tf.function` that also
+computes each image's dHash. Each image is then reduced by OpenCV's integer histogram
+(`cv2.calcHist`, one fused C++ pass); sums and sums of squares follow from the histogram
+exactly. On this project's machines a TF `bincount` or `histogram_fixed_width` cost more
+than `calcHist`, and a numpy float32 mean more than the decode.
+
+Chunks are decoded and histogrammed on worker threads (TF and OpenCV release the GIL)
+while the calling thread does the per-image Python bookkeeping of earlier chunks.
 """
 
 from __future__ import annotations
@@ -141,7 +144,7 @@ def thumbnail_jpeg(pixels: np.ndarray) -> bytes:
 
 
 class BatchDecoder:
-    """eval_image over a batch in one tf.function; the TF state and the decoding thread
+    """eval_image over a batch in one tf.function; the TF state and the worker threads
     are built lazily and dropped when pickled, so Beam can ship the decoder to workers."""
 
     def __init__(self, image_size: int, crop_fraction: float):
