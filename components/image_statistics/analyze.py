@@ -161,6 +161,8 @@ class BatchDecoder:
     def reduce_in_background(self, images: Sequence[ParsedImage], native: bool) -> Future:
         """A future of `_reduce_chunk(images)`. TF and OpenCV release the GIL, so two
         chunks are decoded and reduced while the caller accumulates earlier ones."""
+        if self._eval is None:
+            self._build()  # here, not racing in two workers
         if self._threads is None:
             self._threads = ThreadPoolExecutor(max_workers=_REDUCING_THREADS,
                                                thread_name_prefix="image-stats")
