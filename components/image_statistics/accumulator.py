@@ -90,13 +90,6 @@ class SplitAccumulator:
     labels: dict[int, int] = dataclasses.field(default_factory=dict)
     thumbnails: dict[int, list[Thumbnail]] = dataclasses.field(default_factory=dict)
 
-    def add_image(self, *, label: int, fmt: str, width: int, height: int, channels: int,
-                  mode: str, num_bytes: int, hist: np.ndarray) -> None:
-        """Adds one image given its header facts and its [3, 256] eval-pixel histogram."""
-        self.add_images(labels=[label], formats=[fmt], widths=[width], heights=[height],
-                        channels=[channels], modes=[mode], num_bytes=[num_bytes],
-                        hists=hist[np.newaxis])
-
     def add_images(self, *, labels: Sequence[int], formats: Sequence[str],
                    widths: Sequence[int], heights: Sequence[int], channels: Sequence[int],
                    modes: Sequence[str], num_bytes: Sequence[int], hists: np.ndarray) -> None:
