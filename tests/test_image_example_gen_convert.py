@@ -203,6 +203,17 @@ def test_split_layout_keeps_given_splits(tmp_path):
     assert result.summary["layout"] == "split"
 
 
+def test_task_files_carry_the_plan_to_the_pipeline(tmp_path):
+    tasks = [transforms.ConversionTask(f"b/é {i}\nx.jpg", "b", 1, "eval" if i % 3 else "train")
+             for i in range(7)]
+    pattern = transforms.write_task_files(tasks, str(tmp_path / "tasks"), batch_size=2,
+                                          batches_per_file=3)
+    assert len(tf.io.gfile.glob(pattern)) == 2  # 4 batches, 3 a file
+    with in_process() as pipeline:
+        batches = pipeline | transforms.ReadTaskBatches(pattern)
+        assert_that(batches | beam.FlatMap(lambda batch: batch), equal_to(tasks))
+
+
 def test_convert_images_ptransform(tmp_path):
     root = str(tmp_path / "imgs")
     imagegen.make_image_folder(root, {"a": 2})

@@ -69,7 +69,7 @@ def plan_tasks(listing: listing_lib.Listing, labels: list[str],
 
 def build_pipeline(
     pipeline: beam.Pipeline,
-    tasks: list[transforms.ConversionTask],
+    task_pattern: str,
     root: str,
     work_dir: str,
     image_options: ImageOptions,
@@ -78,7 +78,7 @@ def build_pipeline(
 ) -> None:
     converted = (
         pipeline
-        | "ListedImages" >> beam.Create(transforms.batch_tasks(tasks))
+        | "ListedImages" >> transforms.ReadTaskBatches(task_pattern)
         | "Convert" >> transforms.ConvertImages(
             root, os.path.join(work_dir, "spill"), image_options,
             output_options.on_error == ON_ERROR_FAIL, progress_dir))
@@ -150,9 +150,10 @@ def run_conversion(
             import tempfile
             progress_dir = tempfile.mkdtemp(prefix="imgpipe-progress-")
             progress(len(tasks), progress_dir)
+        task_pattern = transforms.write_task_files(tasks, os.path.join(work_dir, "tasks"))
         pipeline = make_pipeline()
-        build_pipeline(pipeline, tasks, input_root, work_dir, image_options, output_options,
-                       progress_dir)
+        build_pipeline(pipeline, task_pattern, input_root, work_dir, image_options,
+                       output_options, progress_dir)
         try:
             pipeline.run().wait_until_finish()
         except Exception as e:  # Beam wraps worker errors; surface ours plainly.
