@@ -340,8 +340,14 @@ def WriteShards(  # noqa: N802
             | "WriteShard" >> beam.ParDo(WriteShardFn(output_dir, gzip, seed)))
 
 
+SHARD_ROW = "shard"
+SKIPPED_ROW = "skipped"
+
+
 def to_json_line(value: ShardResult | SkippedFile) -> str:
-    return json.dumps(dataclasses.asdict(value), sort_keys=True)
+    """One result row, with its "kind": SHARD_ROW or SKIPPED_ROW."""
+    kind = SHARD_ROW if isinstance(value, ShardResult) else SKIPPED_ROW
+    return json.dumps({"kind": kind, **dataclasses.asdict(value)}, sort_keys=True)
 
 
 class _ProgressFile:
