@@ -27,7 +27,13 @@ from components.image_example_gen.options import ImageOptions, OutputOptions
 from components.image_statistics import accumulator as acc
 from components.image_statistics import anomalies as anomaly_lib
 from components.image_statistics import spec, summary
-from components.image_statistics.analyze import AnalysisOptions, BatchDecoder, analyze_batch
+from components.image_statistics.analyze import (
+    THUMBNAIL_SIZE,
+    AnalysisOptions,
+    BatchDecoder,
+    analyze_batch,
+    thumbnail_jpeg,
+)
 from components.image_statistics.executor import (
     REJECTED_SUFFIX,
     Executor,
@@ -443,3 +449,16 @@ def test_dhash_matches_a_reencoded_copy_and_tells_images_apart():
         [jpeg(original, 95), jpeg(original, 70), jpeg(other, 95)])
     assert hashes[0] == hashes[1], "a re-encoded copy looks the same"
     assert bin(hashes[0] ^ hashes[2]).count("1") > 8, "different images hash apart"
+
+
+@pytest.mark.parametrize("size", [224, 150, 97])
+def test_thumbnail_keeps_the_picture(size):
+    pixels = np.zeros((size, size, 3), np.uint8)
+    pixels[:, : size // 2] = (200, 30, 30)  # red left half
+    pixels[:, size // 2:] = (30, 30, 200)  # blue right half
+    thumbnail = cv2.cvtColor(cv2.imdecode(np.frombuffer(thumbnail_jpeg(pixels), np.uint8),
+                                          cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    assert thumbnail.shape == (THUMBNAIL_SIZE, THUMBNAIL_SIZE, 3)
+    left, right = thumbnail[:, : THUMBNAIL_SIZE // 3], thumbnail[:, -THUMBNAIL_SIZE // 3:]
+    np.testing.assert_allclose(left.reshape(-1, 3).mean(0), (200, 30, 30), atol=6)
+    np.testing.assert_allclose(right.reshape(-1, 3).mean(0), (30, 30, 200), atol=6)

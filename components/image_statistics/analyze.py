@@ -135,7 +135,19 @@ def hash_fraction(sha256_hex: str) -> float:
 
 
 def thumbnail_jpeg(pixels: np.ndarray) -> bytes:
-    small = cv2.resize(pixels, (THUMBNAIL_SIZE, THUMBNAIL_SIZE), interpolation=cv2.INTER_AREA)
+    """A THUMBNAIL_SIZE square JPEG of HxWx3 RGB pixels.
+
+    Area-averaged by the largest whole factor first (OpenCV's fast path: 0.05 ms at 224
+    against 0.27 ms for INTER_AREA straight to 96), then a bilinear step of at most 1.5x.
+    """
+    height, width = pixels.shape[:2]
+    factor = min(height, width) // THUMBNAIL_SIZE
+    interpolation = cv2.INTER_AREA
+    if factor >= 2:
+        pixels = cv2.resize(pixels[:height - height % factor, :width - width % factor],
+                            (width // factor, height // factor), interpolation=cv2.INTER_AREA)
+        interpolation = cv2.INTER_LINEAR
+    small = cv2.resize(pixels, (THUMBNAIL_SIZE, THUMBNAIL_SIZE), interpolation=interpolation)
     ok, data = cv2.imencode(".jpg", cv2.cvtColor(small, cv2.COLOR_RGB2BGR),
                             [cv2.IMWRITE_JPEG_QUALITY, THUMBNAIL_QUALITY])
     if not ok:
