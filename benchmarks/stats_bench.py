@@ -27,7 +27,7 @@ from components.common import features as fk
 from components.image_statistics.analyze import AnalysisOptions, BatchDecoder, analyze_batch
 from components.image_statistics.compute import find_splits, run_statistics, thumbnail_fraction
 
-BATCH = 256  # transforms.MAX_BATCH
+BATCH = 256  # transforms.BATCH_SIZE
 TARGET_RATIO = 0.8
 
 
@@ -89,14 +89,18 @@ def _stats_beam(examples_dir: str, options: AnalysisOptions) -> int:
 
 
 def _one_shard_per_split(examples_dir: str, out: str) -> str:
-    """An Examples folder holding the first shard of each split and the summary."""
+    """An Examples folder holding the first shard of each split, and the summary with
+    those shards' record counts (the statistics check them)."""
+    summary = artifacts.load_summary(examples_dir)
     for split in find_splits(examples_dir):
         first = sorted(tf.io.gfile.glob(artifacts.split_shard_pattern(examples_dir, split)))[0]
         folder = os.path.join(out, artifacts.SPLIT_DIR_PREFIX + split)
         tf.io.gfile.makedirs(folder)
         tf.io.gfile.copy(first, os.path.join(folder, os.path.basename(first)))
-    tf.io.gfile.copy(os.path.join(examples_dir, artifacts.SUMMARY_FILE),
-                     os.path.join(out, artifacts.SUMMARY_FILE))
+        compression = "GZIP" if first.endswith(artifacts.GZIP_SUFFIX) else ""
+        summary["splits"][split]["records"] = sum(
+            1 for _ in tf.data.TFRecordDataset(first, compression))
+    artifacts.write_json(os.path.join(out, artifacts.SUMMARY_FILE), summary)
     return out
 
 

@@ -27,6 +27,7 @@ from components.image_example_gen.options import ImageOptions, OutputOptions
 from components.image_statistics import accumulator as acc
 from components.image_statistics import anomalies as anomaly_lib
 from components.image_statistics import spec, summary
+from components.image_statistics import transforms as stats_transforms
 from components.image_statistics.analyze import (
     THUMBNAIL_SIZE,
     AnalysisOptions,
@@ -464,3 +465,44 @@ def test_thumbnail_keeps_the_picture(size):
     left, right = thumbnail[:, : THUMBNAIL_SIZE // 3], thumbnail[:, -THUMBNAIL_SIZE // 3:]
     np.testing.assert_allclose(left.reshape(-1, 3).mean(0), (200, 30, 30), atol=6)
     np.testing.assert_allclose(right.reshape(-1, 3).mean(0), (30, 30, 200), atol=6)
+
+
+@pytest.mark.parametrize("gzip", [False, True])
+def test_record_batches_read_every_record_and_name_a_truncated_shard(tmp_path, gzip):
+    from apache_beam.testing.util import assert_that, equal_to
+
+    suffix = artifacts.GZIP_SUFFIX if gzip else ""
+    options = tf.io.TFRecordOptions(compression_type="GZIP" if gzip else "")
+    rng = np.random.default_rng(5)
+    records = [rng.integers(0, 256, 300, dtype=np.uint8).tobytes() for _ in range(5)]
+    for shard, part in enumerate((records[:3], records[3:])):
+        with tf.io.TFRecordWriter(str(tmp_path / f"data-{shard}{suffix}"), options) as writer:
+            for record in part:
+                writer.write(record)
+    pattern = str(tmp_path / f"data-*{suffix}")
+    with make_pipeline() as pipeline:
+        batches = pipeline | stats_transforms.ReadRecordBatches(pattern, batch_size=2)
+        assert_that(batches | beam.Map(len), equal_to([2, 1, 2]), label="sizes")
+        assert_that(batches | beam.FlatMap(lambda batch: batch), equal_to(records),
+                    label="records")
+
+    truncated = tmp_path / f"data-1{suffix}"
+    data = truncated.read_bytes()
+    truncated.write_bytes(data[:len(data) * 2 // 3])  # mid-record, mid-stream
+    with pytest.raises(Exception, match=f"data-1{suffix}: corrupt or truncated"):
+        with make_pipeline() as pipeline:
+            _ = pipeline | stats_transforms.ReadRecordBatches(pattern, batch_size=2)
+
+
+def test_a_shard_cut_at_a_record_boundary_is_caught_by_the_counts(dataset, tmp_path):
+    examples = str(tmp_path / "examples")
+    shutil.copytree(dataset["examples"], examples)
+    shard = sorted(tf.io.gfile.glob(artifacts.split_shard_pattern(examples, "train")))[0]
+    records = list(tf.data.TFRecordDataset(shard, "GZIP").as_numpy_iterator())
+    with tf.io.TFRecordWriter(shard, tf.io.TFRecordOptions(compression_type="GZIP")) as writer:
+        for record in records[:-1]:  # a valid shard, one record short
+            writer.write(record)
+    with pytest.raises(stats_transforms.ShardReadError,
+                       match=r"split 'train': read \d+ records but ImageExampleGen wrote"):
+        produce(examples, str(tmp_path), AnalysisOptions(IMAGE_SIZE, CROP),
+                anomaly_lib.Thresholds(), make_pipeline)

@@ -157,14 +157,14 @@ def thumbnail_jpeg(pixels: np.ndarray) -> bytes:
     return data.tobytes()
 
 
-_FUNCTIONS_LOCK = threading.Lock()
+_BUILD_LOCK = threading.Lock()
 _FUNCTIONS: dict[tuple[int, float], tuple[Callable, Callable]] = {}
 
 
 def _decoder_functions(size: int, crop: float) -> tuple[Callable, Callable]:
     """The decoder's two tf.functions, built once per process: tracing one costs about
     0.3 s, and a worker runs one decoder per split."""
-    with _FUNCTIONS_LOCK:
+    with _BUILD_LOCK:
         if (size, crop) in _FUNCTIONS:
             return _FUNCTIONS[size, crop]
 
@@ -199,13 +199,14 @@ class BatchDecoder:
                 "_eval": None, "_native": None, "_threads": None}
 
     def reduce_in_background(self, images: Sequence[ParsedImage], native: bool) -> Future:
-        """A future of `_reduce_chunk(images)`. TF and OpenCV release the GIL, so two
+        """A future of `_reduce_chunk(images)`. TF and OpenCV release the GIL, so
         chunks are decoded and reduced while the caller accumulates earlier ones."""
         if self._eval is None:
-            self._build()  # here, not racing in two workers
-        if self._threads is None:
-            self._threads = ThreadPoolExecutor(max_workers=_REDUCING_THREADS,
-                                               thread_name_prefix="image-stats")
+            self._build()
+        with _BUILD_LOCK:  # two batches may start at once
+            if self._threads is None:
+                self._threads = ThreadPoolExecutor(max_workers=_REDUCING_THREADS,
+                                                   thread_name_prefix="image-stats")
         return self._threads.submit(_reduce_chunk, self, images, native)
 
     def _build(self) -> None:

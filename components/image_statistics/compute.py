@@ -55,7 +55,7 @@ def build_pipeline(pipeline: beam.Pipeline, examples_uri: str, splits: Sequence[
                    options: AnalysisOptions, results_dir: str) -> None:
     partials, keys = [], []
     for split in splits:
-        records = pipeline | f"Read[{split}]" >> transforms.ReadSplit(
+        records = pipeline | f"Read[{split}]" >> transforms.ReadRecordBatches(
             artifacts.split_shard_pattern(examples_uri, split))
         split_options = dataclasses.replace(options, thumbnail_fraction=thumbnail_fraction(
             examples_uri, options.keep_thumbnails, split))
@@ -137,4 +137,23 @@ def run_statistics(examples_uri: str, work_parent: str, options: AnalysisOptions
             tf.io.gfile.rmtree(results_dir)
     # A split whose shards are all empty never reaches the combiner.
     accumulators = {split: combined.get(split, SplitAccumulator()) for split in splits}
+    _check_record_counts(examples_uri, accumulators)
     return StatisticsRun(splits, accumulators, groups)
+
+
+def _check_record_counts(examples_uri: str, accumulators: dict[str, SplitAccumulator]
+                         ) -> None:
+    """Records read must equal the records ImageExampleGen wrote, when it recorded them:
+    a GZIP shard cut at a record boundary reads as a shorter, valid one."""
+    try:
+        written = artifacts.load_summary(examples_uri)["splits"]
+    except (tf.errors.NotFoundError, FileNotFoundError):
+        return
+    for split, accumulator in accumulators.items():
+        if split not in written:
+            continue
+        read = accumulator.images + accumulator.failed
+        if read != written[split]["records"]:
+            raise transforms.ShardReadError(
+                f"{examples_uri} split {split!r}: read {read} records but ImageExampleGen "
+                f"wrote {written[split]['records']}; a shard was truncated or replaced")

@@ -7,13 +7,16 @@ small key per image (for the duplicate search, a GroupByKey on the hash) travel.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
+import tensorflow as tf
+from apache_beam.utils.windowed_value import WindowedValue
 
-from components.common import allocator
+from components.common import allocator, artifacts
 from components.image_statistics.accumulator import ImageStatsCombineFn, SplitAccumulator
 from components.image_statistics.analyze import (
     AnalysisOptions,
@@ -24,9 +27,10 @@ from components.image_statistics.analyze import (
 
 KEYS_TAG = "keys"
 STATS_TAG = "stats"
-MIN_BATCH = 16
-# Large batches keep the decoder busy: each batch decodes its first chunk alone.
-MAX_BATCH = 256
+# Records per analysed batch: large batches keep the decoding threads busy.
+BATCH_SIZE = 256
+# Batches analysed at once by one AnalyzeBatchFn.
+BATCHES_IN_FLIGHT = 2
 # A group's file list stops here; its size and per-split counts are still complete.
 MAX_GROUP_MEMBERS = 50
 
@@ -43,6 +47,13 @@ class DuplicateGroup:
 
 
 class AnalyzeBatchFn(beam.DoFn):
+    """analyze_batch per batch, BATCHES_IN_FLIGHT batches at a time.
+
+    One batch at a time would leave the decoding threads idle while each batch's last
+    chunk finishes (measured 20% slower on 2 cores). A batch's outputs therefore come
+    out when a later batch arrives, or at the end of the bundle, in its own window.
+    """
+
     def __init__(self, split: str, options: AnalysisOptions):
         self._split = split
         self._options = options
@@ -50,33 +61,88 @@ class AnalyzeBatchFn(beam.DoFn):
 
     def setup(self) -> None:
         allocator.tune_malloc()
+        self._batches = ThreadPoolExecutor(max_workers=BATCHES_IN_FLIGHT,
+                                           thread_name_prefix="image-stats-batch")
 
-    def process(self, records: list[bytes]) -> Iterator:
-        accumulator, keys = analyze_batch(records, self._split, self._decoder, self._options)
-        yield self._split, accumulator
+    def teardown(self) -> None:
+        self._batches.shutdown()
+
+    def start_bundle(self) -> None:
+        self._in_flight: collections.deque = collections.deque()
+
+    def process(self, records: list[bytes], window=beam.DoFn.WindowParam,
+                timestamp=beam.DoFn.TimestampParam) -> Iterator:
+        future = self._batches.submit(analyze_batch, records, self._split, self._decoder,
+                                      self._options)
+        self._in_flight.append((future, window, timestamp))
+        while len(self._in_flight) > BATCHES_IN_FLIGHT:
+            yield from self._outputs(*self._in_flight.popleft())
+
+    def finish_bundle(self) -> Iterator:
+        while self._in_flight:
+            yield from self._outputs(*self._in_flight.popleft())
+
+    def _outputs(self, future: Future, window, timestamp) -> Iterator:
+        accumulator, keys = future.result()
+        yield WindowedValue((self._split, accumulator), timestamp, [window])
         for key in keys:
-            yield beam.pvalue.TaggedOutput(KEYS_TAG, key)
+            yield beam.pvalue.TaggedOutput(KEYS_TAG, WindowedValue(key, timestamp, [window]))
 
 
 @beam.ptransform_fn
-@beam.typehints.with_input_types(bytes)
 def AnalyzeSplit(  # noqa: N802 - Beam transforms are named like classes
-    records: beam.PCollection, split: str, options: AnalysisOptions
+    record_batches: beam.PCollection, split: str, options: AnalysisOptions
 ) -> beam.pvalue.DoOutputsTuple:
-    """Serialized Examples of one split -> STATS_TAG (split, accumulator), KEYS_TAG ImageKey."""
-    return (records
-            | "Batch" >> beam.BatchElements(min_batch_size=MIN_BATCH, max_batch_size=MAX_BATCH)
-            | "Analyze" >> beam.ParDo(AnalyzeBatchFn(split, options)).with_outputs(
-                KEYS_TAG, main=STATS_TAG))
+    """Lists of serialized Examples of one split -> STATS_TAG (split, accumulator),
+    KEYS_TAG ImageKey."""
+    return record_batches | "Analyze" >> beam.ParDo(
+        AnalyzeBatchFn(split, options)).with_outputs(KEYS_TAG, main=STATS_TAG)
+
+
+class ShardReadError(OSError):
+    """A shard is corrupt or truncated; the message names it."""
+
+
+class ReadRecordBatchesFn(beam.DoFn):
+    """The serialized records of one TFRecord shard, in lists of up to `batch_size`.
+
+    TensorFlow's C++ record reader, on every filesystem TF knows; shards ending in .gz
+    are GZIP. Measured 13x cheaper per record than beam.io.ReadFromTFRecord, whose
+    per-record Python cost was about a third of the statistics' time.
+    """
+
+    def __init__(self, batch_size: int):
+        self._batch_size = batch_size
+
+    def process(self, path: str) -> Iterator[list[bytes]]:
+        compression = "GZIP" if path.endswith(artifacts.GZIP_SUFFIX) else ""
+        batch: list[bytes] = []
+        try:
+            for record in tf.compat.v1.io.tf_record_iterator(
+                    path, tf.io.TFRecordOptions(compression_type=compression)):
+                batch.append(record)
+                if len(batch) == self._batch_size:
+                    yield batch
+                    batch = []
+        except tf.errors.OpError as e:
+            raise ShardReadError(
+                f"{path}: corrupt or truncated TFRecord shard ({e.message.strip()})") from e
+        if batch:
+            yield batch
 
 
 @beam.ptransform_fn
-def ReadSplit(  # noqa: N802
-    pipeline: beam.Pipeline, file_pattern: str
+def ReadRecordBatches(  # noqa: N802
+    pipeline: beam.Pipeline, file_pattern: str, batch_size: int = BATCH_SIZE
 ) -> beam.PCollection:
-    """Serialized records of one split; shards ending in .gz are read as GZIP."""
-    return pipeline | beam.io.ReadFromTFRecord(
-        file_pattern, compression_type=CompressionTypes.AUTO)
+    """Lists of serialized records from the shards matching `file_pattern`. Create
+    spreads the shards over the workers; each shard is read whole by one."""
+    files = sorted(tf.io.gfile.glob(file_pattern))
+    if not files:
+        raise FileNotFoundError(f"no shards match {file_pattern}")
+    return (pipeline
+            | "Shards" >> beam.Create(files)
+            | "Read" >> beam.ParDo(ReadRecordBatchesFn(batch_size)))
 
 
 @beam.ptransform_fn
