@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-from tensorflow.core.example import example_pb2, feature_pb2
+from tensorflow.core.example import example_pb2
 
 from components.common import features as fk
 from components.image_example_gen.image_codec import EncodedImage
-
-
-def _bytes(value: bytes) -> feature_pb2.Feature:
-    feature = feature_pb2.Feature()
-    feature.bytes_list.value.append(value)
-    return feature
-
-
-def _int64(value: int) -> feature_pb2.Feature:
-    feature = feature_pb2.Feature()
-    feature.int64_list.value.append(value)
-    return feature
 
 
 def image_example(
@@ -34,13 +22,15 @@ def image_example(
     """
     example = example_pb2.Example()
     feature = example.features.feature
-    feature[fk.IMAGE_ENCODED_KEY].CopyFrom(_bytes(image.data))
-    feature[fk.IMAGE_FORMAT_KEY].CopyFrom(_bytes(image.format.encode()))
-    feature[fk.IMAGE_HEIGHT_KEY].CopyFrom(_int64(image.height))
-    feature[fk.IMAGE_WIDTH_KEY].CopyFrom(_int64(image.width))
-    feature[fk.IMAGE_CHANNELS_KEY].CopyFrom(_int64(image.channels))
-    feature[fk.LABEL_KEY].CopyFrom(_int64(label_id))
-    feature[fk.LABEL_TEXT_KEY].CopyFrom(_bytes(label.encode()))
-    feature[fk.FILENAME_KEY].CopyFrom(_bytes(relpath.encode()))
-    feature[fk.SHA256_KEY].CopyFrom(_bytes(sha256_hex.encode()))
+    # Appending in place: building each Feature apart and CopyFrom-ing it copies the
+    # image bytes once more (about half the cost of this function, measured).
+    feature[fk.IMAGE_ENCODED_KEY].bytes_list.value.append(image.data)
+    feature[fk.IMAGE_FORMAT_KEY].bytes_list.value.append(image.format.encode())
+    feature[fk.IMAGE_HEIGHT_KEY].int64_list.value.append(image.height)
+    feature[fk.IMAGE_WIDTH_KEY].int64_list.value.append(image.width)
+    feature[fk.IMAGE_CHANNELS_KEY].int64_list.value.append(image.channels)
+    feature[fk.LABEL_KEY].int64_list.value.append(label_id)
+    feature[fk.LABEL_TEXT_KEY].bytes_list.value.append(label.encode())
+    feature[fk.FILENAME_KEY].bytes_list.value.append(relpath.encode())
+    feature[fk.SHA256_KEY].bytes_list.value.append(sha256_hex.encode())
     return example.SerializeToString(deterministic=True)
