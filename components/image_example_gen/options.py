@@ -61,6 +61,13 @@ class ImageOptions:
     max_pixels: int = DEFAULT_MAX_PIXELS
     verify: str = VERIFY_HEADER
 
+    @property
+    def decodes_every_image(self) -> bool:
+        """Whether every image's pixels are decoded, rather than its header read and its
+        bytes kept (pass-through, where only unusual images are re-encoded)."""
+        return (self.resize is not None or self.quality is not None
+                or self.output_format != OUTPUT_KEEP or self.verify == VERIFY_DECODE)
+
     def validate(self) -> None:
         if self.resize is not None and self.resize < 1:
             raise ValueError(f"resize must be a positive side length, got {self.resize}")
