@@ -2,9 +2,11 @@
 
 Three passes over the shards of one Examples folder, interleaved and repeated (best of
 `repeats` each, since other work shares the machine):
-  decode_only   read the records, parse them, tf.io.decode_image every image at its
-                stored size (batched tf.function, as the statistics do): the floor cost.
-  stats_core    the statistics' per-batch work without Beam (analyze_batch).
+  decode_only   read the records (TF's C++ reader, as the statistics do), parse them,
+                tf.io.decode_image every image at its stored size (batched
+                tf.function, as the statistics do): the floor cost.
+  stats_core    the same reading, then the statistics' per-batch work without Beam
+                (analyze_batch, two batches in flight as AnalyzeBatchFn runs them).
   stats_beam    the whole statistics run on Beam's DirectRunner (one worker): reading,
                 analysis, combine, duplicate search, results written and read back.
   stats_beam_small  the same on one shard per split, to separate Beam's fixed cost per
@@ -16,9 +18,11 @@ images) / (time - small time), is what a large dataset sees.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import tensorflow as tf
 
@@ -26,19 +30,17 @@ from components.common import artifacts
 from components.common import features as fk
 from components.image_statistics.analyze import AnalysisOptions, BatchDecoder, analyze_batch
 from components.image_statistics.compute import find_splits, run_statistics, thumbnail_fraction
+from components.image_statistics.transforms import BATCHES_IN_FLIGHT, ReadRecordBatchesFn
 
 BATCH = 256  # transforms.BATCH_SIZE
 TARGET_RATIO = 0.8
 
 
 def _split_records(examples_dir: str, split: str) -> list[bytes]:
-    records = []
+    """The records of one split, read as the statistics read them."""
     files = sorted(tf.io.gfile.glob(artifacts.split_shard_pattern(examples_dir, split)))
-    for path in files:
-        compression = "GZIP" if path.endswith(artifacts.GZIP_SUFFIX) else ""
-        for batch in tf.data.TFRecordDataset(path, compression).batch(BATCH):
-            records.extend(batch.numpy().tolist())
-    return records
+    reader = ReadRecordBatchesFn(BATCH)
+    return [record for path in files for batch in reader.process(path) for record in batch]
 
 
 def _records(examples_dir: str) -> list[bytes]:
@@ -70,10 +72,12 @@ def _stats_core(examples_dir: str, options: AnalysisOptions) -> int:
         records = _split_records(examples_dir, split)
         split_options = dataclasses.replace(options, thumbnail_fraction=thumbnail_fraction(
             examples_dir, options.keep_thumbnails, split))
-        for start in range(0, len(records), BATCH):
-            accumulator, _ = analyze_batch(records[start:start + BATCH], split, decoder,
-                                           split_options)
-            images += accumulator.images
+        batches = [records[start:start + BATCH] for start in range(0, len(records), BATCH)]
+        with ThreadPoolExecutor(BATCHES_IN_FLIGHT) as in_flight:  # as AnalyzeBatchFn
+            analyze = functools.partial(analyze_batch, split=split, decoder=decoder,
+                                        options=split_options)
+            for accumulator, _ in in_flight.map(analyze, batches):
+                images += accumulator.images
     return images
 
 
@@ -115,7 +119,7 @@ def _rate(fn, *args) -> float:
     return images / seconds
 
 
-def run(examples_dir: str, image_size: int = 224, repeats: int = 2) -> dict:
+def run(examples_dir: str, image_size: int = 224, repeats: int = 3) -> dict:
     """Images per second of each pass, and the ratio the issue targets.
 
     Args:
