@@ -175,15 +175,16 @@ def FindDuplicates(  # noqa: N802
     keys: beam.PCollection, near: bool = True
 ) -> beam.PCollection:
     """Exact duplicates by content hash and, with `near`, near-duplicates by equal dHash,
-    within and across splits."""
-    exact = (keys
-             | "BySha" >> beam.Map(lambda k: (k.sha256, (k.split, k.path, k.sha256)))
-             | "GroupSha" >> beam.GroupByKey()
-             | "ExactGroups" >> beam.FlatMapTuple(lambda key, m: _groups("exact", key, m)))
-    if not near:
-        return exact
-    similar = (keys
-               | "ByDhash" >> beam.Map(lambda k: (f"{k.dhash:016x}", (k.split, k.path, k.sha256)))
-               | "GroupDhash" >> beam.GroupByKey()
-               | "NearGroups" >> beam.FlatMapTuple(lambda key, m: _groups("near", key, m)))
-    return (exact, similar) | "AllGroups" >> beam.Flatten()
+    within and across splits. One GroupByKey serves both kinds."""
+
+    def hash_keys(key: ImageKey) -> Iterator[tuple[tuple[str, str], tuple[str, str, str]]]:
+        member = (key.split, key.path, key.sha256)
+        yield ("exact", key.sha256), member
+        if near:
+            yield ("near", f"{key.dhash:016x}"), member
+
+    return (keys
+            | "ByHash" >> beam.FlatMap(hash_keys)
+            | "GroupByHash" >> beam.GroupByKey()
+            | "Groups" >> beam.FlatMapTuple(lambda kind_key, members: _groups(
+                kind_key[0], kind_key[1], members)))
