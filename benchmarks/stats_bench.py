@@ -101,9 +101,8 @@ def _one_shard_per_split(examples_dir: str, out: str) -> str:
         folder = os.path.join(out, artifacts.SPLIT_DIR_PREFIX + split)
         tf.io.gfile.makedirs(folder)
         tf.io.gfile.copy(first, os.path.join(folder, os.path.basename(first)))
-        compression = "GZIP" if first.endswith(artifacts.GZIP_SUFFIX) else ""
         summary["splits"][split]["records"] = sum(
-            1 for _ in tf.data.TFRecordDataset(first, compression))
+            1 for _ in tf.data.TFRecordDataset(first, artifacts.shard_compression(first)))
     artifacts.write_json(os.path.join(out, artifacts.SUMMARY_FILE), summary)
     return out
 

@@ -454,7 +454,7 @@ def test_dhash_matches_a_reencoded_copy_and_tells_images_apart():
     assert bin(hashes[0] ^ hashes[2]).count("1") > 8, "different images hash apart"
 
 
-@pytest.mark.parametrize("size", [224, 150, 97])
+@pytest.mark.parametrize("size", [384, 224, 150, 97])
 def test_thumbnail_keeps_the_picture(size):
     pixels = np.zeros((size, size, 3), np.uint8)
     pixels[:, : size // 2] = (200, 30, 30)  # red left half
@@ -502,7 +502,7 @@ def test_a_shard_cut_at_a_record_boundary_is_caught_by_the_counts(dataset, tmp_p
     with tf.io.TFRecordWriter(shard, tf.io.TFRecordOptions(compression_type="GZIP")) as writer:
         for record in records[:-1]:  # a valid shard, one record short
             writer.write(record)
-    with pytest.raises(stats_transforms.ShardReadError,
+    with pytest.raises(artifacts.ShardReadError,
                        match=r"split 'train': read \d+ records but ImageExampleGen wrote"):
         produce(examples, str(tmp_path), AnalysisOptions(IMAGE_SIZE, CROP),
                 anomaly_lib.Thresholds(), make_pipeline)

@@ -171,7 +171,7 @@ def test_gzip_shards_in_tfds_layout(data, tmp_path):
                     "label": feature["image/class/label"]})).SerializeToString())
         paths.append(path)
     source = input_lib.SplitSource(tuple(paths), records=len(records), name="tfds")
-    assert source.compression == input_lib.GZIP
+    assert source.compression == artifacts.GZIP
     dataset = input_lib.make_dataset(source, input_lib.EVAL, image_size=SIZE, batch_size=64,
                                      memory=NO_CACHE, key_map=TFDS_KEY_MAP)
     images, labels = next(iter(dataset))

@@ -29,6 +29,17 @@ SHARD_PREFIX = "data_tfrecord"
 # TFX names the folder of each split of an artifact Split-<name>.
 SPLIT_DIR_PREFIX = "Split-"
 GZIP_SUFFIX = ".gz"
+GZIP = "GZIP"
+
+
+class ShardReadError(OSError):
+    """A shard is corrupt or truncated, or the shards disagree with the recorded counts;
+    the message names the shard or the split."""
+
+
+def shard_compression(path: str) -> str:
+    """The TFRecord compression of a shard, from its name: GZIP for .gz, else none ("")."""
+    return GZIP if path.endswith(GZIP_SUFFIX) else ""
 
 
 def split_dir(examples_uri: str, split: str) -> str:

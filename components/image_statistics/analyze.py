@@ -117,15 +117,11 @@ def difference_hash(pixels: np.ndarray) -> int:
     """The 64-bit dHash of HxWx3 uint8 RGB pixels, the first bit most significant: is
     each cell of an 8x9 grey thumbnail brighter than its left neighbour.
 
-    The thumbnail is an area mean. Halving first, down to about 56x56 pixels, takes
-    OpenCV's fast 2x path (0.06 ms at 224 against 0.15 ms for the same in the decode
-    graph); the last step to 9x8 is exact, in float.
+    The thumbnail is an area mean: halved down to about 56x56 pixels first (0.06 ms at
+    224 against 0.15 ms for the same in the decode graph), then exactly to 9x8 in float.
     """
-    while min(pixels.shape[:2]) >= 2 * _DHASH_GRID:
-        height, width = pixels.shape[:2]
-        pixels = cv2.resize(pixels[:height - height % 2, :width - width % 2],
-                            (width // 2, height // 2), interpolation=cv2.INTER_AREA)
-    cells = cv2.resize(pixels.astype(np.float32), (9, 8), interpolation=cv2.INTER_AREA)
+    small = _halve_down_to(pixels, _DHASH_GRID)
+    cells = cv2.resize(small.astype(np.float32), (9, 8), interpolation=cv2.INTER_AREA)
     grey = cells @ _GREY_WEIGHTS
     bits = (grey[:, 1:] > grey[:, :-1]).reshape(-1)
     return int.from_bytes(np.packbits(bits).tobytes(), "big")
@@ -136,20 +132,26 @@ def hash_fraction(sha256_hex: str) -> float:
     return int(sha256_hex[:8], 16) / 2**32
 
 
+def _halve_down_to(pixels: np.ndarray, side: int) -> np.ndarray:
+    """Area-halves HxWxC pixels while the shorter side is at least 2 x `side`, dropping an
+    odd last row or column. Halving is OpenCV's fast INTER_AREA path; other factors
+    take a generic one several times slower."""
+    while min(pixels.shape[:2]) >= 2 * side:
+        height, width = pixels.shape[:2]
+        pixels = cv2.resize(pixels[:height - height % 2, :width - width % 2],
+                            (width // 2, height // 2), interpolation=cv2.INTER_AREA)
+    return pixels
+
+
 def thumbnail_jpeg(pixels: np.ndarray) -> bytes:
     """A THUMBNAIL_SIZE square JPEG of HxWx3 RGB pixels.
 
-    Area-averaged by the largest whole factor first (OpenCV's fast path: 0.05 ms at 224
-    against 0.27 ms for INTER_AREA straight to 96), then a bilinear step of at most 1.5x.
+    Halved first (0.05 ms at 224 against 0.27 ms for INTER_AREA straight to 96); the
+    step left, under 2x, is bilinear.
     """
-    height, width = pixels.shape[:2]
-    factor = min(height, width) // THUMBNAIL_SIZE
-    interpolation = cv2.INTER_AREA
-    if factor >= 2:
-        pixels = cv2.resize(pixels[:height - height % factor, :width - width % factor],
-                            (width // factor, height // factor), interpolation=cv2.INTER_AREA)
-        interpolation = cv2.INTER_LINEAR
-    small = cv2.resize(pixels, (THUMBNAIL_SIZE, THUMBNAIL_SIZE), interpolation=interpolation)
+    halved = _halve_down_to(pixels, THUMBNAIL_SIZE)
+    interpolation = cv2.INTER_LINEAR if halved is not pixels else cv2.INTER_AREA
+    small = cv2.resize(halved, (THUMBNAIL_SIZE, THUMBNAIL_SIZE), interpolation=interpolation)
     ok, data = cv2.imencode(".jpg", cv2.cvtColor(small, cv2.COLOR_RGB2BGR),
                             [cv2.IMWRITE_JPEG_QUALITY, THUMBNAIL_QUALITY])
     if not ok:

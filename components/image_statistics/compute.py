@@ -154,6 +154,6 @@ def _check_record_counts(examples_uri: str, accumulators: dict[str, SplitAccumul
             continue
         read = accumulator.images + accumulator.failed
         if read != written[split]["records"]:
-            raise transforms.ShardReadError(
+            raise artifacts.ShardReadError(
                 f"{examples_uri} split {split!r}: read {read} records but ImageExampleGen "
                 f"wrote {written[split]['records']}; a shard was truncated or replaced")

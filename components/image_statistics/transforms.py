@@ -99,10 +99,6 @@ def AnalyzeSplit(  # noqa: N802 - Beam transforms are named like classes
         AnalyzeBatchFn(split, options)).with_outputs(KEYS_TAG, main=STATS_TAG)
 
 
-class ShardReadError(OSError):
-    """A shard is corrupt or truncated; the message names it."""
-
-
 class ReadRecordBatchesFn(beam.DoFn):
     """The serialized records of one TFRecord shard, in lists of up to `batch_size`.
 
@@ -116,17 +112,16 @@ class ReadRecordBatchesFn(beam.DoFn):
         self._batch_size = batch_size
 
     def process(self, path: str) -> Iterator[list[bytes]]:
-        compression = "GZIP" if path.endswith(artifacts.GZIP_SUFFIX) else ""
+        options = tf.io.TFRecordOptions(compression_type=artifacts.shard_compression(path))
         batch: list[bytes] = []
         try:
-            for record in tf.compat.v1.io.tf_record_iterator(
-                    path, tf.io.TFRecordOptions(compression_type=compression)):
+            for record in tf.compat.v1.io.tf_record_iterator(path, options):
                 batch.append(record)
                 if len(batch) == self._batch_size:
                     yield batch
                     batch = []
         except tf.errors.OpError as e:
-            raise ShardReadError(
+            raise artifacts.ShardReadError(
                 f"{path}: corrupt or truncated TFRecord shard ({e.message.strip()})") from e
         if batch:
             yield batch

@@ -21,6 +21,7 @@ import tensorflow as tf
 from absl import logging
 
 from components.common import artifacts, preprocessing
+from components.common.artifacts import ShardReadError
 from components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
 from components.trainer.memory import MemoryPlan
 
@@ -28,14 +29,9 @@ TRAIN = "train"
 EVAL = "eval"
 MODES = (TRAIN, EVAL)
 
-GZIP = "GZIP"
 # Files read concurrently; more than the shard count would only add idle readers.
 MAX_CYCLE_LENGTH = 16
 READ_BUFFER_BYTES = 8 * 1024 * 1024
-
-
-class ShardReadError(OSError):
-    """A shard is corrupt or truncated, or the shards disagree with the recorded counts."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,11 +52,11 @@ class SplitSource:
 
     @property
     def compression(self) -> str:
-        gzipped = {f.endswith(artifacts.GZIP_SUFFIX) for f in self.files}
-        if len(gzipped) > 1:
+        compressions = {artifacts.shard_compression(f) for f in self.files}
+        if len(compressions) > 1:
             raise ValueError(f"{self.name}: mixes GZIP (.gz) and plain shards: "
                              f"{list(self.files)}")
-        return GZIP if gzipped == {True} else ""
+        return compressions.pop() if compressions else ""
 
 
 def split_source(examples_uri: str, split: str) -> SplitSource:
