@@ -22,6 +22,7 @@ from components.trainer import devices, export, memory, task
 from components.trainer import input as input_lib
 from components.trainer import model as model_lib
 from components.trainer.config import TrainerConfig
+from tests import imagegen
 from tests import trainer_helpers as th
 
 SIZE = 32
@@ -131,6 +132,47 @@ def test_input_fn_shapes_and_dtypes(data):
     raw = next(iter(plain))[0].numpy().astype(np.float32)
     np.testing.assert_allclose(batches[0][0].numpy(), (raw - MEAN) / STD, rtol=1e-5,
                                atol=1e-5)
+
+
+def test_random_crop_windows_stay_inside_and_span_the_ranges():
+    shapes = tf.constant([[48, 64], [256, 256], [30, 200]] * 2000, tf.int32)
+    windows = preprocessing.random_crop_windows(shapes).numpy()
+    heights, widths = shapes.numpy().T
+    offset_y, offset_x, crop_h, crop_w = windows.T
+    assert (crop_h >= 1).all() and (crop_w >= 1).all()
+    assert (offset_y >= 0).all() and (offset_x >= 0).all()
+    assert (offset_y + crop_h <= heights).all() and (offset_x + crop_w <= widths).all()
+    square = slice(1, None, 3)  # the 256 x 256 images: no side is ever clipped
+    area = (crop_h * crop_w / (heights * widths))[square]
+    assert 0.07 < area.min() < 0.1 and area.max() > 0.98
+    aspect = (crop_w / crop_h)[square]
+    assert 0.7 < aspect.min() < 0.77 and 1.3 < aspect.max() < 1.4
+    assert offset_x[square].min() == 0 and (offset_x + crop_w)[square].max() == 256
+
+
+def test_train_images_crop_flip_and_formats():
+    # Dark on the left, bright on the right: a flipped output is brighter on the left.
+    ramp = np.repeat(np.linspace(0, 255, 64, dtype=np.float32)[None, :], 48, axis=0)
+    pixels = np.stack([ramp] * 3, axis=-1).round().astype(np.uint8)
+    jpeg, png = imagegen.jpeg_bytes(pixels), imagegen.png_bytes(pixels)
+    shapes = tf.constant([[48, 64]] * 64)
+    for batch in ([jpeg] * 64, [jpeg, png] * 32):
+        for given in (shapes, None):
+            images = preprocessing.train_images(tf.constant(batch), SIZE, given).numpy()
+            assert images.shape == (64, SIZE, SIZE, 3) and images.dtype == np.uint8
+            flipped = images[:, :, :4].mean(axis=(1, 2, 3)) > images[:, :, -4:].mean(
+                axis=(1, 2, 3))
+            assert 10 < flipped.sum() < 54
+    # The whole image as the window: each output is the resized PNG, or its mirror.
+    whole = preprocessing.train_images(tf.constant([png] * 16), SIZE, shapes[:16],
+                                       area_range=(1.0, 1.0),
+                                       aspect_ratio_range=(64 / 48, 64 / 48)).numpy()
+    resized = tf.cast(tf.image.resize(tf.cast(pixels, tf.float32), [SIZE, SIZE]) + 0.5,
+                      tf.uint8).numpy().astype(int)
+    for image in whole.astype(int):
+        assert min(np.abs(image - resized).max(), np.abs(image - resized[:, ::-1]).max()) <= 1
+    assert preprocessing.image_shapes(tf.constant([jpeg, png])).numpy().tolist() == [
+        [48, 64], [48, 64]]
 
 
 def test_eval_is_deterministic_and_matches_eval_image(data):
