@@ -219,6 +219,11 @@ def test_gzip_shards_in_tfds_layout(data, tmp_path):
     images, labels = next(iter(dataset))
     assert images.shape == (len(records), SIZE, SIZE, 3)
     assert sorted(np.bincount(labels.numpy())) == [10, 10, 10]
+    # No size features in this layout: TRAIN reads the sizes from the images.
+    train = input_lib.make_dataset(source, input_lib.TRAIN, image_size=SIZE, batch_size=16,
+                                   memory=NO_CACHE, key_map=TFDS_KEY_MAP)
+    for images, _ in train.take(3):
+        assert images.shape == (16, SIZE, SIZE, 3) and images.dtype == tf.uint8
 
 
 @pytest.mark.parametrize("cut", ["mid_record", "record_boundary"])
