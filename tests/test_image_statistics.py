@@ -425,15 +425,21 @@ def test_cli_stats_writes_json_and_html(dataset, tmp_path):
 
 
 def test_resize_skips_only_an_identity_resize():
-    """The same-size shortcut in resize_uint8 gives the pixels the full resize would."""
-    from components.common.preprocessing import resize_uint8
+    """A batch whose crops are all at the output size skips the resize; the pixels are
+    the ones the resize would give, as in a batch that needs it."""
+    from components.common.preprocessing import eval_images
 
     rng = np.random.default_rng(1)
-    for shape in ((IMAGE_SIZE, IMAGE_SIZE, 3), (IMAGE_SIZE + 5, IMAGE_SIZE, 3)):
-        image = tf.constant(rng.integers(0, 256, shape, dtype=np.uint8))
-        full = tf.image.resize(image, [IMAGE_SIZE, IMAGE_SIZE], method="bilinear")
-        full = tf.cast(tf.clip_by_value(tf.round(full), 0.0, 255.0), tf.uint8)
-        np.testing.assert_array_equal(resize_uint8(image, IMAGE_SIZE).numpy(), full.numpy())
+    exact = rng.integers(0, 256, (IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
+    larger = rng.integers(0, 256, (IMAGE_SIZE + 8, IMAGE_SIZE + 8, 3), dtype=np.uint8)
+    encoded = [cv2.imencode(".png", cv2.cvtColor(p, cv2.COLOR_RGB2BGR))[1].tobytes()
+               for p in (exact, larger)]
+    skipped = eval_images(tf.constant(encoded[:1]), IMAGE_SIZE, 1.0).numpy()[0]
+    resized = eval_images(tf.constant(encoded), IMAGE_SIZE, 1.0).numpy()
+    np.testing.assert_array_equal(skipped, exact)
+    np.testing.assert_array_equal(resized[0], exact)
+    full = tf.image.resize(tf.cast(larger, tf.float32), [IMAGE_SIZE, IMAGE_SIZE])
+    np.testing.assert_array_equal(resized[1], tf.cast(full + 0.5, tf.uint8).numpy())
 
 
 def test_dhash_matches_a_reencoded_copy_and_tells_images_apart():

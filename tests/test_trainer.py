@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 from tfx.components.trainer.fn_args_utils import FnArgs
 
 from components.common import artifacts, preprocessing
@@ -155,24 +156,33 @@ def test_train_images_crop_flip_and_formats():
     ramp = np.repeat(np.linspace(0, 255, 64, dtype=np.float32)[None, :], 48, axis=0)
     pixels = np.stack([ramp] * 3, axis=-1).round().astype(np.uint8)
     jpeg, png = imagegen.jpeg_bytes(pixels), imagegen.png_bytes(pixels)
-    shapes = tf.constant([[48, 64]] * 64)
     for batch in ([jpeg] * 64, [jpeg, png] * 32):
-        for given in (shapes, None):
-            images = preprocessing.train_images(tf.constant(batch), SIZE, given).numpy()
-            assert images.shape == (64, SIZE, SIZE, 3) and images.dtype == np.uint8
-            flipped = images[:, :, :4].mean(axis=(1, 2, 3)) > images[:, :, -4:].mean(
-                axis=(1, 2, 3))
-            assert 10 < flipped.sum() < 54
+        images = preprocessing.train_images(tf.constant(batch), SIZE).numpy()
+        assert images.shape == (64, SIZE, SIZE, 3) and images.dtype == np.uint8
+        flipped = images[:, :, :4].mean(axis=(1, 2, 3)) > images[:, :, -4:].mean(
+            axis=(1, 2, 3))
+        assert 10 < flipped.sum() < 54
     # The whole image as the window: each output is the resized PNG, or its mirror.
-    whole = preprocessing.train_images(tf.constant([png] * 16), SIZE, shapes[:16],
-                                       area_range=(1.0, 1.0),
+    whole = preprocessing.train_images(tf.constant([png] * 16), SIZE, area_range=(1.0, 1.0),
                                        aspect_ratio_range=(64 / 48, 64 / 48)).numpy()
     resized = tf.cast(tf.image.resize(tf.cast(pixels, tf.float32), [SIZE, SIZE]) + 0.5,
                       tf.uint8).numpy().astype(int)
     for image in whole.astype(int):
         assert min(np.abs(image - resized).max(), np.abs(image - resized[:, ::-1]).max()) <= 1
-    assert preprocessing.image_shapes(tf.constant([jpeg, png])).numpy().tolist() == [
-        [48, 64], [48, 64]]
+    gif = imagegen.pillow_bytes(Image.fromarray(pixels), "GIF")
+    assert preprocessing.image_shapes(tf.constant([jpeg, png, gif])).numpy().tolist() == [
+        [48, 64]] * 3
+
+
+def test_eval_images_center_crop_without_resize_at_the_output_size():
+    pixels = imagegen.photo_like(48, 64)
+    jpeg, png = imagegen.jpeg_bytes(pixels), imagegen.png_bytes(pixels)
+    fraction = SIZE / 48 + 1e-6  # the crop is exactly SIZE x SIZE: no resize
+    expected_jpeg = tf.image.decode_and_crop_jpeg(jpeg, [8, 16, SIZE, SIZE], channels=3)
+    for batch, expected in (([jpeg, jpeg], [expected_jpeg] * 2),
+                            ([jpeg, png], [expected_jpeg, pixels[8:40, 16:48]])):
+        images = preprocessing.eval_images(tf.constant(batch), SIZE, fraction).numpy()
+        np.testing.assert_array_equal(images, np.stack(expected))
 
 
 def test_eval_is_deterministic_and_matches_eval_image(data):

@@ -8,6 +8,7 @@ match what the model is fed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -17,17 +18,56 @@ DEFAULT_CROP_FRACTION = 0.875
 # the default (accurate) one, with differences of a level or two that augmentation
 # dwarfs. Evaluation and serving keep the default, so they agree with each other.
 TRAIN_DCT_METHOD = "INTEGER_FAST"
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def _center_crop_window(shape: tf.Tensor, crop_fraction: float) -> tf.Tensor:
-    height, width = shape[0], shape[1]
-    side = tf.cast(
-        tf.cast(tf.minimum(height, width), tf.float32) * crop_fraction, tf.int32
-    )
+def center_crop_windows(shapes: tf.Tensor, crop_fraction: float) -> tf.Tensor:
+    """Centered square [offset_y, offset_x, side, side] windows for images of `shapes`
+    [B, 2], the side `crop_fraction` of the shorter one."""
+    heights, widths = shapes[:, 0], shapes[:, 1]
+    side = tf.cast(tf.cast(tf.minimum(heights, widths), tf.float32) * crop_fraction, tf.int32)
     side = tf.maximum(side, 1)
-    offset_y = (height - side) // 2
-    offset_x = (width - side) // 2
-    return tf.stack([offset_y, offset_x, side, side])
+    return tf.stack([(heights - side) // 2, (widths - side) // 2, side, side], axis=1)
+
+
+def eval_images(
+    encoded: tf.Tensor,
+    image_size: int,
+    crop_fraction: float = DEFAULT_CROP_FRACTION,
+) -> tf.Tensor:
+    """Decodes a batch of encoded JPEGs or PNGs, center-crops and resizes each.
+
+    JPEGs are cropped while decoding (`decode_and_crop_jpeg`), so only the kept
+    region is decoded. The same pixels as `eval_image` on each image.
+
+    Args:
+      encoded: string tensor [B] of JPEG or PNG bytes.
+      image_size: output side in pixels.
+      crop_fraction: fraction of the shorter side kept by the center crop.
+
+    Returns:
+      A uint8 tensor [B, image_size, image_size, 3].
+    """
+    all_jpeg = tf.reduce_all(tf.io.is_jpeg(encoded))
+    windows = center_crop_windows(image_shapes(encoded, all_jpeg), crop_fraction)
+    # A batch whose crops are all at the output size skips the resize (a same-size
+    # bilinear resize is the identity): shards stored at the crop size decode about
+    # 1.5 times as fast.
+    same_size = tf.reduce_all(windows[:, 2] == image_size)
+
+    def map_images(crop: Callable, resize: bool) -> tf.Tensor:
+        def one(args: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+            image = crop(*args)
+            return _round_to_uint8(_resize_bilinear(image, image_size)) if resize else image
+
+        return _map_to_images(one, (encoded, windows), image_size)
+
+    def decode(crop: Callable) -> tf.Tensor:
+        return tf.cond(same_size, lambda: map_images(crop, resize=False),
+                       lambda: map_images(crop, resize=True))
+
+    return tf.cond(all_jpeg, lambda: decode(_crop_decoder(jpeg_only=True)),
+                   lambda: decode(_crop_decoder(jpeg_only=False)))
 
 
 def eval_image(
@@ -35,51 +75,37 @@ def eval_image(
     image_size: int,
     crop_fraction: float = DEFAULT_CROP_FRACTION,
 ) -> tf.Tensor:
-    """Decodes one encoded JPEG or PNG, center-crops it and resizes it.
-
-    JPEGs are cropped while decoding (`decode_and_crop_jpeg`), so only the kept
-    region is decoded.
-
-    Args:
-      encoded: scalar string tensor of JPEG or PNG bytes.
-      image_size: output side in pixels.
-      crop_fraction: fraction of the shorter side kept by the center crop.
-
-    Returns:
-      A uint8 tensor [image_size, image_size, 3].
-    """
-
-    def jpeg() -> tf.Tensor:
-        shape = tf.image.extract_jpeg_shape(encoded)
-        window = _center_crop_window(shape, crop_fraction)
-        return tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
-
-    def other() -> tf.Tensor:
-        image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-        image = tf.ensure_shape(image, [None, None, 3])
-        window = _center_crop_window(tf.shape(image), crop_fraction)
-        return tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
-
-    image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
-    return resize_uint8(image, image_size)
+    """`eval_images` of one scalar string tensor: a uint8 [image_size, image_size, 3]."""
+    return eval_images(tf.expand_dims(encoded, 0), image_size, crop_fraction)[0]
 
 
-def resize_uint8(image: tf.Tensor, image_size: int) -> tf.Tensor:
-    """Bilinear resize to [image_size, image_size, 3], rounded back to uint8.
+def _map_to_images(fn: Callable, elements: tuple, image_size: int) -> tf.Tensor:
+    return tf.map_fn(fn, elements,
+                     fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.uint8))
 
-    An image already at that size is returned as it is: a same-size bilinear resize
-    is the identity, and skipping its float round trip roughly halves eval_image's
-    cost on shards stored at the crop size (ImageStatistics, eval input).
-    """
 
-    def resize() -> tf.Tensor:
-        resized = _resize_bilinear(image, image_size)
-        return tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
+def _crop_decoder(jpeg_only: bool, dct_method: str = "") -> Callable:
+    """fn(encoded, window) -> the window of the image as uint8 [h, w, 3]. `jpeg_only`
+    leaves out the per-image format branch (a tf.cond per image costs about as much as
+    the arithmetic of a whole batch)."""
 
-    shape = tf.shape(image)
-    same = tf.logical_and(tf.equal(shape[0], image_size), tf.equal(shape[1], image_size))
-    return tf.ensure_shape(tf.cond(same, lambda: tf.identity(image), resize),
-                           [image_size, image_size, 3])
+    def jpeg(e: tf.Tensor, window: tf.Tensor) -> tf.Tensor:
+        return tf.image.decode_and_crop_jpeg(e, window, channels=3, dct_method=dct_method)
+
+    def any_format(e: tf.Tensor, window: tf.Tensor) -> tf.Tensor:
+        def other() -> tf.Tensor:
+            image = tf.io.decode_image(e, channels=3, expand_animations=False)
+            return tf.slice(image, [window[0], window[1], 0], [window[2], window[3], 3])
+
+        return tf.cond(tf.io.is_jpeg(e), lambda: jpeg(e, window), other)
+
+    return jpeg if jpeg_only else any_format
+
+
+def _round_to_uint8(image: tf.Tensor) -> tf.Tensor:
+    """Float pixels from a bilinear resize to uint8. Bilinear weights are convex, so the
+    values stay within 0..255 and need no clipping; +0.5 then truncation rounds."""
+    return tf.cast(image + 0.5, tf.uint8)
 
 
 def _resize_bilinear(image: tf.Tensor, image_size: int) -> tf.Tensor:
@@ -115,22 +141,41 @@ def random_crop_windows(
     return tf.cast(tf.stack([offset_y, offset_x, crop_h, crop_w], axis=1), tf.int32)
 
 
-def image_shapes(encoded: tf.Tensor) -> tf.Tensor:
-    """[height, width] of each encoded image in `encoded` [B], from the JPEG header or,
-    for other formats, by decoding. For shards whose Examples don't carry the size."""
+def image_shapes(encoded: tf.Tensor, all_jpeg: tf.Tensor | None = None) -> tf.Tensor:
+    """[height, width] int32 [B, 2] of each encoded image in `encoded` [B], from the
+    headers: JPEG's frame header, PNG's IHDR; other formats are decoded.
 
-    def one(e: tf.Tensor) -> tf.Tensor:
-        return tf.cond(tf.io.is_jpeg(e),
-                       lambda: tf.image.extract_jpeg_shape(e)[:2],
-                       lambda: tf.shape(tf.io.decode_image(e, expand_animations=False))[:2])
+    Args:
+      all_jpeg: whether every image is a JPEG, when the caller already knows.
+    """
 
-    return tf.map_fn(one, encoded, fn_output_signature=tf.TensorSpec([2], tf.int32))
+    def jpeg(e: tf.Tensor) -> tf.Tensor:
+        return tf.image.extract_jpeg_shape(e)[:2]
+
+    def any_format(e: tf.Tensor) -> tf.Tensor:
+        def png() -> tf.Tensor:  # IHDR: big-endian width, then height, at byte 16
+            width_height = tf.io.decode_raw(tf.strings.substr(e, 16, 8), tf.int32,
+                                            little_endian=False)
+            return tf.reverse(width_height, [0])
+
+        def other() -> tf.Tensor:
+            return tf.shape(tf.io.decode_image(e, expand_animations=False))[:2]
+
+        return tf.case([(tf.io.is_jpeg(e), lambda: jpeg(e)),
+                        (tf.strings.substr(e, 0, 8) == _PNG_SIGNATURE, png)],
+                       default=other, exclusive=True)
+
+    if all_jpeg is None:
+        all_jpeg = tf.reduce_all(tf.io.is_jpeg(encoded))
+    signature = tf.TensorSpec([2], tf.int32)
+    return tf.cond(all_jpeg,
+                   lambda: tf.map_fn(jpeg, encoded, fn_output_signature=signature),
+                   lambda: tf.map_fn(any_format, encoded, fn_output_signature=signature))
 
 
 def train_images(
     encoded: tf.Tensor,
     image_size: int,
-    shapes: tf.Tensor | None = None,
     area_range: tuple[float, float] = (0.08, 1.0),
     aspect_ratio_range: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
 ) -> tf.Tensor:
@@ -139,45 +184,27 @@ def train_images(
     Args:
       encoded: string tensor [B] of JPEG or PNG bytes.
       image_size: output side in pixels.
-      shapes: [B, 2] heights and widths, e.g. ImageExampleGen's `image/height` and
-        `image/width`; None reads them from the images.
 
     Returns:
       A uint8 tensor [B, image_size, image_size, 3].
     """
-    if shapes is None:
-        shapes = image_shapes(encoded)
-    windows = random_crop_windows(tf.cast(shapes, tf.int32), area_range, aspect_ratio_range)
+    all_jpeg = tf.reduce_all(tf.io.is_jpeg(encoded))
+    windows = random_crop_windows(image_shapes(encoded, all_jpeg), area_range,
+                                  aspect_ratio_range)
     flips = tf.random.uniform(tf.shape(encoded)) < 0.5
 
-    def crop_decode(e: tf.Tensor, window: tf.Tensor) -> tf.Tensor:
-        return tf.image.decode_and_crop_jpeg(e, window, channels=3,
-                                             dct_method=TRAIN_DCT_METHOD)
-
-    def crop_any(e: tf.Tensor, window: tf.Tensor) -> tf.Tensor:
-        def other() -> tf.Tensor:
-            image = tf.io.decode_image(e, channels=3, expand_animations=False)
-            return tf.slice(image, [window[0], window[1], 0], [window[2], window[3], 3])
-
-        return tf.cond(tf.io.is_jpeg(e), lambda: crop_decode(e, window), other)
-
-    def map_images(crop) -> tf.Tensor:
+    def map_images(crop: Callable) -> tf.Tensor:
         def one(args: tuple[tf.Tensor, tf.Tensor, tf.Tensor]) -> tf.Tensor:
             e, window, flip = args
             image = crop(e, window)
-            # Flip before the resize, on the smaller crop. Per image a tf.cond costs
+            # Flip before the resize, on the smaller crop. A tf.cond per image costs
             # more than the reverse itself, so the reverse always runs and Select
             # (scalar condition: no copy) picks.
             image = tf.compat.v1.where(flip, tf.reverse(image, [1]), image)
-            resized = _resize_bilinear(image, image_size)
-            # Bilinear weights are convex, so values stay within 0..255 and need no
-            # clipping; +0.5 then truncation rounds.
-            return tf.cast(resized + 0.5, tf.uint8)
+            return _round_to_uint8(_resize_bilinear(image, image_size))
 
-        return tf.map_fn(one, (encoded, windows, flips),
-                         fn_output_signature=tf.TensorSpec([image_size, image_size, 3],
-                                                           tf.uint8))
+        return _map_to_images(one, (encoded, windows, flips), image_size)
 
-    # The common all-JPEG batch takes a body without a per-image format branch.
-    return tf.cond(tf.reduce_all(tf.io.is_jpeg(encoded)),
-                   lambda: map_images(crop_decode), lambda: map_images(crop_any))
+    return tf.cond(all_jpeg,
+                   lambda: map_images(_crop_decoder(True, TRAIN_DCT_METHOD)),
+                   lambda: map_images(_crop_decoder(False, TRAIN_DCT_METHOD)))

@@ -1,6 +1,6 @@
 """Reduces a batch of serialized image Examples to one `SplitAccumulator`.
 
-Pixels come from `components.common.preprocessing.eval_image`, the function the
+Pixels come from `components.common.preprocessing.eval_images`, the function the
 Trainer and serving use, run over chunks of the batch in one `tf.function`. Each image
 is then reduced by OpenCV: its integer histogram (`cv2.calcHist`, one fused C++ pass),
 from which sums and sums of squares follow exactly, and its dHash. On this project's
@@ -26,7 +26,7 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from components.common import features as fk
-from components.common.preprocessing import eval_image
+from components.common.preprocessing import eval_images
 from components.image_example_gen import image_header
 from components.image_statistics.accumulator import LEVELS, SplitAccumulator, Thumbnail
 
@@ -36,7 +36,6 @@ THUMBNAIL_QUALITY = 85
 _CALCHIST_EXACT_PIXELS = 1 << 24
 _DHASH_GRID = 56
 _GREY_WEIGHTS = np.asarray((0.299, 0.587, 0.114), np.float32)  # BT.601 luma, as RGB2GRAY
-_PARALLEL_DECODES = 4
 # Images decoded and reduced per job. Jobs run on their own threads, ahead of the
 # Python bookkeeping that consumes them; 64 keeps TF's per-call cost small.
 DECODE_CHUNK = 64
@@ -172,9 +171,7 @@ def _decoder_functions(size: int, crop: float) -> tuple[Callable, Callable]:
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def eval_batch(encoded: tf.Tensor) -> tf.Tensor:
-            return tf.map_fn(lambda e: eval_image(e, size, crop), encoded,
-                             fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8),
-                             parallel_iterations=_PARALLEL_DECODES)
+            return eval_images(encoded, size, crop)
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
         def native(encoded: tf.Tensor) -> tf.Tensor:
