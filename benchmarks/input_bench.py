@@ -11,7 +11,7 @@ Pipelines, each yielding batches of `batch_size` images at `image_size` px:
                             stack). The ratio uses the faster of the two.
   decode_ceiling_train_dct  the per-image one with the fast integer IDCT that training decodes with
                             (preprocessing.TRAIN_DCT_METHOD).
-  augment_ceiling           the in-memory bytes through the same batched train
+  augment_ceiling           the in-memory bytes and sizes through the same batched train
                             preprocessing (crop-decode, flip, resize), all cores.
   image_dataset_from_directory  keras' folder loader on the original photos.
   sequential                the articles' pipeline: TFRecordDataset.map(parse, decode,
@@ -54,10 +54,12 @@ def _images_per_second(dataset: tf.data.Dataset, batches: int, warmup: int,
     return batches * batch_size / (time.perf_counter() - start)
 
 
-def _encoded_images(source: input_lib.SplitSource) -> tf.Tensor:
+def _encoded_images(source: input_lib.SplitSource) -> tuple[tf.Tensor, tf.Tensor]:
+    """The split's encoded images [N] and their [height, width] [N, 2], in memory."""
     records = input_lib.read_records(source, input_lib.EVAL).batch(1024)
-    encoded = [input_lib.parse_batch(batch, input_lib.DEFAULT_KEY_MAP)[0] for batch in records]
-    return tf.concat(encoded, axis=0)
+    parsed = [input_lib.parse_batch(batch, input_lib.DEFAULT_KEY_MAP) for batch in records]
+    return (tf.concat([encoded for encoded, _, _ in parsed], axis=0),
+            tf.concat([shapes for _, _, shapes in parsed], axis=0))
 
 
 def _pipelines(examples_dir: str, image_folder: str, batch_size: int, image_size: int
@@ -65,7 +67,7 @@ def _pipelines(examples_dir: str, image_folder: str, batch_size: int, image_size
     source = input_lib.split_source(examples_dir, "train")
     plan = memory.plan_memory(source.encoded_bytes or 0, source.records or 0,
                               memory.available_memory_bytes(), min_shuffle_buffer=batch_size)
-    encoded = _encoded_images(source)
+    encoded, shapes = _encoded_images(source)
     size = [image_size, image_size]
 
     def ours(normalization=None) -> tf.data.Dataset:
@@ -117,8 +119,8 @@ def _pipelines(examples_dir: str, image_folder: str, batch_size: int, image_size
         "decode_ceiling_train_dct": lambda: in_memory(lambda e: tf.io.decode_jpeg(
             e, channels=3, dct_method=preprocessing.TRAIN_DCT_METHOD)),
         "augment_ceiling": lambda: (
-            tf.data.Dataset.from_tensor_slices(encoded).repeat().batch(batch_size)
-            .map(lambda e: preprocessing.train_images(e, image_size),
+            tf.data.Dataset.from_tensor_slices((encoded, shapes)).repeat().batch(batch_size)
+            .map(lambda e, s: preprocessing.train_images(e, image_size, s),
                  num_parallel_calls=AUTOTUNE, deterministic=False).prefetch(AUTOTUNE)),
         "image_dataset_from_directory": from_directory,
         "sequential": sequential,

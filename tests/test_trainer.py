@@ -156,12 +156,14 @@ def test_train_images_crop_flip_and_formats():
     ramp = np.repeat(np.linspace(0, 255, 64, dtype=np.float32)[None, :], 48, axis=0)
     pixels = np.stack([ramp] * 3, axis=-1).round().astype(np.uint8)
     jpeg, png = imagegen.jpeg_bytes(pixels), imagegen.png_bytes(pixels)
+    shapes = tf.constant([[48, 64]] * 64)
     for batch in ([jpeg] * 64, [jpeg, png] * 32):
-        images = preprocessing.train_images(tf.constant(batch), SIZE).numpy()
-        assert images.shape == (64, SIZE, SIZE, 3) and images.dtype == np.uint8
-        flipped = images[:, :, :4].mean(axis=(1, 2, 3)) > images[:, :, -4:].mean(
-            axis=(1, 2, 3))
-        assert 10 < flipped.sum() < 54
+        for given in (shapes, None):
+            images = preprocessing.train_images(tf.constant(batch), SIZE, given).numpy()
+            assert images.shape == (64, SIZE, SIZE, 3) and images.dtype == np.uint8
+            flipped = images[:, :, :4].mean(axis=(1, 2, 3)) > images[:, :, -4:].mean(
+                axis=(1, 2, 3))
+            assert 10 < flipped.sum() < 54
     # The whole image as the window: each output is the resized PNG, or its mirror.
     whole = preprocessing.train_images(tf.constant([png] * 16), SIZE, area_range=(1.0, 1.0),
                                        aspect_ratio_range=(64 / 48, 64 / 48)).numpy()

@@ -176,6 +176,7 @@ def image_shapes(encoded: tf.Tensor, all_jpeg: tf.Tensor | None = None) -> tf.Te
 def train_images(
     encoded: tf.Tensor,
     image_size: int,
+    shapes: tf.Tensor | None = None,
     area_range: tuple[float, float] = (0.08, 1.0),
     aspect_ratio_range: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
 ) -> tf.Tensor:
@@ -184,13 +185,17 @@ def train_images(
     Args:
       encoded: string tensor [B] of JPEG or PNG bytes.
       image_size: output side in pixels.
+      shapes: [B, 2] heights and widths when the Examples carry them (ImageExampleGen's
+        `image/height` and `image/width`, read from the same headers); None reads the
+        headers here, which costs the input pipeline about a tenth of its throughput.
 
     Returns:
       A uint8 tensor [B, image_size, image_size, 3].
     """
     all_jpeg = tf.reduce_all(tf.io.is_jpeg(encoded))
-    windows = random_crop_windows(image_shapes(encoded, all_jpeg), area_range,
-                                  aspect_ratio_range)
+    if shapes is None:
+        shapes = image_shapes(encoded, all_jpeg)
+    windows = random_crop_windows(tf.cast(shapes, tf.int32), area_range, aspect_ratio_range)
     flips = tf.random.uniform(tf.shape(encoded)) < 0.5
 
     def map_images(crop: Callable) -> tf.Tensor:

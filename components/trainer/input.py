@@ -88,14 +88,16 @@ def decode_batch(
     mode: str,
     image_size: int,
     crop_fraction: float = preprocessing.DEFAULT_CROP_FRACTION,
+    shapes: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """Decodes a batch of encoded JPEG/PNG images to uint8 [B, S, S, 3].
 
     Eval: `preprocessing.eval_images` (center crop, resize). Train:
-    `preprocessing.train_images` (random-resized-crop fused into the JPEG decode, flip).
+    `preprocessing.train_images` (random-resized-crop fused into the JPEG decode, flip),
+    with the images' [height, width] from `shapes` when the Examples carry them.
     """
     if mode == TRAIN:
-        return preprocessing.train_images(encoded, image_size)
+        return preprocessing.train_images(encoded, image_size, shapes)
     if mode == EVAL:
         return preprocessing.eval_images(encoded, image_size, crop_fraction)
     raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -114,14 +116,25 @@ def normalize(images: tf.Tensor, mean: Sequence[float], std: Sequence[float]) ->
     return tf.cast(images, tf.float32) * scale + offset
 
 
-def parse_batch(serialized: tf.Tensor, key_map: FeatureKeyMap) -> tuple[tf.Tensor, tf.Tensor]:
-    """Parses a batch of serialized Examples to (encoded bytes [B], 0-based labels [B])."""
-    parsed = tf.io.parse_example(serialized, {
-        key_map.encoded: tf.io.FixedLenFeature([], tf.string),
-        key_map.label: tf.io.FixedLenFeature([], tf.int64),
-    })
-    labels = parsed[key_map.label] - key_map.label_offset
-    return parsed[key_map.encoded], tf.cast(labels, tf.int32)
+def parse_batch(serialized: tf.Tensor, key_map: FeatureKeyMap
+                ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor | None]:
+    """Parses a batch of serialized Examples.
+
+    Returns:
+      (encoded bytes [B], 0-based labels [B], [height, width] [B, 2] or None when the
+      key map has no size features).
+    """
+    features = {key_map.encoded: tf.io.FixedLenFeature([], tf.string),
+                key_map.label: tf.io.FixedLenFeature([], tf.int64)}
+    has_size = key_map.height is not None and key_map.width is not None
+    if has_size:
+        features[key_map.height] = tf.io.FixedLenFeature([], tf.int64)
+        features[key_map.width] = tf.io.FixedLenFeature([], tf.int64)
+    parsed = tf.io.parse_example(serialized, features)
+    labels = tf.cast(parsed[key_map.label] - key_map.label_offset, tf.int32)
+    shapes = (tf.stack([parsed[key_map.height], parsed[key_map.width]], axis=1)
+              if has_size else None)
+    return parsed[key_map.encoded], labels, shapes
 
 
 def read_records(source: SplitSource, mode: str, seed: int = 0) -> tf.data.Dataset:
@@ -193,8 +206,8 @@ def make_dataset(
                                   reshuffle_each_iteration=True)
 
     def parse_and_decode(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        encoded, labels = parse_batch(serialized, key_map)
-        images = decode_batch(encoded, mode, image_size, crop_fraction)
+        encoded, labels, shapes = parse_batch(serialized, key_map)
+        images = decode_batch(encoded, mode, image_size, crop_fraction, shapes)
         if normalization is not None:
             images = normalize(images, *normalization)
         return images, labels
