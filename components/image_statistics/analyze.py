@@ -183,7 +183,7 @@ def _decoder_functions(size: int, crop: float) -> tuple[Callable, Callable]:
 
 
 class BatchDecoder:
-    """eval_image over a batch in one tf.function; the TF state and the worker threads
+    """eval_images over a batch in one tf.function; the TF state and the worker threads
     are built lazily and dropped when pickled, so Beam can ship the decoder to workers."""
 
     def __init__(self, image_size: int, crop_fraction: float):
