@@ -203,6 +203,23 @@ def test_split_layout_keeps_given_splits(tmp_path):
     assert result.summary["layout"] == "split"
 
 
+def test_a_split_of_only_bad_files_is_reported_and_published_empty(tmp_path):
+    root = str(tmp_path / "imgs")
+    imagegen.make_image_folder(os.path.join(root, "train"), {"a": 3, "b": 2})
+    imagegen.write(os.path.join(root, "test", "a", "empty.jpg"), b"")
+    imagegen.write(os.path.join(root, "test", "b", "text.png"), b"not a picture")
+    out = str(tmp_path / "out")
+    result = run_conversion(root, out, ImageOptions(), OutputOptions(), in_process)
+    summary = result.summary
+    assert (summary["written"], summary["skipped"], summary["files_seen"]) == (5, 2, 7)
+    assert summary["splits"]["test"]["records"] == 0
+    assert {row["path"] for row in artifacts.load_skipped(out)} == {
+        "test/a/empty.jpg", "test/b/text.png"}
+    assert tf.io.gfile.listdir(artifacts.split_dir(out, "test")) == [
+        "data_tfrecord-00000-of-00001"]
+    assert read_split(out, "test") == [] and len(read_split(out, "train")) == 5
+
+
 def test_task_files_carry_the_plan_to_the_pipeline(tmp_path):
     tasks = [transforms.ConversionTask(f"b/é {i}\nx.jpg", "b", 1, "eval" if i % 3 else "train")
              for i in range(7)]

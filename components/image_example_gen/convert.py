@@ -76,33 +76,23 @@ def build_pipeline(
     output_options: OutputOptions,
     progress_dir: str | None = None,
 ) -> None:
+    """Converts into work_dir: shards under `shards/`, result rows under `results/`."""
     converted = (
         pipeline
         | "ListedImages" >> transforms.ReadTaskBatches(task_pattern)
         | "Convert" >> transforms.ConvertImages(
             root, os.path.join(work_dir, "spill"), image_options,
             output_options.on_error == ON_ERROR_FAIL, progress_dir))
-    shard_results = converted[transforms.RECORDS_TAG] | "WriteShards" >> transforms.WriteShards(
-        os.path.join(work_dir, "shards"), output_options.num_shards, output_options.shard_mb,
-        output_options.gzip, output_options.seed)
-    # One sink for both kinds of row: each WriteToText adds about 0.25 s to a local run.
-    _ = ((shard_results, converted[transforms.SKIPPED_TAG])
-         | "Results" >> beam.Flatten()
-         | "ResultsToJson" >> beam.Map(transforms.to_json_line)
-         | "WriteResults" >> beam.io.WriteToText(os.path.join(work_dir, "results", "rows")))
+    _ = ((converted[transforms.RECORDS_TAG], converted[transforms.SKIPPED_TAG])
+         | "WriteShards" >> transforms.WriteShards(
+             os.path.join(work_dir, "shards"), os.path.join(work_dir, "results"),
+             output_options.num_shards, output_options.shard_mb, output_options.gzip,
+             output_options.seed))
 
 
 def _conversion_error_message(error: Exception) -> str | None:
     match = re.search(r"ImageConversionError: (.+?)(?: \[while running|\n|$)", str(error))
     return match.group(1).strip().strip("'\"") if match else None
-
-
-def _read_json_lines(pattern: str) -> list[dict[str, Any]]:
-    rows = []
-    for path in sorted(tf.io.gfile.glob(pattern)):
-        with tf.io.gfile.GFile(path) as f:
-            rows.extend(json.loads(line) for line in f if line.strip())
-    return rows
 
 
 def run_conversion(
@@ -143,7 +133,8 @@ def run_conversion(
                    else [name for name, _ in output_options.splits])
 
     work_dir = os.path.join(output_dir, WORK_DIR_PREFIX + uuid.uuid4().hex)
-    tf.io.gfile.makedirs(os.path.join(work_dir, "spill"))
+    for sub in ("spill", "results"):
+        tf.io.gfile.makedirs(os.path.join(work_dir, sub))
     try:
         progress_dir = None
         if progress is not None:
@@ -161,19 +152,19 @@ def run_conversion(
             if message is None:
                 raise
             raise transforms.ImageConversionError(message) from e
-        rows = _read_json_lines(os.path.join(work_dir, "results", "rows*"))
-        shard_rows = [row for row in rows if row["kind"] == transforms.SHARD_ROW]
-        skipped_rows = [row for row in rows if row["kind"] == transforms.SKIPPED_ROW]
-        summary = _summarize(listing, shard_rows, skipped_rows, split_names, labels,
+        shard_results = transforms.read_shard_results(os.path.join(work_dir, "results"))
+        skipped_files = [(relpath, reason) for result in shard_results
+                         for relpath, reason in result.skipped]
+        summary = _summarize(listing, shard_results, skipped_files, split_names, labels,
                              image_options, output_options)
-        _publish(work_dir, output_dir, split_names, shard_rows, output_options)
+        _publish(work_dir, output_dir, split_names, shard_results, output_options)
     finally:
         if tf.io.gfile.exists(work_dir):
             tf.io.gfile.rmtree(work_dir)
 
     skipped = sorted(
         [{"path": f.relpath, "reason": f.reason} for f in listing.unlabeled]
-        + [{"path": row["relpath"], "reason": row["reason"]} for row in skipped_rows],
+        + [{"path": relpath, "reason": reason} for relpath, reason in skipped_files],
         key=lambda row: row["path"])
     label_lib.write_label_files(output_dir, labels)
     artifacts.write_json(os.path.join(output_dir, artifacts.SKIPPED_FILE), skipped)
@@ -183,10 +174,10 @@ def run_conversion(
     return ConversionResult(output_dir, split_names, labels, summary)
 
 
-def _summarize(listing, shard_rows, skipped_rows, split_names, labels,
+def _summarize(listing, shard_results, skipped_files, split_names, labels,
                image_options, output_options) -> dict[str, Any]:
-    written = sum(row["records"] for row in shard_rows)
-    skipped = len(skipped_rows) + len(listing.unlabeled)
+    written = sum(result.records for result in shard_results)
+    skipped = len(skipped_files) + len(listing.unlabeled)
     ignored = len(listing.ignored)
     if listing.files_seen != written + skipped + ignored:
         raise CountMismatchError(
@@ -194,17 +185,17 @@ def _summarize(listing, shard_rows, skipped_rows, split_names, labels,
             f"{ignored} ignored = {written + skipped + ignored}; nothing was published")
     splits = {}
     for split in split_names:
-        rows = [row for row in shard_rows if row["split"] == split]
+        results = [result for result in shard_results if result.split == split]
         label_counts: dict[str, int] = {}
-        for row in rows:
-            for label, count in row["labels"]:
+        for result in results:
+            for label, count in result.labels:
                 label_counts[label] = label_counts.get(label, 0) + count
         splits[split] = {
-            "records": sum(row["records"] for row in rows),
-            "bytes_in": sum(row["bytes_in"] for row in rows),
-            "bytes_out": sum(row["bytes_out"] for row in rows),
-            "reencoded": sum(row["reencoded"] for row in rows),
-            "num_shards": max([row["num_shards"] for row in rows], default=1),
+            "records": sum(result.records for result in results),
+            "bytes_in": sum(result.bytes_in for result in results),
+            "bytes_out": sum(result.bytes_out for result in results),
+            "reencoded": sum(result.reencoded for result in results),
+            "num_shards": max([result.num_shards for result in results], default=1),
             "labels": dict(sorted(label_counts.items())),
         }
     bytes_in = sum(s["bytes_in"] for s in splits.values())
@@ -230,14 +221,15 @@ def _summarize(listing, shard_rows, skipped_rows, split_names, labels,
     }
 
 
-def _publish(work_dir: str, output_dir: str, split_names: list[str], shard_rows,
-             output_options: OutputOptions) -> None:
+def _publish(work_dir: str, output_dir: str, split_names: list[str],
+             shard_results: list[transforms.ShardResult], output_options: OutputOptions
+             ) -> None:
     """Moves shards into Split-<name>/, adding empty shards so every split has -of-N complete."""
     staged = os.path.join(work_dir, "shards")
     for split in split_names:
-        rows = [row for row in shard_rows if row["split"] == split]
-        num_shards = rows[0]["num_shards"] if rows else 1
-        written = {row["shard"] for row in rows}
+        results = [result for result in shard_results if result.split == split]
+        num_shards = results[0].num_shards if results else 1
+        written = {result.shard for result in results}
         split_staged = artifacts.split_dir(staged, split)
         tf.io.gfile.makedirs(split_staged)
         for shard in range(num_shards):
