@@ -5,6 +5,7 @@ The TFX pipeline run (gate, TFDV image domain) is in test_image_statistics_pipel
 
 from __future__ import annotations
 
+import hashlib
 import html.parser
 import json
 import os
@@ -32,6 +33,7 @@ from components.image_statistics.analyze import (
     THUMBNAIL_SIZE,
     AnalysisOptions,
     BatchDecoder,
+    ImageKey,
     analyze_batch,
     difference_hash,
     thumbnail_jpeg,
@@ -177,6 +179,40 @@ def test_planted_leak_and_duplicates_are_found(dataset):
     # broken.jpg was skipped by ImageExampleGen: 1 of 30 files is not usable.
     assert stats["source"]["skipped_by_example_gen"] == 1
     assert (anomaly_lib.LOW_SUPPORTED_FRACTION, None) in codes
+
+
+@pytest.mark.parametrize("num_buckets", [1, 3])
+def test_duplicate_search_gives_the_same_groups_in_any_number_of_buckets(num_buckets):
+    from apache_beam.testing.util import assert_that, equal_to
+
+    sha = {name: hashlib.sha256(name.encode()).hexdigest() for name in "abcde"}
+    key_lists = [
+        [ImageKey("train", "x/1.jpg", sha["a"], 11), ImageKey("train", "x/2.jpg", sha["b"], 7),
+         ImageKey("train", "x/3.jpg", sha["e"], 5)],
+        [ImageKey("eval", "y/1.jpg", sha["a"], 11), ImageKey("eval", "y/2.jpg", sha["c"], 7)],
+        [ImageKey("eval", "y/3.jpg", sha["d"], 9), ImageKey("train", "x/4.jpg", sha["e"], 5)],
+    ]
+    DuplicateGroup = stats_transforms.DuplicateGroup
+    expected = [
+        DuplicateGroup("exact", sha["a"], (("eval", "y/1.jpg"), ("train", "x/1.jpg")), 2,
+                       (("eval", 1), ("train", 1))),
+        DuplicateGroup("exact", sha["e"], (("train", "x/3.jpg"), ("train", "x/4.jpg")), 2,
+                       (("train", 2),)),
+        # Same dHash, different content: near. Same content (a, e): exact only.
+        DuplicateGroup("near", f"{7:016x}", (("eval", "y/2.jpg"), ("train", "x/2.jpg")), 2,
+                       (("eval", 1), ("train", 1))),
+    ]
+    with make_pipeline() as pipeline:
+        buckets = (pipeline | beam.Create(key_lists)
+                   | stats_transforms.FindDuplicates(num_buckets))
+        assert_that(buckets | beam.FlatMapTuple(lambda bucket, groups: groups),
+                    equal_to(expected), label="groups")
+
+        def in_range(bucket_ids):
+            assert bucket_ids and all(0 <= b < num_buckets for b in bucket_ids), bucket_ids
+
+        assert_that(buckets | beam.MapTuple(lambda bucket, groups: bucket), in_range,
+                    label="buckets")
 
 
 def test_distributions(dataset):

@@ -1,14 +1,18 @@
 """Beam transforms of ImageStatistics: Examples shards in, per-split accumulators and
 duplicate groups out.
 
-Pixels are reduced per batch on the workers; only accumulators (a few kB each) and one
-small key per image (for the duplicate search, a GroupByKey on the hash) travel.
+Pixels are reduced per batch on the workers; only accumulators (a few kB each) and the
+images' keys for the duplicate search travel. The keys travel as one list per batch and
+hash bucket, not one element per image: Beam's cost per element in a local run is
+several times that of the rest of an image's bookkeeping.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import math
+import zlib
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -33,6 +37,10 @@ BATCH_SIZE = 256
 BATCHES_IN_FLIGHT = 2
 # A group's file list stops here; its size and per-split counts are still complete.
 MAX_GROUP_MEMBERS = 50
+# Shards whose images' keys share one bucket of the duplicate search. At ImageExampleGen's
+# default 128 MB a shard that is about 4 GB of images, tens of thousands of keys, which
+# is what one worker holds while it searches a bucket.
+SHARDS_PER_DUPLICATE_BUCKET = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,16 +93,16 @@ class AnalyzeBatchFn(beam.DoFn):
     def _outputs(self, future: Future, window, timestamp) -> Iterator:
         accumulator, keys = future.result()
         yield WindowedValue((self._split, accumulator), timestamp, [window])
-        for key in keys:
-            yield beam.pvalue.TaggedOutput(KEYS_TAG, WindowedValue(key, timestamp, [window]))
+        if keys:
+            yield beam.pvalue.TaggedOutput(KEYS_TAG, WindowedValue(keys, timestamp, [window]))
 
 
 @beam.ptransform_fn
 def AnalyzeSplit(  # noqa: N802 - Beam transforms are named like classes
     record_batches: beam.PCollection, split: str, options: AnalysisOptions
 ) -> beam.pvalue.DoOutputsTuple:
-    """Lists of serialized Examples of one split -> STATS_TAG (split, accumulator),
-    KEYS_TAG ImageKey."""
+    """Lists of serialized Examples of one split -> STATS_TAG (split, accumulator) and
+    KEYS_TAG list[ImageKey], one of each per list."""
     return record_batches | "Analyze" >> beam.ParDo(
         AnalyzeBatchFn(split, options)).with_outputs(KEYS_TAG, main=STATS_TAG)
 
@@ -164,23 +172,54 @@ def _groups(kind: str, key: str, members: Iterable[tuple[str, str, str]]
         yield DuplicateGroup(kind, key, files, len(members), tuple(sorted(counts.items())))
 
 
+def duplicate_buckets(num_shards: int) -> int:
+    """How many buckets the duplicate search of `num_shards` shards uses."""
+    return max(1, math.ceil(num_shards / SHARDS_PER_DUPLICATE_BUCKET))
+
+
+# (kind, key, (split, path, sha256)): one image under one of its two hashes.
+_Entry = tuple[str, str, tuple[str, str, str]]
+
+
+def _bucket_entries(keys: list[ImageKey], num_buckets: int, near: bool
+                    ) -> Iterator[tuple[int, list[_Entry]]]:
+    buckets: dict[int, list[_Entry]] = {}
+    for key in keys:
+        member = (key.split, key.path, key.sha256)
+        hashes = [("exact", key.sha256)]
+        if near:
+            hashes.append(("near", f"{key.dhash:016x}"))
+        for kind, value in hashes:
+            # crc32, not hash(): the bucket must be the same in every worker process.
+            bucket = zlib.crc32(value.encode()) % num_buckets
+            buckets.setdefault(bucket, []).append((kind, value, member))
+    yield from buckets.items()
+
+
+def _bucket_groups(bucket: int, entry_lists: Iterable[list[_Entry]]
+                   ) -> tuple[int, list[DuplicateGroup]]:
+    members: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    for entries in entry_lists:
+        for kind, value, member in entries:
+            members.setdefault((kind, value), []).append(member)
+    return bucket, [group for (kind, value), group_members in sorted(members.items())
+                    for group in _groups(kind, value, group_members)]
+
+
 @beam.ptransform_fn
-@beam.typehints.with_input_types(ImageKey)
-@beam.typehints.with_output_types(DuplicateGroup)
+@beam.typehints.with_input_types(list[ImageKey])
+@beam.typehints.with_output_types(tuple[int, list[DuplicateGroup]])
 def FindDuplicates(  # noqa: N802
-    keys: beam.PCollection, near: bool = True
+    key_lists: beam.PCollection, num_buckets: int = 1, near: bool = True
 ) -> beam.PCollection:
     """Exact duplicates by content hash and, with `near`, near-duplicates by equal dHash,
-    within and across splits. One GroupByKey serves both kinds."""
+    within and across splits.
 
-    def hash_keys(key: ImageKey) -> Iterator[tuple[tuple[str, str], tuple[str, str, str]]]:
-        member = (key.split, key.path, key.sha256)
-        yield ("exact", key.sha256), member
-        if near:
-            yield ("near", f"{key.dhash:016x}"), member
-
-    return (keys
-            | "ByHash" >> beam.FlatMap(hash_keys)
-            | "GroupByHash" >> beam.GroupByKey()
-            | "Groups" >> beam.FlatMapTuple(lambda kind_key, members: _groups(
-                kind_key[0], kind_key[1], members)))
+    The hashes are spread over `num_buckets` buckets (see `duplicate_buckets`); one
+    GroupByKey on the bucket serves both kinds, and each bucket's groups come out as
+    one (bucket, groups) element.
+    """
+    return (key_lists
+            | "ToBuckets" >> beam.FlatMap(_bucket_entries, num_buckets, near)
+            | "GroupByBucket" >> beam.GroupByKey()
+            | "Groups" >> beam.MapTuple(_bucket_groups))
