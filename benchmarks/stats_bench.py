@@ -40,7 +40,8 @@ def _split_records(examples_dir: str, split: str) -> list[bytes]:
     """The records of one split, read as the statistics read them."""
     files = sorted(tf.io.gfile.glob(artifacts.split_shard_pattern(examples_dir, split)))
     reader = ReadRecordBatchesFn(BATCH)
-    return [record for path in files for batch in reader.process(path) for record in batch]
+    return [record for path in files for _, batch in reader.process((split, path))
+            for record in batch]
 
 
 def _records(examples_dir: str) -> list[bytes]:

@@ -521,19 +521,21 @@ def test_record_batches_read_every_record_and_name_a_truncated_shard(tmp_path, g
         with tf.io.TFRecordWriter(str(tmp_path / f"data-{shard}{suffix}"), options) as writer:
             for record in part:
                 writer.write(record)
-    pattern = str(tmp_path / f"data-*{suffix}")
+    shards = [("eval" if shard else "train", str(tmp_path / f"data-{shard}{suffix}"))
+              for shard in (0, 1)]
     with make_pipeline() as pipeline:
-        batches = pipeline | stats_transforms.ReadRecordBatches(pattern, batch_size=2)
-        assert_that(batches | beam.Map(len), equal_to([2, 1, 2]), label="sizes")
-        assert_that(batches | beam.FlatMap(lambda batch: batch), equal_to(records),
-                    label="records")
+        batches = pipeline | stats_transforms.ReadRecordBatches(shards, batch_size=2)
+        assert_that(batches | beam.MapTuple(lambda split, batch: (split, len(batch))),
+                    equal_to([("train", 2), ("train", 1), ("eval", 2)]), label="sizes")
+        assert_that(batches | beam.FlatMapTuple(lambda split, batch: batch),
+                    equal_to(records), label="records")
 
     truncated = tmp_path / f"data-1{suffix}"
     data = truncated.read_bytes()
     truncated.write_bytes(data[:len(data) * 2 // 3])  # mid-record, mid-stream
     with pytest.raises(Exception, match=f"data-1{suffix}: corrupt or truncated"):
         with make_pipeline() as pipeline:
-            _ = pipeline | stats_transforms.ReadRecordBatches(pattern, batch_size=2)
+            _ = pipeline | stats_transforms.ReadRecordBatches(shards, batch_size=2)
 
 
 def test_a_shard_cut_at_a_record_boundary_is_caught_by_the_counts(dataset, tmp_path):

@@ -70,30 +70,27 @@ def _read_results(results_dir: str, prefix: str) -> dict[str, Any]:
     return values
 
 
-def build_pipeline(pipeline: beam.Pipeline, examples_uri: str, splits: Sequence[str],
-                   options: AnalysisOptions, results_dir: str, num_shards: int = 1) -> None:
+def build_pipeline(pipeline: beam.Pipeline, examples_uri: str,
+                   shards: Sequence[tuple[str, str]], options: AnalysisOptions,
+                   results_dir: str) -> None:
     """Writes each split's SplitAccumulator and the duplicate groups into results_dir.
 
     Args:
-      num_shards: how many shards the splits hold together; sizes the duplicate search.
+      shards: (split, path) of every shard to analyse.
     """
-    partials, keys = [], []
-    for split in splits:
-        records = pipeline | f"Read[{split}]" >> transforms.ReadRecordBatches(
-            artifacts.split_shard_pattern(examples_uri, split))
-        split_options = dataclasses.replace(options, thumbnail_fraction=thumbnail_fraction(
+    options_by_split = {
+        split: dataclasses.replace(options, thumbnail_fraction=thumbnail_fraction(
             examples_uri, options.keep_thumbnails, split))
-        analyzed = records | f"Analyze[{split}]" >> transforms.AnalyzeSplit(split, split_options)
-        partials.append(analyzed[transforms.STATS_TAG])
-        keys.append(analyzed[transforms.KEYS_TAG])
-    _ = (tuple(partials)
-         | "FlattenStats" >> beam.Flatten()
+        for split in sorted({split for split, _ in shards})}
+    analyzed = (pipeline
+                | "Read" >> transforms.ReadRecordBatches(list(shards))
+                | "Analyze" >> transforms.AnalyzeBatches(options_by_split))
+    _ = (analyzed[transforms.STATS_TAG]
          | "CombineSplits" >> transforms.CombineSplits(options.keep_thumbnails)
          | "WriteStats" >> beam.Map(_write_result, results_dir, _STATS_PREFIX))
-    _ = (tuple(keys)
-         | "FlattenKeys" >> beam.Flatten()
+    _ = (analyzed[transforms.KEYS_TAG]
          | "FindDuplicates" >> transforms.FindDuplicates(
-             transforms.duplicate_buckets(num_shards))
+             transforms.duplicate_buckets(len(shards)))
          | "WriteGroups" >> beam.Map(_write_result, results_dir, _GROUPS_PREFIX))
 
 
@@ -130,18 +127,18 @@ def run_statistics(examples_uri: str, work_parent: str, options: AnalysisOptions
       FileNotFoundError, ValueError: no Examples, or a split without shards.
     """
     splits = find_splits(examples_uri)
-    num_shards = 0
+    shards = []
     for split in splits:
         pattern = artifacts.split_shard_pattern(examples_uri, split)
-        shards = tf.io.gfile.glob(pattern)
-        if not shards:
+        paths = tf.io.gfile.glob(pattern)
+        if not paths:
             raise FileNotFoundError(f"split {split!r} has no shards matching {pattern}")
-        num_shards += len(shards)
+        shards.extend((split, path) for path in paths)
     results_dir = os.path.join(work_parent, WORK_DIR_PREFIX + uuid.uuid4().hex)
     tf.io.gfile.makedirs(results_dir)
     try:
         pipeline = make_pipeline()
-        build_pipeline(pipeline, examples_uri, splits, options, results_dir, num_shards)
+        build_pipeline(pipeline, examples_uri, shards, options, results_dir)
         pipeline.run().wait_until_finish()
         combined = _read_results(results_dir, _STATS_PREFIX)
         groups = sorted((group for bucket_groups in
