@@ -3,8 +3,8 @@ duplicate groups out.
 
 Pixels are reduced per batch on the workers; only accumulators (a few kB each) and the
 images' keys for the duplicate search travel. The keys travel as one list per batch and
-hash bucket, not one element per image: Beam's cost per element in a local run is
-several times that of the rest of an image's bookkeeping.
+hash bucket rather than two elements per image, so the shuffle carries a few elements a
+batch whatever the batch size.
 """
 
 from __future__ import annotations
