@@ -6,11 +6,13 @@ import argparse
 import os
 from typing import Any
 
-# The demo: a few hundred 160-pixel photos, a small model at 96 pixels, two epochs; it
-# finishes in minutes on two CPU cores.
+# The demo: a few hundred 160-pixel photos and the three-block tiny_cnn at 96 pixels for
+# eight epochs (64 steps); it finishes in about a minute on two CPU cores and reaches
+# about 94% eval accuracy. MobileNetV3Small from scratch needs far more steps than that:
+# after 16 to 64 steps its served predictions were the same for every image.
 DEMO_SETTINGS: dict[str, Any] = {
     "pipeline_name": "imgpipe-demo",
-    "model": {"backbone": "mobilenet_v3_small", "image_size": 96, "epochs": 2,
+    "model": {"backbone": "tiny_cnn", "image_size": 96, "epochs": 8,
               "batch_size": 32, "accuracy_threshold": 0.0},
     "data": {"eval_fraction": 0.2, "stratify": True, "num_shards": 1},
 }
