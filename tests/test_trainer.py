@@ -353,6 +353,17 @@ def test_run_fn_learns_separable_classes(data, tmp_path):
     assert not os.path.exists(os.path.join(args.model_run_dir, task.BACKUP_SUBDIR))
 
 
+def test_batch_norm_momentum_follows_the_run_length():
+    config = TrainerConfig(backbone="mobilenet_v3_small", image_size=SIZE)
+    model = model_lib.build_model(config, num_classes=3, normalization=(MEAN, STD))
+    norms = [layer for layer in model_lib._all_layers(model)
+             if isinstance(layer, keras.layers.BatchNormalization)]
+    assert norms and {layer.momentum for layer in norms} == {0.999}  # Keras' MobileNetV3
+    assert model_lib.fit_batch_norm_to_run(model, total_steps=1_000_000) == 0
+    assert model_lib.fit_batch_norm_to_run(model, total_steps=40) == len(norms)
+    assert [layer.momentum for layer in norms] == pytest.approx([0.9] * len(norms))
+
+
 class _Preempted(Exception):
     pass
 
