@@ -152,9 +152,10 @@ def fit_batch_norm_to_run(model: keras.Model, total_steps: int) -> int:
     the weights within a run of `total_steps`; returns how many it lowered.
 
     Keras' MobileNetV3 uses momentum 0.999, an average over about 1,000 steps. A shorter
-    run evaluates and serves with statistics still near their initial values: the demo's
-    eval accuracy stayed at chance (0.25, with val_loss ln 4) while training accuracy
-    rose. Long runs keep the backbone's own momentum.
+    run evaluates and serves with statistics still near their initial values. On the demo
+    data, 64 steps of MobileNetV3Small with its own momentum gave every eval image the
+    same prediction (accuracy 0.25, chance); with the fitted momentum, 0.64. Long runs
+    keep the backbone's own momentum.
     """
     target = batch_norm_momentum(total_steps)
     lowered = 0
