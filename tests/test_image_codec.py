@@ -128,3 +128,18 @@ def test_verify_decode_catches_a_corrupt_body_with_intact_markers():
     image_codec.convert_image(bytes(data), ImageOptions())  # header check passes
     with pytest.raises(image_codec.ImageDecodeError, match="undecodable png"):
         image_codec.convert_image(bytes(data), ImageOptions(verify="decode"))
+
+
+@pytest.mark.parametrize("options, decodes", [
+    (ImageOptions(), False),
+    (ImageOptions(resize=64), True),
+    (ImageOptions(quality=80), True),
+    (ImageOptions(channels=3), True),
+    (ImageOptions(verify="decode"), True),
+])
+def test_decodes_every_image_matches_what_the_codec_does(options, decodes):
+    """The converter runs its thread pool exactly when every image's pixels are decoded."""
+    jpeg = imagegen.jpeg_bytes(imagegen.photo_like(24, 20))
+    header = hdr.read_header(jpeg)
+    assert options.decodes_every_image is decodes
+    assert (image_codec.needs_pixels(header, options) or options.verify == "decode") is decodes

@@ -65,8 +65,7 @@ class ImageOptions:
     def decodes_every_image(self) -> bool:
         """Whether every image's pixels are decoded, rather than its header read and its
         bytes kept (pass-through, where only unusual images are re-encoded)."""
-        return (self.resize is not None or self.quality is not None
-                or self.output_format != OUTPUT_KEEP or self.verify == VERIFY_DECODE)
+        return self.transforms_pixels or self.verify == VERIFY_DECODE
 
     def validate(self) -> None:
         if self.resize is not None and self.resize < 1:
