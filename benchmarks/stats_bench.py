@@ -30,16 +30,19 @@ from components.common import artifacts
 from components.common import features as fk
 from components.image_statistics.analyze import AnalysisOptions, BatchDecoder, analyze_batch
 from components.image_statistics.compute import find_splits, run_statistics, thumbnail_fraction
-from components.image_statistics.transforms import BATCHES_IN_FLIGHT, ReadRecordBatchesFn
+from components.image_statistics.transforms import (
+    BATCH_SIZE,
+    BATCHES_IN_FLIGHT,
+    ReadRecordBatchesFn,
+)
 
-BATCH = 256  # transforms.BATCH_SIZE
 TARGET_RATIO = 0.8
 
 
 def _split_records(examples_dir: str, split: str) -> list[bytes]:
     """The records of one split, read as the statistics read them."""
     files = sorted(tf.io.gfile.glob(artifacts.split_shard_pattern(examples_dir, split)))
-    reader = ReadRecordBatchesFn(BATCH)
+    reader = ReadRecordBatchesFn(BATCH_SIZE)
     return [record for path in files for _, batch in reader.process((split, path))
             for record in batch]
 
@@ -59,9 +62,9 @@ def _decode_batch(encoded: tf.Tensor) -> tf.Tensor:
 
 def _decode_only(examples_dir: str) -> int:
     records = _records(examples_dir)
-    for start in range(0, len(records), BATCH):
+    for start in range(0, len(records), BATCH_SIZE):
         encoded = [tf.train.Example.FromString(r).features.feature[fk.IMAGE_ENCODED_KEY]
-                   .bytes_list.value[0] for r in records[start:start + BATCH]]
+                   .bytes_list.value[0] for r in records[start:start + BATCH_SIZE]]
         _decode_batch(tf.constant(encoded)).numpy()
     return len(records)
 
@@ -73,7 +76,8 @@ def _stats_core(examples_dir: str, options: AnalysisOptions) -> int:
         records = _split_records(examples_dir, split)
         split_options = dataclasses.replace(options, thumbnail_fraction=thumbnail_fraction(
             examples_dir, options.keep_thumbnails, split))
-        batches = [records[start:start + BATCH] for start in range(0, len(records), BATCH)]
+        batches = [records[start:start + BATCH_SIZE]
+                   for start in range(0, len(records), BATCH_SIZE)]
         with ThreadPoolExecutor(BATCHES_IN_FLIGHT) as in_flight:  # as AnalyzeBatchFn
             analyze = functools.partial(analyze_batch, split=split, decoder=decoder,
                                         options=split_options)
