@@ -5,6 +5,10 @@ decode every image with TensorFlow to learn its size (one process).
 Resize to 256 + center crop + JPEG q90: ours against a multiprocessing pool running
 cv2.imread -> resize -> imencode on the same cores.
 Memory: peak RSS of a conversion of N and of 10N images, each in a fresh process.
+
+Each comparison also gives `speedup_bound`: the baseline's time over Beam's fixed cost
+(a 30-image run) plus the per-image conversion alone (ConvertImageFn's work without
+Beam): about the most any run on Beam can reach here.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
 import cv2
@@ -26,6 +31,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from components.image_example_gen.convert import run_conversion
 from components.image_example_gen.options import ImageOptions, OutputOptions
+from components.image_example_gen.transforms import ConversionTask, convert_task
 
 RESIZE = 256
 QUALITY = 90
@@ -81,6 +87,20 @@ def ours(folder: str, out_dir: str, image_options: ImageOptions, beam_args: list
                             OutputOptions(splits=(("train", 0.9), ("eval", 0.1))),
                             lambda: beam.Pipeline(options=PipelineOptions(beam_args)))
     return result.summary
+
+
+def conversion_alone(folder: str, options: ImageOptions, threads: int) -> None:
+    """ConvertImageFn's per-image work (read, convert, hash, serialize) without Beam:
+    inline for pass-through, on `threads` threads when every image is decoded, as the
+    DoFn does."""
+    tasks = [ConversionTask(os.path.relpath(path, folder), "label", 0, "train")
+             for path in _images(folder)]
+    convert = functools.partial(convert_task, folder, options=options)
+    if options.decodes_every_image:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(convert, tasks))
+    else:
+        list(map(convert, tasks))
 
 
 def _timed(fn, *args, repeats: int = 1) -> float:
@@ -149,6 +169,7 @@ def run(folder: str, processes: int | None = None) -> dict:
         t_pass = ours_time(folder, ImageOptions(), in_process, repeats=3)
         t_pass_small = ours_time(small_folder, ImageOptions(), in_process, repeats=3)
         t_pass_multi = ours_time(folder, ImageOptions(), multi, repeats=1)
+        t_pass_alone = _timed(conversion_alone, folder, ImageOptions(), processes, repeats=3)
         summary = ours(folder, os.path.join(work, "ratio"), ImageOptions(), in_process)
         figures["passthrough"] = {
             "baseline_tf_decode_for_size_img_s": round(n / t_base),
@@ -156,6 +177,9 @@ def run(folder: str, processes: int | None = None) -> dict:
             "ours_steady_img_s": round((n - 30) / (t_pass - t_pass_small)),
             "ours_multiprocess_runner_img_s": round(n / t_pass_multi),
             "speedup_vs_baseline": round(t_base / t_pass, 2),
+            "fixed_cost_s": round(t_pass_small, 3),
+            "conversion_alone_img_s": round(n / t_pass_alone),
+            "speedup_bound": round(t_base / (t_pass_small + t_pass_alone), 2),
             "tfrecord_to_source_size_ratio": summary["size_ratio"],
         }
         resize = ImageOptions(resize=RESIZE, center_crop=True, quality=QUALITY)
@@ -166,6 +190,7 @@ def run(folder: str, processes: int | None = None) -> dict:
         t_resize = ours_time(folder, resize, in_process)
         t_resize_small = ours_time(small_folder, resize, in_process)
         t_resize_multi = ours_time(folder, resize, multi, repeats=1)
+        t_resize_alone = _timed(conversion_alone, folder, resize, processes, repeats=2)
         figures["resize_256_crop_q90"] = {
             "baseline_cv2_pool_inter_area_img_s": round(n / t_pool_area),
             "baseline_cv2_pool_inter_linear_img_s": round(n / t_pool_linear),
@@ -174,6 +199,9 @@ def run(folder: str, processes: int | None = None) -> dict:
             "ours_multiprocess_runner_img_s": round(n / t_resize_multi),
             "speedup_vs_inter_area_pool": round(t_pool_area / t_resize, 2),
             "speedup_vs_inter_linear_pool": round(t_pool_linear / t_resize, 2),
+            "fixed_cost_s": round(t_resize_small, 3),
+            "conversion_alone_img_s": round(n / t_resize_alone),
+            "speedup_bound": round(t_pool_area / (t_resize_small + t_resize_alone), 2),
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
