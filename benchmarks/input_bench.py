@@ -20,7 +20,7 @@ Pipelines, each yielding batches of `batch_size` images at `image_size` px:
   sequential_one_thread     the same confined to one thread, for reference.
 `augment_ceiling` bounds the input_fn: it is the same preprocessing with no reading,
 parsing or shuffling, so its ratios to the decode ceiling and to the sequential pipeline
-are the most the input_fn can reach with that preprocessing.
+are about the most the input_fn can reach with that preprocessing.
 Measurements alternate between pipelines for `rounds` rounds and keep each one's best,
 since other work shares the machine. Steady state: the cached input_fn is warmed up over
 one full epoch first.

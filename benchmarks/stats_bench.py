@@ -1,6 +1,6 @@
 """ImageStatistics throughput against decoding the same shards once, in the same process.
 
-Three passes over the shards of one Examples folder, interleaved and repeated (best of
+Passes over the shards of one Examples folder, interleaved and repeated (best of
 `repeats` each, since other work shares the machine):
   decode_only   read the records (TF's C++ reader, as the statistics do), parse them,
                 tf.io.decode_image every image at its stored size (batched
