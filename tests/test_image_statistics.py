@@ -35,7 +35,7 @@ from components.image_statistics.analyze import (
     BatchDecoder,
     ImageKey,
     analyze_batch,
-    difference_hash,
+    difference_hashes,
     thumbnail_jpeg,
 )
 from components.image_statistics.executor import (
@@ -491,9 +491,33 @@ def test_dhash_matches_a_reencoded_copy_and_tells_images_apart():
 
     pixels = BatchDecoder(224, CROP).eval_pixels(  # the Trainer's default size
         [jpeg(original, 95), jpeg(original, 70), jpeg(other, 95)])
-    hashes = [difference_hash(image) for image in pixels]
+    hashes = difference_hashes(pixels)
     assert hashes[0] == hashes[1], "a re-encoded copy looks the same"
     assert bin(hashes[0] ^ hashes[2]).count("1") > 8, "different images hash apart"
+
+
+@pytest.mark.parametrize("size", [224, 299, 96])
+def test_dhash_is_the_area_mean_thumbnail_whatever_the_batch(size):
+    rng = np.random.default_rng(size)
+    images = np.stack([textured(rng, size, size, (120, 90, 60)) for _ in range(5)]
+                      + [np.full((size, size, 3), 77, np.uint8)])
+    hashes = difference_hashes(images)
+    assert hashes == [difference_hashes(image[None])[0] for image in images]
+    assert hashes[-1] == 0, "a flat image has equal cells: no cell is brighter"
+
+    def reference(image: np.ndarray) -> int:
+        """Halvings as OpenCV does them one image at a time, then the 9x8 area mean of
+        the grey image in float64."""
+        while min(image.shape[:2]) >= 112:
+            height, width = image.shape[0] // 2 * 2, image.shape[1] // 2 * 2
+            image = cv2.resize(image[:height, :width], (width // 2, height // 2),
+                               interpolation=cv2.INTER_AREA)
+        grey = image.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
+        cells = cv2.resize(grey, (9, 8), interpolation=cv2.INTER_AREA)
+        bits = (cells[:, 1:] > cells[:, :-1]).reshape(-1)
+        return int("".join("1" if bit else "0" for bit in bits), 2)
+
+    assert hashes[:-1] == [reference(image) for image in images[:-1]]
 
 
 @pytest.mark.parametrize("size", [384, 224, 150, 97])

@@ -2,10 +2,11 @@
 
 Pixels come from `components.common.preprocessing.eval_images`, the function the
 Trainer and serving use, run over chunks of the batch in one `tf.function`. Each image
-is then reduced by OpenCV: its integer histogram (`cv2.calcHist`, one fused C++ pass),
-from which sums and sums of squares follow exactly, and its dHash. On this project's
-machines a TF `bincount` or `histogram_fixed_width` cost more than `calcHist`, a numpy
-float32 mean more than the decode, and the dHash in the decode graph twice as much.
+is then reduced to its integer histogram (`cv2.calcHist`, one fused C++ pass), from
+which sums and sums of squares follow exactly; each chunk's dHashes are computed
+together. On this project's machines a TF `bincount` or `histogram_fixed_width` cost
+more than `calcHist`, a numpy float32 mean more than the decode, and the dHash in the
+decode graph twice as much.
 
 Chunks are decoded and histogrammed on worker threads (TF and OpenCV release the GIL)
 while the calling thread does the per-image Python bookkeeping of earlier chunks.
@@ -14,6 +15,7 @@ while the calling thread does the per-image Python bookkeeping of earlier chunks
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import threading
@@ -35,7 +37,8 @@ THUMBNAIL_QUALITY = 85
 # cv2.calcHist counts in float32, exact up to 2**24 pixels per bin.
 _CALCHIST_EXACT_PIXELS = 1 << 24
 _DHASH_GRID = 56
-_GREY_WEIGHTS = np.asarray((0.299, 0.587, 0.114), np.float32)  # BT.601 luma, as RGB2GRAY
+# BT.601 luma (as RGB2GRAY) times 1000: integer weights keep the dHash's sums exact.
+_LUMA_WEIGHTS = np.asarray((299, 587, 114), np.float64)
 # Images decoded and reduced per job. Jobs run on their own threads, ahead of the
 # Python bookkeeping that consumes them; 64 keeps TF's per-call cost small.
 DECODE_CHUNK = 64
@@ -112,18 +115,37 @@ def channel_histograms(pixels: np.ndarray) -> np.ndarray:
                      for c in range(3)]).astype(np.int64)
 
 
-def difference_hash(pixels: np.ndarray) -> int:
-    """The 64-bit dHash of HxWx3 uint8 RGB pixels, the first bit most significant: is
-    each cell of an 8x9 grey thumbnail brighter than its left neighbour.
+def difference_hashes(pixels: np.ndarray) -> list[int]:
+    """The 64-bit dHash of each image of [B, H, W, 3] uint8 RGB pixels, the first bit most
+    significant: is each cell of an 8x9 grey thumbnail brighter than its left neighbour.
 
-    The thumbnail is an area mean: halved down to about 56x56 pixels first (0.06 ms at
-    224 against 0.15 ms for the same in the decode graph), then exactly to 9x8 in float.
+    The thumbnail is an area mean. The batch is halved down to about 56x56 pixels an
+    image with one OpenCV call per halving for all the images, then reduced to 9x8 with
+    integer luma and area weights, whose sums float64 holds exactly: a hash does not
+    depend on the batch, and equal cells compare equal. Measured at 224 px on one thread,
+    40 µs an image against 85 µs for the same steps image by image, whose per-call
+    Python cost also held the GIL that the decoding threads share.
     """
+    if not len(pixels):
+        return []
     small = _halve_down_to(pixels, _DHASH_GRID)
-    cells = cv2.resize(small.astype(np.float32), (9, 8), interpolation=cv2.INTER_AREA)
-    grey = cells @ _GREY_WEIGHTS
-    bits = (grey[:, 1:] > grey[:, :-1]).reshape(-1)
-    return int.from_bytes(np.packbits(bits).tobytes(), "big")
+    count, height, width = small.shape[:3]
+    grey = small.astype(np.float64) @ _LUMA_WEIGHTS
+    cells = _area_weights(height, 8) @ grey @ _area_weights(width, 9).T
+    bits = (cells[:, :, 1:] > cells[:, :, :-1]).reshape(count, 64)
+    return [int(value) for value in np.packbits(bits, axis=1).view(">u8").reshape(-1)]
+
+
+@functools.cache
+def _area_weights(source: int, target: int) -> np.ndarray:
+    """[target, source] weights of an area (box) reduction from `source` pixels to
+    `target` cells: each pixel's overlap with each cell, in units of 1/target pixel, so
+    every weight is an integer (a cell's weights sum to `source`)."""
+    cell_start = np.arange(target)[:, None] * source
+    pixel_start = np.arange(source)[None, :] * target
+    overlap = (np.minimum(cell_start + source, pixel_start + target)
+               - np.maximum(cell_start, pixel_start))
+    return np.clip(overlap, 0, None).astype(np.float64)
 
 
 def hash_fraction(sha256_hex: str) -> float:
@@ -132,13 +154,18 @@ def hash_fraction(sha256_hex: str) -> float:
 
 
 def _halve_down_to(pixels: np.ndarray, side: int) -> np.ndarray:
-    """Area-halves HxWxC pixels while the shorter side is at least 2 x `side`, dropping an
-    odd last row or column. Halving is OpenCV's fast INTER_AREA path; other factors
-    take a generic one several times slower."""
-    while min(pixels.shape[:2]) >= 2 * side:
-        height, width = pixels.shape[:2]
-        pixels = cv2.resize(pixels[:height - height % 2, :width - width % 2],
-                            (width // 2, height // 2), interpolation=cv2.INTER_AREA)
+    """Area-halves [B, H, W, C] pixels while the shorter side is at least 2 x `side`,
+    dropping an odd last row or column. Halving is OpenCV's fast INTER_AREA path (other
+    factors take a generic one several times slower). The images are stacked into one
+    tall image: with an even height, no 2x2 block spans two of them."""
+    while min(pixels.shape[1:3]) >= 2 * side:
+        count, height, width, channels = pixels.shape
+        height, width = height - height % 2, width - width % 2
+        stacked = np.ascontiguousarray(pixels[:, :height, :width]).reshape(
+            count * height, width, channels)
+        pixels = cv2.resize(stacked, (width // 2, count * height // 2),
+                            interpolation=cv2.INTER_AREA).reshape(
+                                count, height // 2, width // 2, channels)
     return pixels
 
 
@@ -148,8 +175,8 @@ def thumbnail_jpeg(pixels: np.ndarray) -> bytes:
     Halved first (0.05 ms at 224 against 0.27 ms for INTER_AREA straight to 96); the
     step left, under 2x, is bilinear.
     """
-    halved = _halve_down_to(pixels, THUMBNAIL_SIZE)
-    interpolation = cv2.INTER_LINEAR if halved is not pixels else cv2.INTER_AREA
+    halved = _halve_down_to(pixels[None], THUMBNAIL_SIZE)[0]
+    interpolation = (cv2.INTER_LINEAR if halved.shape != pixels.shape else cv2.INTER_AREA)
     small = cv2.resize(halved, (THUMBNAIL_SIZE, THUMBNAIL_SIZE), interpolation=interpolation)
     ok, data = cv2.imencode(".jpg", cv2.cvtColor(small, cv2.COLOR_RGB2BGR),
                             [cv2.IMWRITE_JPEG_QUALITY, THUMBNAIL_QUALITY])
@@ -218,30 +245,33 @@ class BatchDecoder:
             self._build()
         return self._eval(tf.constant(list(encoded), tf.string)).numpy()
 
+    def no_pixels(self) -> np.ndarray:
+        """An empty [0, S, S, 3] batch of eval pixels."""
+        return np.zeros((0, self._image_size, self._image_size, 3), np.uint8)
+
     def native_pixels(self, encoded: bytes) -> np.ndarray:
         if self._native is None:
             self._build()
         return self._native(tf.constant(encoded, tf.string)).numpy()
 
 
-def _decode_each(decoder: BatchDecoder, images: Sequence[ParsedImage]
-                 ) -> Iterator[tuple[ParsedImage, np.ndarray | None, str | None]]:
-    """(image, pixels, error) per image: the batch decoded at once, or one by one to
-    single out the images that fail."""
+def _decode_chunk(decoder: BatchDecoder, images: Sequence[ParsedImage]
+                  ) -> tuple[np.ndarray, dict[int, str]]:
+    """The eval pixels [N, S, S, 3] of the images that decode, in order, and why each
+    other one did not, by its index: the chunk decoded at once, or one by one to single
+    out the images that fail."""
     try:
-        pixels = decoder.eval_pixels([image.encoded for image in images])
-        for image, image_pixels in zip(images, pixels, strict=True):
-            yield image, image_pixels, None
-        return
+        return decoder.eval_pixels([image.encoded for image in images]), {}
     except tf.errors.InvalidArgumentError:
         if len(images) == 1:
-            yield images[0], None, "TensorFlow cannot decode it"
-            return
-    for image in images:
+            return decoder.no_pixels(), {0: "TensorFlow cannot decode it"}
+    decoded, errors = [], {}
+    for index, image in enumerate(images):
         try:
-            yield image, decoder.eval_pixels([image.encoded])[0], None
+            decoded.append(decoder.eval_pixels([image.encoded])[0])
         except tf.errors.InvalidArgumentError as e:
-            yield image, None, f"TensorFlow cannot decode it: {e.message.splitlines()[0]}"
+            errors[index] = f"TensorFlow cannot decode it: {e.message.splitlines()[0]}"
+    return (np.stack(decoded) if decoded else decoder.no_pixels()), errors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,15 +288,18 @@ class ReducedImage:
 
 def _reduce_chunk(decoder: BatchDecoder, images: Sequence[ParsedImage], native: bool
                   ) -> list[ReducedImage]:
+    pixels, errors = _decode_chunk(decoder, images)
+    decoded = iter(zip(pixels, difference_hashes(pixels), strict=True))
     reduced = []
-    for image, pixels, error in _decode_each(decoder, images):
-        if pixels is None:
-            reduced.append(ReducedImage(image, None, error or "undecodable"))
+    for index, image in enumerate(images):
+        if index in errors:
+            reduced.append(ReducedImage(image, None, errors[index]))
             continue
+        image_pixels, dhash = next(decoded)
         native_hist = (channel_histograms(decoder.native_pixels(image.encoded))
                        if native else None)
-        reduced.append(ReducedImage(image, pixels, None, channel_histograms(pixels),
-                                    native_hist, difference_hash(pixels)))
+        reduced.append(ReducedImage(image, image_pixels, None, channel_histograms(image_pixels),
+                                    native_hist, dhash))
     return reduced
 
 
