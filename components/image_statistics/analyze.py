@@ -176,7 +176,7 @@ def thumbnail_jpeg(pixels: np.ndarray) -> bytes:
     step left, under 2x, is bilinear.
     """
     halved = _halve_down_to(pixels[None], THUMBNAIL_SIZE)[0]
-    interpolation = (cv2.INTER_LINEAR if halved.shape != pixels.shape else cv2.INTER_AREA)
+    interpolation = cv2.INTER_LINEAR if halved.shape != pixels.shape else cv2.INTER_AREA
     small = cv2.resize(halved, (THUMBNAIL_SIZE, THUMBNAIL_SIZE), interpolation=interpolation)
     ok, data = cv2.imencode(".jpg", cv2.cvtColor(small, cv2.COLOR_RGB2BGR),
                             [cv2.IMWRITE_JPEG_QUALITY, THUMBNAIL_QUALITY])
