@@ -132,14 +132,14 @@ def _train_and_export(fn_args, config: TrainerConfig, plan: devices.DevicePlan,
                                      **common)
     steps_per_epoch, epochs = _schedule(fn_args.train_steps, train_source.records or 0,
                                         global_batch, config.epochs)
+    total_steps = steps_per_epoch * epochs
     with strategy.scope():
         model = model_lib.build_model(config, len(labels), None if host_norm else normalization)
-        lowered = model_lib.fit_batch_norm_to_run(model, steps_per_epoch * epochs)
+        lowered = model_lib.fit_batch_norm_to_run(model, total_steps)
         if lowered:
             logging.info("Batch norm momentum lowered to %.4f in %d layers for a run of %d steps",
-                         model_lib.batch_norm_momentum(steps_per_epoch * epochs), lowered,
-                         steps_per_epoch * epochs)
-        model_lib.compile_model(model, config, steps_per_epoch * epochs)
+                         model_lib.batch_norm_momentum(total_steps), lowered, total_steps)
+        model_lib.compile_model(model, config, total_steps)
 
     callbacks = _callbacks(config, fn_args.model_run_dir)
     if config.tensorboard_images and tensorboard_available():
