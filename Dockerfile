@@ -36,7 +36,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 
 USER 1000:1000
 WORKDIR /home/imgpipe
-# The compiled pipeline sets the command (python -m pipelines.kfp_entrypoint ...);
+# The compiled pipeline sets the command (python -m imgpipe.pipelines.container.entrypoint);
 # this default serves interactive use.
 ENTRYPOINT ["imgpipe"]
 CMD ["--help"]

@@ -4,19 +4,36 @@ IN_ENV := bin/in-env
 PYTEST_ARGS ?=
 DEMO_DIR ?= /tmp/imgpipe-demo
 
-.PHONY: env test lint demo bench lock image clean-env
+.PHONY: env test test-fast lint typecheck format demo bench lock image clean-env
+
+# pytest exits 5 when it collected nothing: a broken set-up, never a pass.
+define run_pytest
+	$(IN_ENV) python -m pytest $(1) $(PYTEST_ARGS) || { rc=$$?; \
+	  [ $$rc != 5 ] || echo "make: pytest collected no tests; the test set-up is broken" >&2; exit $$rc; }
+endef
 
 env:
 	bin/setup-env
 
+# The linter and the formatter's check (`make format` rewrites the files).
 lint: env
 	$(IN_ENV) ruff check .
+	$(IN_ENV) ruff format --check .
 
-test: env
-	$(IN_ENV) ruff check .
-	@# pytest exits 5 when it collected nothing: a broken set-up, never a pass.
-	$(IN_ENV) python -m pytest $(PYTEST_ARGS) || { rc=$$?; \
-	  [ $$rc != 5 ] || echo "make test: pytest collected no tests; the test set-up is broken" >&2; exit $$rc; }
+format: env
+	$(IN_ENV) ruff format .
+
+# mypy over the package; its settings are in pyproject.toml.
+typecheck: env
+	$(IN_ENV) mypy
+
+# Every tier (unit, component, pipeline), after the static checks: what CI runs.
+test: lint typecheck
+	$(call run_pytest,)
+
+# The unit tier alone: about a minute.
+test-fast: env
+	$(call run_pytest,-m unit)
 
 demo: env
 	$(IN_ENV) imgpipe demo --workdir $(DEMO_DIR)
@@ -30,7 +47,7 @@ lock:
 
 # The Kubeflow runtime image; needs a Docker engine (none on the project's build machines).
 image:
-	docker build -t $$($(IN_ENV) python -c 'from pipelines.images import RUNTIME_IMAGE; print(RUNTIME_IMAGE)') .
+	docker build -t $$($(IN_ENV) python -c 'from imgpipe.pipelines.images import RUNTIME_IMAGE; print(RUNTIME_IMAGE)') .
 
 clean-env:
 	rm -f .venv

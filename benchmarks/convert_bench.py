@@ -29,9 +29,10 @@ import cv2
 import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from components.image_example_gen.convert import run_conversion
-from components.image_example_gen.options import ImageOptions, OutputOptions
-from components.image_example_gen.transforms import ConversionTask, convert_task
+from imgpipe.components.common.conversion_summary import ConversionSummary
+from imgpipe.components.image_example_gen.convert import run_conversion
+from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
+from imgpipe.components.image_example_gen.transforms import ConversionTask, convert_task
 
 RESIZE = 256
 QUALITY = 90
@@ -82,7 +83,8 @@ def baseline_pool_resize(paths: list[str], out_path: str, processes: int,
             writer.write(_example(encoded, RESIZE, RESIZE, i % 10))
 
 
-def ours(folder: str, out_dir: str, image_options: ImageOptions, beam_args: list[str]) -> dict:
+def ours(folder: str, out_dir: str, image_options: ImageOptions, beam_args: list[str]
+         ) -> ConversionSummary:
     result = run_conversion(folder, out_dir, image_options,
                             OutputOptions(splits=(("train", 0.9), ("eval", 0.1))),
                             lambda: beam.Pipeline(options=PipelineOptions(beam_args)))
@@ -118,7 +120,7 @@ def _peak_rss_mb(folder: str, limit: int, beam_args: list[str]) -> float:
     code = (
         "import resource, sys, tempfile\n"
         "from benchmarks.convert_bench import _subset, ours\n"
-        "from components.image_example_gen.options import ImageOptions\n"
+        "from imgpipe.components.image_example_gen.options import ImageOptions\n"
         f"ours(_subset({folder!r}, {limit}), tempfile.mkdtemp(), ImageOptions(), {beam_args!r})\n"
         "print(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,\n"
         "          resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n")
@@ -180,7 +182,7 @@ def run(folder: str, processes: int | None = None) -> dict:
             "fixed_cost_s": round(t_pass_small, 3),
             "conversion_alone_img_s": round(n / t_pass_alone),
             "speedup_bound": round(t_base / (t_pass_small + t_pass_alone), 2),
-            "tfrecord_to_source_size_ratio": summary["size_ratio"],
+            "tfrecord_to_source_size_ratio": summary.size_ratio,
         }
         resize = ImageOptions(resize=RESIZE, center_crop=True, quality=QUALITY)
         t_pool_area = _timed(baseline_pool_resize, paths, os.path.join(work, "pa.tfrecord"),

@@ -1,7 +1,7 @@
 """The Trainer's input_fn against its ceiling and two baselines, in one process.
 
 Pipelines, each yielding batches of `batch_size` images at `image_size` px:
-  input_fn                  components.trainer.input.make_dataset in TRAIN mode, with the
+  input_fn                  imgpipe.components.trainer.input.make_dataset in TRAIN mode, with the
                             RAM plan run_fn would make (uint8 out, normalized on device).
   input_fn_host_normalized  the same, normalizing to float32 on the host.
   decode_ceiling            the same encoded bytes held in memory, tf.io.decode_jpeg only,
@@ -36,9 +36,9 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from components.common import allocator, artifacts, preprocessing
-from components.trainer import input as input_lib
-from components.trainer import memory
+from imgpipe.components.common import allocator, artifacts, preprocessing
+from imgpipe.components.trainer import input as input_lib
+from imgpipe.components.trainer import memory
 
 TARGETS = {"vs_decode_ceiling": 0.85, "vs_image_dataset_from_directory": 2.0,
            "vs_sequential": 1.8}
@@ -199,9 +199,9 @@ def gpu_feed(examples_dir: str, backbone: str = "mobilenet_v3_small", image_size
     """
     import keras
 
-    from components.trainer import devices
-    from components.trainer import model as model_lib
-    from components.trainer.config import TrainerConfig
+    from imgpipe.components.trainer import devices
+    from imgpipe.components.trainer import model as model_lib
+    from imgpipe.components.trainer.config import TrainerConfig
 
     allocator.tune_malloc()
     plan = devices.plan_devices(*devices.visible_devices())

@@ -13,7 +13,7 @@ import os
 import cv2
 import numpy as np
 
-from pipelines.sample_data import find_source_dir
+from imgpipe.pipelines.sample_photos import find_source_dir
 
 TARGET_SHAPES = ((375, 500), (500, 375), (333, 500), (375, 375))
 

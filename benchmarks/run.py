@@ -39,7 +39,7 @@ def main() -> None:
     selected = set(args.only or ["convert", "stats", "input"])
 
     # As the pipeline's own stages do; set once here, so every baseline gets it too.
-    from components.common import allocator
+    from imgpipe.components.common import allocator
     malloc_tuned = allocator.tune_malloc()
     photos = make_photo_dataset(DEFAULT_DATA + f"-{args.images}", count=args.images)
     results: dict = {"machine": machine() | {"glibc_malloc_tuned": malloc_tuned},
@@ -69,8 +69,8 @@ def convert_bench_shards(photos: str) -> str:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from components.image_example_gen.convert import run_conversion
-    from components.image_example_gen.options import ImageOptions, OutputOptions
+    from imgpipe.components.image_example_gen.convert import run_conversion
+    from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
 
     out = photos.rstrip("/") + "-shards-256"
     if os.path.exists(os.path.join(out, "conversion_summary.json")):

@@ -34,9 +34,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import tensorflow as tf
 
-from components.common import artifacts
-from components.common import features as fk
-from components.image_statistics.analyze import (
+from imgpipe.components.common import artifacts, conversion_summary, layout
+from imgpipe.components.common import features as fk
+from imgpipe.components.image_statistics.analyze import (
     DECODE_CHUNK,
     REDUCING_THREADS,
     AnalysisOptions,
@@ -45,8 +45,12 @@ from components.image_statistics.analyze import (
     channel_histograms,
     parse_record,
 )
-from components.image_statistics.compute import find_splits, run_statistics, thumbnail_fraction
-from components.image_statistics.transforms import (
+from imgpipe.components.image_statistics.compute import (
+    run_statistics,
+    split_order,
+    thumbnail_fraction,
+)
+from imgpipe.components.image_statistics.transforms import (
     BATCH_SIZE,
     BATCHES_IN_FLIGHT,
     ReadRecordBatchesFn,
@@ -63,8 +67,12 @@ def _split_records(examples_dir: str, split: str) -> list[bytes]:
             for record in batch]
 
 
+def _splits(examples_dir: str) -> list[str]:
+    return split_order(conversion_summary.read(examples_dir).split_names)
+
+
 def _records(examples_dir: str) -> list[bytes]:
-    return [record for split in find_splits(examples_dir)
+    return [record for split in _splits(examples_dir)
             for record in _split_records(examples_dir, split)]
 
 
@@ -88,7 +96,7 @@ def _decode_only(examples_dir: str) -> int:
 def _stats_core(examples_dir: str, options: AnalysisOptions) -> int:
     decoder = BatchDecoder(options.image_size, options.crop_fraction)
     images = 0
-    for split in find_splits(examples_dir):
+    for split in _splits(examples_dir):
         records = _split_records(examples_dir, split)
         split_options = dataclasses.replace(options, thumbnail_fraction=thumbnail_fraction(
             examples_dir, options.keep_thumbnails, split))
@@ -126,7 +134,7 @@ def _stats_beam(examples_dir: str, options: AnalysisOptions) -> int:
 
     args = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
     with tempfile.TemporaryDirectory() as work:
-        run = run_statistics(examples_dir, work, options,
+        run = run_statistics(examples_dir, _splits(examples_dir), work, options,
                              lambda: beam.Pipeline(options=PipelineOptions(args)))
     return sum(a.images for a in run.accumulators.values())
 
@@ -134,15 +142,16 @@ def _stats_beam(examples_dir: str, options: AnalysisOptions) -> int:
 def _one_shard_per_split(examples_dir: str, out: str) -> str:
     """An Examples folder holding the first shard of each split, and the summary with
     those shards' record counts (the statistics check them)."""
-    summary = artifacts.load_summary(examples_dir)
-    for split in find_splits(examples_dir):
+    summary = conversion_summary.read(examples_dir)
+    splits = {}
+    for split in _splits(examples_dir):
         first = sorted(tf.io.gfile.glob(artifacts.split_shard_pattern(examples_dir, split)))[0]
-        folder = os.path.join(out, artifacts.SPLIT_DIR_PREFIX + split)
+        folder = os.path.join(out, layout.SPLIT_DIR_PREFIX + split)
         tf.io.gfile.makedirs(folder)
         tf.io.gfile.copy(first, os.path.join(folder, os.path.basename(first)))
-        summary["splits"][split]["records"] = sum(
-            1 for _ in tf.data.TFRecordDataset(first, artifacts.shard_compression(first)))
-    artifacts.write_json(os.path.join(out, artifacts.SUMMARY_FILE), summary)
+        records = sum(1 for _ in tf.data.TFRecordDataset(first, artifacts.shard_compression(first)))
+        splits[split] = dataclasses.replace(summary.splits[split], records=records)
+    conversion_summary.write(out, dataclasses.replace(summary, splits=splits))
     return out
 
 

@@ -11,10 +11,14 @@ import dataclasses
 import os
 from typing import Any
 
-from pipelines import config as cfg
-from pipelines import pipeline as pl
+from tfx.types import standard_component_specs as keys
 
-REPORT_FILE_NAMES = ("report.html",)
+from imgpipe.components.common.layout import REPORT_FILE
+from imgpipe.pipelines import component_ids as ids
+from imgpipe.pipelines import pipeline as pl
+from imgpipe.pipelines.beam_args import local_beam_args
+from imgpipe.pipelines.config import PipelineConfig
+
 # Custom properties TFX's Pusher sets on its PushedModel output.
 PUSHED = "pushed"
 PUSHED_DESTINATION = "pushed_destination"
@@ -55,7 +59,7 @@ class RunResult:
         return bool(self.nodes) and all(n.state == "CACHED" for n in self.nodes.values())
 
 
-def run(config: cfg.PipelineConfig) -> RunResult:
+def run(config: PipelineConfig) -> RunResult:
     """Runs the whole pipeline locally and returns where its outputs are.
 
     Raises:
@@ -68,12 +72,12 @@ def run(config: cfg.PipelineConfig) -> RunResult:
     tf.io.gfile.makedirs(os.path.dirname(config.local_metadata_path) or ".")
     connection = metadata.sqlite_metadata_connection_config(config.local_metadata_path)
     pipeline = pl.create_pipeline(config, metadata_connection_config=connection,
-                                  beam_pipeline_args=config.local_beam_args)
+                                  beam_pipeline_args=local_beam_args(config.beam_args))
     LocalDagRunner().run(pipeline)
     return latest_results(config)
 
 
-def latest_results(config: cfg.PipelineConfig) -> RunResult:
+def latest_results(config: PipelineConfig) -> RunResult:
     """Each component's latest execution state and outputs, read from the SQLite MLMD."""
     from ml_metadata.metadata_store import metadata_store
     from ml_metadata.proto import metadata_store_pb2
@@ -83,7 +87,7 @@ def latest_results(config: cfg.PipelineConfig) -> RunResult:
         metadata.sqlite_metadata_connection_config(config.local_metadata_path))
     state_names = {v: k for k, v in metadata_store_pb2.Execution.State.items()}
     nodes = {}
-    for component_id in cfg.COMPONENT_IDS:
+    for component_id in ids.COMPONENT_IDS:
         context = store.get_context_by_type_and_name(
             "node", f"{config.pipeline_name}.{component_id}")
         if context is None:
@@ -110,29 +114,28 @@ def latest_results(config: cfg.PipelineConfig) -> RunResult:
     return RunResult(metadata_path=config.local_metadata_path, nodes=nodes)
 
 
-def summary_lines(result: RunResult, config: cfg.PipelineConfig) -> list[str]:
+def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
     """The closing lines of a run: where the model, the reports and the statistics are."""
     import tensorflow as tf
 
     def report_in(uri: str | None) -> str | None:
         if not uri:
             return None
-        for name in REPORT_FILE_NAMES:
-            if tf.io.gfile.exists(os.path.join(uri, name)):
-                return os.path.join(uri, name)
-        return uri
+        report = os.path.join(uri, REPORT_FILE)
+        return report if tf.io.gfile.exists(report) else uri
 
-    pushed = result.artifact(cfg.PUSHER, pl.PUSHED_MODEL)
+    pushed = result.artifact(ids.PUSHER, keys.PUSHED_MODEL_KEY)
     pushed_to = (pushed.properties.get(PUSHED_DESTINATION)
                  if pushed and pushed.properties.get(PUSHED) else None)
     lines = [
-        f"model (trained)      {result.uri(cfg.TRAINER, pl.MODEL) or 'not produced'}",
+        f"model (trained)      {result.uri(ids.TRAINER, keys.MODEL_KEY) or 'not produced'}",
         f"model (served)       {pushed_to or f'not pushed (see {config.serving_dir})'}",
-        f"image report         {report_in(result.uri(cfg.IMAGE_STATISTICS, pl.STATISTICS))}",
-        f"evaluation           {report_in(result.uri(cfg.EVALUATOR, pl.EVALUATION))}",
-        f"statistics (TFDV)    {result.uri(cfg.STATISTICS_GEN, pl.STATISTICS)}",
-        f"statistics (images)  {result.uri(cfg.IMAGE_STATISTICS, pl.STATISTICS)}",
-        f"anomalies            {result.uri(cfg.EXAMPLE_VALIDATOR, pl.ANOMALIES)}",
+        f"image report         "
+        f"{report_in(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY))}",
+        f"evaluation           {report_in(result.uri(ids.EVALUATOR, keys.EVALUATION_KEY))}",
+        f"statistics (TFDV)    {result.uri(ids.STATISTICS_GEN, keys.STATISTICS_KEY)}",
+        f"statistics (images)  {result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)}",
+        f"anomalies            {result.uri(ids.EXAMPLE_VALIDATOR, keys.ANOMALIES_KEY)}",
         f"metadata (SQLite)    {result.metadata_path}",
     ]
     states = sorted({n.state for n in result.nodes.values()})

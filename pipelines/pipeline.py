@@ -9,84 +9,71 @@ absolute accuracy threshold instead of against a baseline model.
 
 from __future__ import annotations
 
-from tfx import v1 as tfx
+from typing import Any
+
 from tfx.dsl.components.base import base_node
 from tfx.orchestration import pipeline as tfx_pipeline
+from tfx.types import standard_component_specs as keys
 
-from pipelines import config as cfg
-
-# Output channel keys of the components wired here, spelled once.
-EXAMPLES = "examples"
-STATISTICS = "statistics"
-SCHEMA = "schema"
-ANOMALIES = "anomalies"
-MODEL = "model"
-MODEL_RUN = "model_run"
-EVALUATION = "evaluation"
-BLESSING = "blessing"
-PUSHED_MODEL = "pushed_model"
+from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
+from imgpipe.pipelines import component_ids as ids
+from imgpipe.pipelines.config import PipelineConfig
 
 
-def create_components(config: cfg.PipelineConfig) -> list[base_node.BaseNode]:
-    """The pipeline's components in topological order, each named by its config id."""
-    from tfx.proto import pusher_pb2, trainer_pb2
+def create_components(config: PipelineConfig) -> list[base_node.BaseNode]:
+    """The pipeline's components in topological order, each named by its component id."""
+    from tfx import v1 as tfx
+    from tfx.proto import pusher_pb2
 
-    from components.evaluator.component import ImageEvaluator
-    from components.image_example_gen.component import ImageExampleGen
-    from components.image_example_gen.options import ImageOptions, OutputOptions
-    from components.image_statistics.component import ImageStatistics
-    from components.image_statistics.tfdv_options import image_stats_options
-    from components.trainer.component import ImageTrainer
+    from imgpipe.components.evaluator.component import ImageEvaluator
+    from imgpipe.components.image_example_gen.component import ImageExampleGen
+    from imgpipe.components.image_statistics.component import ImageStatistics
+    from imgpipe.components.image_statistics.tfdv_options import image_stats_options
+    from imgpipe.components.trainer.component import ImageTrainer
 
-    data, model = config.data, config.model
     example_gen = ImageExampleGen(
         input_base=config.data_root,
-        image_options=ImageOptions(resize=data.resize, center_crop=data.center_crop),
-        output_options=OutputOptions(
-            splits=(("train", 1 - data.eval_fraction), ("eval", data.eval_fraction)),
-            stratify=data.stratify, num_shards=data.num_shards, on_error=data.on_error),
-    ).with_id(cfg.EXAMPLE_GEN)
-    examples = example_gen.outputs[EXAMPLES]
+        image_options=config.example_gen.image,
+        output_options=config.example_gen.output,
+    ).with_id(ids.EXAMPLE_GEN)
+    examples = example_gen.outputs[keys.EXAMPLES_KEY]
     statistics_gen = tfx.components.StatisticsGen(
         examples=examples, stats_options=image_stats_options(),
-    ).with_id(cfg.STATISTICS_GEN)
+    ).with_id(ids.STATISTICS_GEN)
     schema_gen = tfx.components.SchemaGen(
-        statistics=statistics_gen.outputs[STATISTICS], infer_feature_shape=True,
-    ).with_id(cfg.SCHEMA_GEN)
+        statistics=statistics_gen.outputs[keys.STATISTICS_KEY], infer_feature_shape=True,
+    ).with_id(ids.SCHEMA_GEN)
     example_validator = tfx.components.ExampleValidator(
-        statistics=statistics_gen.outputs[STATISTICS], schema=schema_gen.outputs[SCHEMA],
-    ).with_id(cfg.EXAMPLE_VALIDATOR)
+        statistics=statistics_gen.outputs[keys.STATISTICS_KEY],
+        schema=schema_gen.outputs[keys.SCHEMA_KEY],
+    ).with_id(ids.EXAMPLE_VALIDATOR)
     image_statistics = ImageStatistics(
-        examples=examples, image_size=model.image_size,
-        anomalies=example_validator.outputs[ANOMALIES], fail_on_anomalies=True,
-    ).with_id(cfg.IMAGE_STATISTICS)
+        examples=examples, anomalies=example_validator.outputs[keys.ANOMALIES_KEY],
+        image_size=config.trainer.image_size,
+        crop_fraction=config.trainer.crop_fraction or DEFAULT_CROP_FRACTION,
+        config=config.statistics,
+    ).with_id(ids.IMAGE_STATISTICS)
     trainer = ImageTrainer(
         examples=examples,
-        image_statistics=image_statistics.outputs[STATISTICS],
-        train_args=trainer_pb2.TrainArgs(num_steps=model.train_steps),
-        eval_args=trainer_pb2.EvalArgs(num_steps=model.eval_steps),
-        custom_config={
-            "backbone": model.backbone, "epochs": model.epochs,
-            "batch_size": model.batch_size, "image_size": model.image_size,
-            "num_gpus": config.num_gpus, "mixed_precision": model.mixed_precision,
-        },
-    ).with_id(cfg.TRAINER)
+        image_statistics=image_statistics.outputs[keys.STATISTICS_KEY],
+        config=config.trainer,
+    ).with_id(ids.TRAINER)
     evaluator = ImageEvaluator(
-        examples=examples, model=trainer.outputs[MODEL],
-        accuracy_threshold=model.accuracy_threshold,
-    ).with_id(cfg.EVALUATOR)
+        examples=examples, model=trainer.outputs[keys.MODEL_KEY], config=config.evaluator,
+    ).with_id(ids.EVALUATOR)
     pusher = tfx.components.Pusher(
-        model=trainer.outputs[MODEL], model_blessing=evaluator.outputs[BLESSING],
+        model=trainer.outputs[keys.MODEL_KEY],
+        model_blessing=evaluator.outputs[keys.BLESSING_KEY],
         push_destination=pusher_pb2.PushDestination(
             filesystem=pusher_pb2.PushDestination.Filesystem(
                 base_directory=config.serving_dir)),
-    ).with_id(cfg.PUSHER)
+    ).with_id(ids.PUSHER)
     return [example_gen, statistics_gen, schema_gen, example_validator, image_statistics,
             trainer, evaluator, pusher]
 
 
-def create_pipeline(config: cfg.PipelineConfig, *,
-                    metadata_connection_config=None,
+def create_pipeline(config: PipelineConfig, *,
+                    metadata_connection_config: Any = None,
                     beam_pipeline_args: list[str] | None = None,
                     components: list[base_node.BaseNode] | None = None,
                     ) -> tfx_pipeline.Pipeline:
@@ -98,6 +85,9 @@ def create_pipeline(config: cfg.PipelineConfig, *,
         where the cluster's MLMD is used.
       beam_pipeline_args: Beam args for every Beam component; default config.beam_args.
       components: create_components(config), already configured by a runner.
+
+    Raises:
+      ValueError: data_root is not set.
 
     Example:
       pipeline = create_pipeline(config.load("pipeline.yaml"))

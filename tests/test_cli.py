@@ -7,12 +7,13 @@ import os
 
 import pytest
 
-from pipelines import cli
+from imgpipe.pipelines import cli
 from tests import imagegen
 
 IN_PROCESS = ["--runner=DirectRunner", "--direct_num_workers=1"]
 
 
+@pytest.mark.unit
 def test_help_lists_the_subcommands(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["--help"])
@@ -22,6 +23,7 @@ def test_help_lists_the_subcommands(capsys):
         assert name in out
 
 
+@pytest.mark.unit
 def test_version_prints_the_stack(capsys):
     assert cli.main(["version"]) == 0
     out = capsys.readouterr().out
@@ -30,6 +32,7 @@ def test_version_prints_the_stack(capsys):
     assert "apache-beam" in out and "kfp" in out
 
 
+@pytest.mark.component
 def test_convert_shows_progress_and_a_summary(tmp_path, capsys):
     src = str(tmp_path / "src")
     imagegen.make_image_folder(src, {"a": 5, "b": 5})
@@ -55,6 +58,7 @@ def test_convert_shows_progress_and_a_summary(tmp_path, capsys):
         "data_tfrecord-00000-of-00002", "data_tfrecord-00001-of-00002"]
 
 
+@pytest.mark.component
 def test_convert_refuses_a_non_empty_output(tmp_path, capsys):
     src = str(tmp_path / "src")
     imagegen.make_image_folder(src, {"a": 1})
@@ -65,6 +69,7 @@ def test_convert_refuses_a_non_empty_output(tmp_path, capsys):
         cli.main(["convert", src, str(out), *IN_PROCESS])
 
 
+@pytest.mark.component
 def test_convert_on_error_fail_names_the_file(tmp_path, capsys):
     src = str(tmp_path / "src")
     imagegen.make_image_folder(src, {"a": 2})

@@ -10,7 +10,11 @@ import os
 import re
 import subprocess
 
-from pipelines import images
+import pytest
+
+from imgpipe.pipelines import images
+
+pytestmark = pytest.mark.unit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -99,4 +103,4 @@ def test_dockerignore_sends_only_what_the_build_copies():
 def test_the_image_tag_is_set_in_one_place():
     assert images.RUNTIME_IMAGE.endswith(":" + images.TAG)
     assert images.TAG not in DOCKERFILE
-    assert "pipelines.images import RUNTIME_IMAGE" in read("Makefile")
+    assert "imgpipe.pipelines.images import RUNTIME_IMAGE" in read("Makefile")

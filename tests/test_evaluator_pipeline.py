@@ -12,39 +12,48 @@ from tensorflow_model_analysis.proto import config_pb2
 from tfx import types
 from tfx import v1 as tfx
 from tfx.orchestration import metadata
-from tfx.proto import pusher_pb2, trainer_pb2
+from tfx.proto import pusher_pb2
 
-from components.evaluator.component import ACCURACY_NAME, ImageEvaluator, eval_config
-from components.image_example_gen.component import ImageExampleGen
-from components.image_example_gen.options import OutputOptions
-from components.image_statistics.artifact import ImageStatisticsArtifact
-from components.trainer.component import ImageTrainer
+from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
+from imgpipe.components.evaluator.component import ACCURACY_NAME, ImageEvaluator, eval_config
+from imgpipe.components.evaluator.config import EvaluatorConfig
+from imgpipe.components.image_example_gen.component import ImageExampleGen
+from imgpipe.components.image_example_gen.options import OutputOptions
+from imgpipe.components.trainer.component import ImageTrainer
+from imgpipe.components.trainer.config import TrainerConfig
 from tests import trainer_helpers as th
 
 SIZE = 32
 
 
+@pytest.mark.unit
 def test_eval_config_blesses_on_overall_accuracy_and_slices_per_class():
-    config = eval_config(0.8)
+    config = eval_config(EvaluatorConfig(accuracy_threshold=0.8))
     assert config.model_specs[0].signature_name == "serving_examples"
     assert [list(s.feature_keys) for s in config.slicing_specs] == [[], ["image/class/label"]]
     threshold = config.metrics_specs[0].metrics[0].per_slice_thresholds[0]
     assert threshold.slicing_specs == [config_pb2.SlicingSpec()]
     assert threshold.threshold.value_threshold.lower_bound.value == 0.8
     with pytest.raises(ValueError, match="accuracy_threshold"):
-        eval_config(1.5)
+        eval_config(EvaluatorConfig(accuracy_threshold=1.5))
 
 
-def test_image_trainer_rejects_a_bad_custom_config():
+@pytest.mark.unit
+def test_image_trainer_rejects_a_bad_config_and_a_wrong_wiring():
     examples = types.Channel(type=tfx.types.standard_artifacts.Examples)
-    with pytest.raises(ValueError, match="unknown Trainer custom_config keys"):
-        ImageTrainer(examples=examples, custom_config={"batchsize": 3})
+    with pytest.raises(ValueError, match="batch_size"):
+        ImageTrainer(examples=examples, config=TrainerConfig(batch_size=0))
+    # StatisticsGen's ExampleStatistics where ImageStatistics belongs fails at build time.
+    tfdv_statistics = types.Channel(type=tfx.types.standard_artifacts.ExampleStatistics)
+    with pytest.raises(TypeError, match="ImageStatistics"):
+        ImageTrainer(examples=examples, image_statistics=tfdv_statistics)
 
 
 def _artifacts(store: metadata.Metadata, type_name: str) -> list:
     return list(store.store.get_artifacts_by_type(type_name))
 
 
+@pytest.mark.pipeline
 def test_pipeline_trains_evaluates_and_pushes(tmp_path):
     images = th.make_class_folder(str(tmp_path / "images"), per_class=24)
     stats_dir = th.write_stats(str(tmp_path / "stats"), SIZE)
@@ -55,13 +64,11 @@ def test_pipeline_trains_evaluates_and_pushes(tmp_path):
                              ).with_id("stats_importer")
     trainer = ImageTrainer(
         examples=gen.outputs["examples"], image_statistics=stats.outputs["result"],
-        train_args=trainer_pb2.TrainArgs(num_steps=30),
-        eval_args=trainer_pb2.EvalArgs(num_steps=0),
-        custom_config={"backbone": "tiny_cnn", "epochs": 2, "batch_size": 16,
-                       "image_size": SIZE, "num_gpus": 0, "mixed_precision": "auto",
-                       "learning_rate": 0.01, "tensorboard_images": 0})
+        config=TrainerConfig(backbone="tiny_cnn", epochs=2, batch_size=16, image_size=SIZE,
+                             train_steps=30, learning_rate=0.01, tensorboard_images=0))
     evaluator = ImageEvaluator(examples=gen.outputs["examples"],
-                               model=trainer.outputs["model"], accuracy_threshold=0.8)
+                               model=trainer.outputs["model"],
+                               config=EvaluatorConfig(accuracy_threshold=0.8))
     pusher = tfx.components.Pusher(
         model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
         push_destination=pusher_pb2.PushDestination(
@@ -102,6 +109,7 @@ def test_pipeline_trains_evaluates_and_pushes(tmp_path):
     assert set(loaded.signatures) == {"serving_default", "serving_examples"}
 
 
+@pytest.mark.component
 def test_evaluator_withholds_the_blessing_below_the_threshold(tmp_path):
     """TFX's Evaluator executor on an untrained model: accuracy far below 0.99."""
     from tfx.components.evaluator.executor import Executor
@@ -109,9 +117,9 @@ def test_evaluator_withholds_the_blessing_below_the_threshold(tmp_path):
     from tfx.proto import example_gen_pb2
     from tfx.types import artifact_utils, standard_artifacts
 
-    from components.trainer import export
-    from components.trainer import model as model_lib
-    from components.trainer.config import TrainerConfig
+    from imgpipe.components.trainer import export
+    from imgpipe.components.trainer import model as model_lib
+    from imgpipe.components.trainer.config import TrainerConfig
 
     images = th.make_class_folder(str(tmp_path / "images"), per_class=12)
     examples = standard_artifacts.Examples()
@@ -130,7 +138,7 @@ def test_evaluator_withholds_the_blessing_below_the_threshold(tmp_path):
     evaluation.uri, blessing.uri = str(tmp_path / "evaluation"), str(tmp_path / "blessing")
     component = ImageEvaluator(types.Channel(type=standard_artifacts.Examples),
                                types.Channel(type=standard_artifacts.Model),
-                               accuracy_threshold=0.99)
+                               EvaluatorConfig(accuracy_threshold=0.99))
     Executor().Do({"examples": [examples], "model": [model]},
                   {"evaluation": [evaluation], "blessing": [blessing]},
                   component.exec_properties)

@@ -8,10 +8,12 @@ import pytest
 import simplejpeg
 from PIL import Image, ImageOps
 
-from components.image_example_gen import image_codec
-from components.image_example_gen import image_header as hdr
-from components.image_example_gen.options import ImageOptions
+from imgpipe.components.common import image_header as hdr
+from imgpipe.components.image_example_gen import image_codec
+from imgpipe.components.image_example_gen.options import ImageOptions
 from tests import imagegen
+
+pytestmark = pytest.mark.unit
 
 
 def _decode_rgb(data: bytes) -> np.ndarray:

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
 from tfx.types import artifact_utils, standard_artifacts
 
-from components.common import features as fk
-from components.image_example_gen import spec
-from components.image_example_gen.component import ImageExampleGen, split_input_base
-from components.image_example_gen.executor import Executor
-from components.image_example_gen.options import OutputOptions
+from imgpipe.components.common import features as fk
+from imgpipe.components.image_example_gen import spec
+from imgpipe.components.image_example_gen.component import ImageExampleGen, split_input_base
+from imgpipe.components.image_example_gen.executor import Executor
+from imgpipe.components.image_example_gen.options import OutputOptions
 from tests import imagegen
 
 OUTPUT_OPTIONS = OutputOptions(num_shards=1, splits=(("train", 0.75), ("eval", 0.25)),
@@ -40,6 +41,7 @@ def _outputs(root: str, component: str, key: str) -> list[str]:
     return sorted(tf.io.gfile.glob(os.path.join(root, "pipeline_root", component, key, "*")))
 
 
+@pytest.mark.pipeline
 def test_tfx_statistics_and_schema_consume_the_output_and_new_images_rerun(tmp_path):
     images = str(tmp_path / "images")
     imagegen.make_image_folder(images, {"cat": 6, "dog": 6})
@@ -72,6 +74,7 @@ def test_tfx_statistics_and_schema_consume_the_output_and_new_images_rerun(tmp_p
     assert len(_outputs(root, "ImageExampleGen", "examples")) == 2
 
 
+@pytest.mark.component
 def test_executor_resolves_the_latest_span_when_no_driver_ran(tmp_path):
     for span in (1, 2):
         imagegen.make_image_folder(str(tmp_path / "data" / f"span-{span}"),
@@ -92,6 +95,7 @@ def test_executor_resolves_the_latest_span_when_no_driver_ran(tmp_path):
     assert examples.get_string_custom_property("payload_format") == "FORMAT_TF_EXAMPLE"
 
 
+@pytest.mark.unit
 def test_input_base_is_split_into_base_and_pattern():
     assert split_input_base("/data/flowers") == ("/data", "flowers")
     assert split_input_base("gs://b/imgs/span-{SPAN}/v{VERSION}/") == (

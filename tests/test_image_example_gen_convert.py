@@ -13,12 +13,14 @@ import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from components.common import artifacts
-from components.common import features as fk
-from components.image_example_gen import transforms
-from components.image_example_gen.convert import run_conversion
-from components.image_example_gen.options import ImageOptions, OutputOptions
+from imgpipe.components.common import artifacts, conversion_summary, layout
+from imgpipe.components.common import features as fk
+from imgpipe.components.image_example_gen import transforms
+from imgpipe.components.image_example_gen.convert import run_conversion
+from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
 from tests import imagegen
+
+pytestmark = pytest.mark.component
 
 
 def in_process() -> beam.Pipeline:
@@ -97,14 +99,14 @@ def test_every_bad_input_is_skipped_with_its_reason(converted):
 
 def test_counts_reconcile_and_are_recorded(converted):
     out, result = converted
-    summary = artifacts.load_summary(out)
+    summary = conversion_summary.read(out)
     assert summary == result.summary
-    assert summary["files_seen"] == summary["written"] + summary["skipped"] + summary["ignored"]
+    assert summary.files_seen == summary.written + summary.skipped + summary.ignored
     # 30 generated + cmyk + UPPER.JPG + corrupt-body.png (header-valid) are written.
-    assert (summary["written"], summary["skipped"], summary["ignored"]) == (33, 6, 3)
+    assert (summary.written, summary.skipped, summary.ignored) == (33, 6, 3)
     written = read_split(out, "train") + read_split(out, "eval")
     assert len(written) == 33
-    assert sum(s["records"] for s in summary["splits"].values()) == 33
+    assert sum(s.records for s in summary.splits.values()) == 33
 
 
 def test_layout_labels_and_features(converted):
@@ -122,7 +124,7 @@ def test_layout_labels_and_features(converted):
     assert (feature(cat, fk.IMAGE_HEIGHT_KEY), feature(cat, fk.IMAGE_WIDTH_KEY)) == (48, 64)
     # Stratified over the listed files (14 cat, 13 dog, 11 owl), decided before decoding:
     # round(0.3 x listed) per label. Here the bad files all hashed into train.
-    assert result.summary["splits"]["eval"]["labels"] == {"cat": 4, "dog": 4, "owl": 3}
+    assert result.summary.splits["eval"].labels == {"cat": 4, "dog": 4, "owl": 3}
 
 
 def test_passthrough_round_trip_keeps_bytes_and_pixels(converted, messy_folder):
@@ -160,7 +162,7 @@ def test_two_runs_on_different_runners_give_byte_identical_shards(messy_folder, 
             with open(os.path.join(artifacts.split_dir(a, split), name), "rb") as fa, \
                     open(os.path.join(artifacts.split_dir(b, split), name), "rb") as fb:
                 assert fa.read() == fb.read(), f"{split}/{name} differs"
-    for name in (artifacts.SUMMARY_FILE, artifacts.SKIPPED_FILE, artifacts.LABEL_MAP_FILE):
+    for name in (layout.SUMMARY_FILE, layout.SKIPPED_FILE, layout.LABEL_MAP_FILE):
         assert open(os.path.join(a, name)).read() == open(os.path.join(b, name)).read()
 
 
@@ -182,7 +184,7 @@ def test_resize_crop_gzip_and_shard_size(tmp_path):
                             in_process)
     names = tf.io.gfile.listdir(artifacts.split_dir(out, "train"))
     assert all(n.endswith(".gz") for n in names)
-    bytes_out = result.summary["splits"]["train"]["bytes_out"]
+    bytes_out = result.summary.splits["train"].bytes_out
     assert len(names) == max(1, -(-bytes_out // int(0.01 * 1024 * 1024)))
     examples = read_split(out, "train")
     assert len(examples) == 12
@@ -200,7 +202,7 @@ def test_split_layout_keeps_given_splits(tmp_path):
     result = run_conversion(root, out, ImageOptions(), OutputOptions(num_shards=1), in_process)
     assert result.split_names == ["test", "train"]
     assert len(read_split(out, "test")) == 3 and len(read_split(out, "train")) == 6
-    assert result.summary["layout"] == "split"
+    assert result.summary.layout == "split"
 
 
 def test_a_split_of_only_bad_files_is_reported_and_published_empty(tmp_path):
@@ -211,8 +213,8 @@ def test_a_split_of_only_bad_files_is_reported_and_published_empty(tmp_path):
     out = str(tmp_path / "out")
     result = run_conversion(root, out, ImageOptions(), OutputOptions(), in_process)
     summary = result.summary
-    assert (summary["written"], summary["skipped"], summary["files_seen"]) == (5, 2, 7)
-    assert summary["splits"]["test"]["records"] == 0
+    assert (summary.written, summary.skipped, summary.files_seen) == (5, 2, 7)
+    assert summary.splits["test"].records == 0
     assert {row["path"] for row in artifacts.load_skipped(out)} == {
         "test/a/empty.jpg", "test/b/text.png"}
     assert tf.io.gfile.listdir(artifacts.split_dir(out, "test")) == [

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from components.image_example_gen import image_header as hdr
+from imgpipe.components.common import image_header as hdr
 from tests import imagegen
+
+pytestmark = pytest.mark.unit
 
 
 def test_jpeg_rgb_and_gray_sizes_come_from_the_header():

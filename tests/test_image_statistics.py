@@ -20,16 +20,17 @@ import pytest
 import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from components.common import artifacts
-from components.common import features as fk
-from components.common.preprocessing import eval_image
-from components.image_example_gen.convert import run_conversion
-from components.image_example_gen.options import ImageOptions, OutputOptions
-from components.image_statistics import accumulator as acc
-from components.image_statistics import anomalies as anomaly_lib
-from components.image_statistics import spec, summary
-from components.image_statistics import transforms as stats_transforms
-from components.image_statistics.analyze import (
+from imgpipe.components.common import artifacts, config_loader, layout
+from imgpipe.components.common import features as fk
+from imgpipe.components.common import image_stats as schema
+from imgpipe.components.common.preprocessing import eval_image
+from imgpipe.components.image_example_gen.convert import run_conversion
+from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
+from imgpipe.components.image_statistics import accumulator as acc
+from imgpipe.components.image_statistics import anomalies as anomaly_lib
+from imgpipe.components.image_statistics import spec, summary
+from imgpipe.components.image_statistics import transforms as stats_transforms
+from imgpipe.components.image_statistics.analyze import (
     THUMBNAIL_SIZE,
     AnalysisOptions,
     BatchDecoder,
@@ -38,15 +39,19 @@ from components.image_statistics.analyze import (
     difference_hashes,
     thumbnail_jpeg,
 )
-from components.image_statistics.executor import (
+from imgpipe.components.image_statistics.config import StatisticsConfig
+from imgpipe.components.image_statistics.executor import (
     REJECTED_SUFFIX,
     Executor,
     options_from_properties,
 )
-from components.image_statistics.produce import produce
+from imgpipe.components.image_statistics.produce import produce
+
+pytestmark = pytest.mark.component
 
 IMAGE_SIZE = 48
 CROP = 0.875
+SPLITS = ["train", "eval"]
 CHROMIUM = "/usr/bin/chromium"
 # Saturated colours no chart or text on the page uses: found in the screenshot, they
 # can only come from the thumbnails.
@@ -104,8 +109,10 @@ def dataset(tmp_path_factory) -> dict:
     run_conversion(root, examples, ImageOptions(), OutputOptions(num_shards=2, gzip=True),
                    make_pipeline=make_pipeline)
     options = AnalysisOptions(IMAGE_SIZE, CROP, keep_thumbnails=3, native_resolution=True)
-    produced = produce(examples, str(base), options, anomaly_lib.Thresholds(), make_pipeline)
-    return {"base": base, "examples": examples, "produced": produced, "stats": produced.stats}
+    produced = produce(examples, SPLITS, str(base), options, StatisticsConfig(), make_pipeline)
+    # "stats" is the image_stats.json document as a reader of the file sees it.
+    return {"base": base, "examples": examples, "produced": produced,
+            "stats": json.loads(schema.to_json_text(produced.stats))}
 
 
 def read_split_images(examples: str, split: str) -> list[bytes]:
@@ -149,13 +156,24 @@ def test_pixel_statistics_are_exact_against_numpy_float64(dataset):
         assert np.max(np.abs(mean_of_means - mean)) > 10.0
 
 
-def test_load_normalization_reads_the_output(dataset, tmp_path):
-    artifacts.write_json(str(tmp_path / artifacts.IMAGE_STATS_FILE), dataset["stats"])
-    norm = artifacts.load_normalization(str(tmp_path))
-    assert norm["image_size"] == IMAGE_SIZE and norm["crop_fraction"] == CROP
-    assert norm["mean"] == dataset["stats"]["splits"]["train"]["pixels"]["mean"]
-    assert norm["std"] == dataset["stats"]["splits"]["train"]["pixels"]["std"]
-    assert artifacts.load_normalization(str(tmp_path), "eval")["mean"] != norm["mean"]
+def test_the_typed_schema_round_trips_and_gives_the_normalization(dataset, tmp_path):
+    typed = dataset["produced"].stats
+    schema.write(str(tmp_path), typed)
+    assert schema.read(str(tmp_path)) == typed
+    norm = schema.read(str(tmp_path)).normalization()
+    assert norm.image_size == IMAGE_SIZE and norm.crop_fraction == CROP
+    assert list(norm.mean) == dataset["stats"]["splits"]["train"]["pixels"]["mean"]
+    assert list(norm.std) == dataset["stats"]["splits"]["train"]["pixels"]["std"]
+    assert typed.normalization("eval").mean != norm.mean
+    # A file of another shape is refused by name, not half-read.
+    broken = dict(dataset["stats"], splits={"train": {"images": 1}})
+    (tmp_path / layout.IMAGE_STATS_FILE).write_text(json.dumps(broken))
+    with pytest.raises(ValueError, match=r"image_stats\.json.*splits\.train"):
+        schema.read(str(tmp_path))
+    (tmp_path / layout.IMAGE_STATS_FILE).write_text(json.dumps({**dataset["stats"],
+                                                                "version": 9}))
+    with pytest.raises(ValueError, match="schema version 9"):
+        schema.read(str(tmp_path))
 
 
 def test_planted_leak_and_duplicates_are_found(dataset):
@@ -228,22 +246,29 @@ def test_distributions(dataset):
     assert all(len(paths) == 3 for paths in train["thumbnails"].values())
 
 
-def test_eval_labels_differ_and_supported_fraction_anomalies():
-    def split(counts: dict[str, int]) -> dict:
-        return {"images": sum(counts.values()), "labels": {"counts": counts}}
+def test_eval_labels_differ_and_supported_fraction_anomalies(dataset):
+    import dataclasses
 
-    stats = {
-        "splits": {"train": split({"a": 5, "b": 5}), "eval": split({"a": 3, "b": 0})},
-        "source": {"supported_fraction": 0.5, "skipped_by_example_gen": 5, "undecodable": 0},
-        "leakage": {"fraction_by_split": {"train": 0.0, "eval": 0.0}},
-    }
-    found = anomaly_lib.check(stats, anomaly_lib.Thresholds())
-    assert [(a["code"], a["split"]) for a in found] == [
+    typed = dataset["produced"].stats
+
+    def with_labels(split: str, counts: dict[str, int]) -> schema.SplitStats:
+        s = typed.splits[split]
+        return dataclasses.replace(s, images=sum(counts.values()),
+                                   labels=dataclasses.replace(s.labels, counts=counts))
+
+    no_leak = dataclasses.replace(typed.leakage, fraction_by_split={"train": 0.0, "eval": 0.0})
+    stats = dataclasses.replace(
+        typed, splits={"train": with_labels("train", {"a": 5, "b": 5}),
+                       "eval": with_labels("eval", {"a": 3, "b": 0})},
+        source=dataclasses.replace(typed.source, supported_fraction=0.5), leakage=no_leak)
+    found = anomaly_lib.check(stats, StatisticsConfig())
+    assert [(a.code, a.split) for a in found] == [
         (anomaly_lib.LABELS_DIFFER, "eval"), (anomaly_lib.LOW_SUPPORTED_FRACTION, None)]
-    assert "missing ['b']" in found[0]["message"]
-    stats["splits"]["eval"] = split({"a": 3, "b": 1})
-    stats["source"]["supported_fraction"] = 1.0
-    assert anomaly_lib.check(stats, anomaly_lib.Thresholds()) == []
+    assert "missing ['b']" in found[0].message
+    stats = dataclasses.replace(
+        stats, splits={**stats.splits, "eval": with_labels("eval", {"a": 3, "b": 1})},
+        source=dataclasses.replace(typed.source, supported_fraction=1.0))
+    assert anomaly_lib.check(stats, StatisticsConfig()) == []
 
 
 def test_combine_fn_is_merge_order_independent(dataset):
@@ -257,7 +282,7 @@ def test_combine_fn_is_merge_order_independent(dataset):
     partials = [analyze_batch(batch, "train", decoder, options)[0] for batch in batches]
     combine = acc.ImageStatsCombineFn(keep_thumbnails=2)
 
-    def combined(order: list[int], chunks: int) -> dict:
+    def combined(order: list[int], chunks: int) -> schema.ImageStats:
         groups = [order[i::chunks] for i in range(chunks)]
         merged = []
         for group in groups:
@@ -268,18 +293,18 @@ def test_combine_fn_is_merge_order_independent(dataset):
         result = combine.extract_output(combine.merge_accumulators(merged))
         return summary.build_stats(
             splits=["train"], accumulators={"train": result}, groups=[], labels=["c", "l"],
-            options=options, examples_uri="x", skipped=[], leakage_threshold=0.0)
+            options=options, examples_uri="x", skipped=0, leakage_threshold=0.0)
 
     rng = np.random.default_rng(0)
     reference = combined(list(range(len(partials))), 1)
     for chunks in (2, 3, len(partials)):
         order = list(rng.permutation(len(partials)))
         assert combined(order, chunks) == reference
-    assert reference["splits"]["train"]["pixels"]["mean"] == (
+    assert list(reference.splits["train"].pixels.mean) == (
         dataset["stats"]["splits"]["train"]["pixels"]["mean"])
     # Per-chunk means averaged, as with per-worker means: not the exact mean.
     chunk_means = [acc.exact_moments(p.pixel_hist)[1] for p in partials]
-    assert np.mean(chunk_means, axis=0).tolist() != reference["splits"]["train"]["pixels"]["mean"]
+    assert np.mean(chunk_means, axis=0).tolist() != list(reference.splits["train"].pixels.mean)
 
 
 def test_undecodable_image_is_reported_not_fatal(tmp_path):
@@ -297,9 +322,10 @@ def test_undecodable_image_is_reported_not_fatal(tmp_path):
             feature[fk.FILENAME_KEY].bytes_list.value.append(name.encode())
             feature[fk.LABEL_KEY].int64_list.value.append(0)
             writer.write(example.SerializeToString())
-    artifacts.write_json(str(tmp_path / artifacts.LABEL_MAP_FILE), {"labels": ["a"]})
-    stats = produce(str(tmp_path), str(tmp_path), AnalysisOptions(16, CROP),
-                    anomaly_lib.Thresholds(), make_pipeline).stats
+    artifacts.write_json(str(tmp_path / layout.LABEL_MAP_FILE), {"labels": ["a"]})
+    stats = config_loader.to_dict(produce(str(tmp_path), ["train"], str(tmp_path),
+                                          AnalysisOptions(16, CROP), StatisticsConfig(),
+                                          make_pipeline).stats)
     train = stats["splits"]["train"]
     assert train["images"] == 1
     assert {f["path"] for f in train["undecodable_files"]} == {"corrupt.jpg", "text.jpg"}
@@ -310,12 +336,15 @@ def test_undecodable_image_is_reported_not_fatal(tmp_path):
 
 def test_bad_properties_are_rejected_by_name():
     properties = {spec.IMAGE_SIZE_KEY: 224, spec.CROP_FRACTION_KEY: 1.5,
-                  spec.SAMPLE_THUMBNAILS_KEY: 8, spec.LEAKAGE_THRESHOLD_KEY: 0.0,
-                  spec.MIN_SUPPORTED_FRACTION_KEY: 0.99}
+                  spec.STATISTICS_CONFIG_KEY: config_loader.to_json(StatisticsConfig())}
     with pytest.raises(ValueError, match=spec.CROP_FRACTION_KEY):
         options_from_properties(properties)
-    properties.update({spec.CROP_FRACTION_KEY: 0.875, spec.LEAKAGE_THRESHOLD_KEY: 2.0})
+    properties.update({spec.CROP_FRACTION_KEY: 0.875,
+                       spec.STATISTICS_CONFIG_KEY: '{"leakage_threshold": 2.0}'})
     with pytest.raises(ValueError, match="leakage_threshold"):
+        options_from_properties(properties)
+    properties[spec.STATISTICS_CONFIG_KEY] = '{"leakage": 0.1}'
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['leakage'\].*leakage_threshold"):
         options_from_properties(properties)
 
 
@@ -384,7 +413,7 @@ def _run_chromium(args: list[str], profile: str) -> subprocess.CompletedProcess:
                     reason=f"{CHROMIUM} not found: the report cannot be rendered in a browser")
 def test_report_renders_in_headless_chromium(dataset):
     base = dataset["base"]
-    page = base / artifacts.REPORT_FILE
+    page = base / layout.REPORT_FILE
     page.write_text(dataset["produced"].html, encoding="utf-8")
     shot = base / "report.png"
     with tempfile.TemporaryDirectory() as profile:
@@ -410,44 +439,44 @@ def test_report_renders_in_headless_chromium(dataset):
 
 
 def test_executor_writes_outputs_then_gates(dataset, tmp_path):
-    from tfx.types import standard_artifacts
+    from tfx.types import artifact_utils, standard_artifacts
 
-    from components.image_statistics.artifact import ImageStatisticsArtifact
+    from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
 
     examples = standard_artifacts.Examples()
     examples.uri = dataset["examples"]
-    properties = {spec.IMAGE_SIZE_KEY: IMAGE_SIZE, spec.CROP_FRACTION_KEY: CROP,
-                  spec.SAMPLE_THUMBNAILS_KEY: 2, spec.LEAKAGE_THRESHOLD_KEY: 0.0,
-                  spec.MIN_SUPPORTED_FRACTION_KEY: 0.5, spec.FAIL_ON_ANOMALIES_KEY: 1,
-                  spec.NATIVE_RESOLUTION_KEY: 0}
-    for fail, uri in ((1, tmp_path / "gated"), (0, tmp_path / "warned")):
+    examples.split_names = artifact_utils.encode_split_names(SPLITS)
+    for fail, uri in ((True, tmp_path / "gated"), (False, tmp_path / "warned")):
+        config = StatisticsConfig(sample_thumbnails=2, min_supported_fraction=0.5,
+                                  fail_on_anomalies=fail)
+        properties = {spec.IMAGE_SIZE_KEY: IMAGE_SIZE, spec.CROP_FRACTION_KEY: CROP,
+                      spec.STATISTICS_CONFIG_KEY: config_loader.to_json(config)}
         output = ImageStatisticsArtifact()
         output.uri = str(uri)
         uri.mkdir()
         executor = Executor(Executor.Context(beam_pipeline_args=["--direct_num_workers=1"],
                                              tmp_dir=str(tmp_path)))
-        args = ({spec.EXAMPLES_KEY: [examples]}, {spec.STATISTICS_KEY: [output]},
-                {**properties, spec.FAIL_ON_ANOMALIES_KEY: fail})
+        args = ({spec.EXAMPLES_KEY: [examples]}, {spec.STATISTICS_KEY: [output]}, properties)
         if fail:
             with pytest.raises(anomaly_lib.AnomaliesFoundError,
                                match=r"(?s)1 data anomaly.*leakage.*eval/lime/leak.png"):
                 executor.Do(*args)
         else:
             executor.Do(*args)
-        written = json.loads((uri / artifacts.IMAGE_STATS_FILE).read_text())
+        written = json.loads((uri / layout.IMAGE_STATS_FILE).read_text())
         if fail:  # TFX deletes a failed execution's outputs; this copy is kept.
             rejected = tmp_path / f"gated{REJECTED_SUFFIX}"
-            assert json.loads((rejected / artifacts.IMAGE_STATS_FILE).read_text()) == written
-            assert (rejected / artifacts.REPORT_FILE).exists()
+            assert json.loads((rejected / layout.IMAGE_STATS_FILE).read_text()) == written
+            assert (rejected / layout.REPORT_FILE).exists()
         assert written["splits"]["train"]["native_pixels"] is None
         assert [a["code"] for a in written["anomalies"]] == [anomaly_lib.LEAKAGE]
-        assert (uri / artifacts.REPORT_FILE).stat().st_size > 10_000
+        assert (uri / layout.REPORT_FILE).stat().st_size > 10_000
         assert output.get_int_custom_property(spec.ANOMALY_COUNT_PROPERTY) == 1
         assert not [p for p in os.listdir(uri) if p.startswith(".imgpipe")]
 
 
 def test_cli_stats_writes_json_and_html(dataset, tmp_path):
-    from pipelines import cli
+    from imgpipe.pipelines import cli
 
     out_json, out_html = tmp_path / "s.json", tmp_path / "r.html"
     code = cli.main(["stats", dataset["examples"], "--json", str(out_json), "--html",
@@ -463,7 +492,7 @@ def test_cli_stats_writes_json_and_html(dataset, tmp_path):
 def test_resize_skips_only_an_identity_resize():
     """A batch whose crops are all at the output size skips the resize; the pixels are
     the ones the resize would give, as in a batch that needs it."""
-    from components.common.preprocessing import eval_images
+    from imgpipe.components.common.preprocessing import eval_images
 
     rng = np.random.default_rng(1)
     exact = rng.integers(0, 256, (IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
@@ -537,7 +566,7 @@ def test_thumbnail_keeps_the_picture(size):
 def test_record_batches_read_every_record_and_name_a_truncated_shard(tmp_path, gzip):
     from apache_beam.testing.util import assert_that, equal_to
 
-    suffix = artifacts.GZIP_SUFFIX if gzip else ""
+    suffix = layout.GZIP_SUFFIX if gzip else ""
     options = tf.io.TFRecordOptions(compression_type="GZIP" if gzip else "")
     rng = np.random.default_rng(5)
     records = [rng.integers(0, 256, 300, dtype=np.uint8).tobytes() for _ in range(5)]
@@ -572,5 +601,5 @@ def test_a_shard_cut_at_a_record_boundary_is_caught_by_the_counts(dataset, tmp_p
             writer.write(record)
     with pytest.raises(artifacts.ShardReadError,
                        match=r"split 'train': read \d+ records but ImageExampleGen wrote"):
-        produce(examples, str(tmp_path), AnalysisOptions(IMAGE_SIZE, CROP),
-                anomaly_lib.Thresholds(), make_pipeline)
+        produce(examples, SPLITS, str(tmp_path), AnalysisOptions(IMAGE_SIZE, CROP),
+                StatisticsConfig(), make_pipeline)

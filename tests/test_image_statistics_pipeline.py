@@ -13,16 +13,19 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
 
-from components.common import artifacts
-from components.common import features as fk
-from components.image_example_gen.component import ImageExampleGen
-from components.image_example_gen.options import OutputOptions
-from components.image_statistics import anomalies as anomaly_lib
-from components.image_statistics import spec
-from components.image_statistics.component import ImageStatistics
-from components.image_statistics.executor import REJECTED_SUFFIX
-from components.image_statistics.tfdv_options import image_stats_options
+from imgpipe.components.common import features as fk
+from imgpipe.components.common import image_stats, layout
+from imgpipe.components.image_example_gen.component import ImageExampleGen
+from imgpipe.components.image_example_gen.options import OutputOptions
+from imgpipe.components.image_statistics import anomalies as anomaly_lib
+from imgpipe.components.image_statistics import spec
+from imgpipe.components.image_statistics.component import ImageStatistics
+from imgpipe.components.image_statistics.config import StatisticsConfig
+from imgpipe.components.image_statistics.executor import REJECTED_SUFFIX
+from imgpipe.components.image_statistics.tfdv_options import image_stats_options
 from tests import imagegen
+
+pytestmark = pytest.mark.pipeline
 
 # TFDV marks an image domain only from 100 values on (ImageStatsGenerator).
 TRAIN_PER_LABEL = 55
@@ -49,7 +52,8 @@ def _pipeline(images: str, root: str) -> tfx.dsl.Pipeline:
     validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
     stats = ImageStatistics(examples=example_gen.outputs["examples"], image_size=32,
-                            anomalies=validator.outputs["anomalies"], sample_thumbnails=2)
+                            anomalies=validator.outputs["anomalies"],
+                            config=StatisticsConfig(sample_thumbnails=2))
     return tfx.dsl.Pipeline(
         pipeline_name="image-statistics",
         pipeline_root=os.path.join(root, "pipeline_root"),
@@ -78,12 +82,12 @@ def test_gate_stops_the_run_on_leakage_after_writing_the_report(tmp_path):
     # TFX removed the failed execution's output folder; the gate kept a copy beside it.
     (stats_dir,) = _outputs(root, "ImageStatistics", spec.STATISTICS_KEY)
     assert stats_dir.endswith(REJECTED_SUFFIX) and stats_dir in message
-    with open(os.path.join(stats_dir, artifacts.IMAGE_STATS_FILE)) as f:
+    with open(os.path.join(stats_dir, layout.IMAGE_STATS_FILE)) as f:
         stats = json.load(f)
     assert stats["leakage"]["images_by_split"]["eval"] == 1
     assert stats["splits"]["train"]["images"] == 2 * TRAIN_PER_LABEL
-    assert os.path.getsize(os.path.join(stats_dir, artifacts.REPORT_FILE)) > 5_000
-    assert artifacts.load_normalization(stats_dir)["image_size"] == 32
+    assert os.path.getsize(os.path.join(stats_dir, layout.REPORT_FILE)) > 5_000
+    assert image_stats.read(stats_dir).normalization().image_size == 32
 
     (schema_dir,) = _outputs(root, "SchemaGen", "schema")
     schema = tfx.utils.parse_pbtxt_file(os.path.join(schema_dir, "schema.pbtxt"),

@@ -10,8 +10,11 @@ import kubernetes
 import pytest
 import yaml
 
-from pipelines import config as cfg
-from pipelines import images
+from imgpipe.pipelines import config as cfg
+from imgpipe.pipelines import images
+from imgpipe.pipelines.kubeflow.config import GpuConfig, KubeflowConfig
+
+pytestmark = pytest.mark.unit
 
 K8S_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "k8s")
 PIPELINE_CONFIG = os.path.join(K8S_DIR, "pipeline-config.yaml")
@@ -100,7 +103,7 @@ def test_strict_validation_catches_a_misspelt_field():
 def test_the_service_account_is_least_privilege_and_is_the_configs():
     by_kind = {d["kind"]: d for _, d in DOCUMENTS}
     account = by_kind["ServiceAccount"]["metadata"]["name"]
-    assert account == cfg.KubeflowConfig().service_account
+    assert account == KubeflowConfig().service_account
     binding = by_kind["RoleBinding"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
                                     "namespace": "imgpipe"}]
@@ -111,7 +114,7 @@ def test_the_service_account_is_least_privilege_and_is_the_configs():
 
 def test_the_gpu_example_matches_what_the_compiler_writes():
     pod = next(d for _, d in DOCUMENTS if d["kind"] == "Pod")
-    gpu = cfg.GpuConfig()
+    gpu = GpuConfig()
     assert pod["spec"]["nodeSelector"] == dict(gpu.node_selector)
     assert pod["spec"]["tolerations"] == [
         {"key": t.key, "operator": t.operator, "effect": t.effect} for t in gpu.tolerations]
@@ -125,4 +128,4 @@ def test_the_example_pipeline_config_loads_and_uses_the_claim():
     claim = next(d for _, d in DOCUMENTS if d["kind"] == "PersistentVolumeClaim")
     assert config.kubeflow.pvc_name == claim["metadata"]["name"]
     assert config.data_root.startswith(config.kubeflow.mount_path)
-    assert config.num_gpus == 1
+    assert config.trainer.num_gpus == 1

@@ -17,8 +17,17 @@ import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from pipelines import cli, cli_kfp, kfp_entrypoint, kubeflow_runner
-from pipelines import config as cfg
+from imgpipe.pipelines import cli, tfx_patches
+from imgpipe.pipelines import component_ids as ids
+from imgpipe.pipelines import config as cfg
+from imgpipe.pipelines.cli import kfp as cli_kfp
+from imgpipe.pipelines.container import entrypoint
+from imgpipe.pipelines.kfp_contract import ARTIFACT_IO_ENV, MODE_AUTO, MODE_LOCAL
+from imgpipe.pipelines.kubeflow import compiler
+from imgpipe.pipelines.kubeflow.config import DEFAULT_IMAGE_KEY
+from imgpipe.pipelines.kubeflow.quantities import cpu_cores, memory_gb
+
+pytestmark = pytest.mark.component
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "pipeline.yaml")
 GPU_IMAGE = "registry.example/imgpipe-gpu:1.2.3"
@@ -28,14 +37,16 @@ TEST_SETTINGS = {
     "data_root": "gs://imgpipe-test/images/span-{SPAN}",
     "pipeline_root": "gs://imgpipe-test/root",
     "serving_dir": "/mnt/imgpipe/serving",
-    "num_gpus": 2,
-    "model": {"image_size": 128, "epochs": 3, "batch_size": 16, "accuracy_threshold": 0.5},
-    "resources": {"Trainer": {"cpu_request": "8", "memory_request": "30Gi"}},
-    "gpu": {"node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
-                             "effect": "NoSchedule"}]},
-    "images": {"Trainer": GPU_IMAGE},
-    "kubeflow": {"pvc_name": "imgpipe-data", "mount_path": "/mnt/imgpipe"},
+    "trainer": {"image_size": 128, "epochs": 3, "batch_size": 16, "num_gpus": 2},
+    "evaluator": {"accuracy_threshold": 0.5},
+    "kubeflow": {
+        "pvc_name": "imgpipe-data", "mount_path": "/mnt/imgpipe",
+        "resources": {"Trainer": {"cpu_request": "8", "memory_request": "30Gi"}},
+        "gpu": {"node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                 "effect": "NoSchedule"}]},
+        "images": {"Trainer": GPU_IMAGE},
+    },
 }
 
 
@@ -64,7 +75,7 @@ def write_config(tmp_path_factory) -> str:
 
 
 def executor(spec: dict, task: str) -> dict:
-    return spec["deploymentSpec"]["executors"][kubeflow_runner.executor_labels(spec)[task]]
+    return spec["deploymentSpec"]["executors"][compiler.executor_labels(spec)[task]]
 
 
 def test_matches_the_golden_file(compiled):
@@ -85,10 +96,10 @@ def test_parses_into_kfps_protos_and_loads_as_a_component(compiled):
     _, path, _, spec, platform = compiled
     proto = json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
     assert proto.schema_version == "2.1.0"
-    assert set(proto.root.dag.tasks) == set(cfg.COMPONENT_IDS)
+    assert set(proto.root.dag.tasks) == set(ids.COMPONENT_IDS)
     platform_proto = json_format.ParseDict(platform, pipeline_spec_pb2.PlatformSpec())
     executors = platform_proto.platforms["kubernetes"].deployment_spec.executors
-    assert set(executors) == set(kubeflow_runner.executor_labels(spec).values())
+    assert set(executors) == set(compiler.executor_labels(spec).values())
     for config in executors.values():
         json_format.ParseDict(json_format.MessageToDict(config),
                               k8s_pb2.KubernetesExecutorConfig())
@@ -100,13 +111,13 @@ def test_parses_into_kfps_protos_and_loads_as_a_component(compiled):
 
 def test_the_trainer_gets_gpus_node_selector_tolerations_and_its_image(compiled):
     _, _, _, spec, platform = compiled
-    trainer = executor(spec, cfg.TRAINER)["container"]
+    trainer = executor(spec, ids.TRAINER)["container"]
     assert trainer["image"] == GPU_IMAGE
     accelerator = trainer["resources"]["accelerator"]
     assert accelerator["resourceType"] == accelerator["type"] == "nvidia.com/gpu"
     assert accelerator["resourceCount"] == "2"
     assert trainer["resources"]["resourceCpuRequest"] == "8"
-    label = kubeflow_runner.executor_labels(spec)[cfg.TRAINER]
+    label = compiler.executor_labels(spec)[ids.TRAINER]
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"][label]
     assert k8s["nodeSelector"] == {"labels": {"cloud.google.com/gke-accelerator": "nvidia-l4"}}
     assert k8s["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists",
@@ -117,54 +128,54 @@ def test_the_trainer_gets_gpus_node_selector_tolerations_and_its_image(compiled)
 def test_data_components_get_requests_no_gpu_and_the_runtime_image(compiled):
     config, _, _, spec, platform = compiled
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    for task in (cfg.EXAMPLE_GEN, cfg.STATISTICS_GEN, cfg.IMAGE_STATISTICS):
+    for task in (ids.EXAMPLE_GEN, ids.STATISTICS_GEN, ids.IMAGE_STATISTICS):
         container = executor(spec, task)["container"]
-        assert container["image"] == config.image_for(cfg.DEFAULT_IMAGE_KEY)
+        assert container["image"] == config.kubeflow.image_for(DEFAULT_IMAGE_KEY)
         assert container["resources"]["resourceCpuRequest"] == "2"
         assert container["resources"]["resourceMemoryRequest"] == "4Gi"
         assert "accelerator" not in container["resources"]
-        label = kubeflow_runner.executor_labels(spec)[task]
+        label = compiler.executor_labels(spec)[task]
         assert "nodeSelector" not in executors[label] and "tolerations" not in executors[label]
 
 
 def test_every_step_runs_the_project_entrypoint_with_tfxs_arguments(compiled):
     _, _, _, spec, _ = compiled
-    for task in cfg.COMPONENT_IDS:
+    for task in ids.COMPONENT_IDS:
         container = executor(spec, task)["container"]
-        assert container["command"] == ["python", "-m", "pipelines.kfp_entrypoint"]
+        assert container["command"] == ["python", "-m", "imgpipe.pipelines.container.entrypoint"]
         args = container["args"]
         assert args[:4][0] == "--executor_class_path" and args[3] == "{{$}}"
         assert args[4] == "--json_serialized_inputs_spec_args"
-        assert {"name": kubeflow_runner.ARTIFACT_IO_ENV, "value": "auto"} in container["env"]
-    gen = executor(spec, cfg.EXAMPLE_GEN)["container"]["args"]
+        assert {"name": ARTIFACT_IO_ENV, "value": "auto"} in container["env"]
+    gen = executor(spec, ids.EXAMPLE_GEN)["container"]["args"]
     assert gen[-2:] == ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
     tasks = spec["root"]["dag"]["tasks"]
-    assert tasks[cfg.EXAMPLE_GEN]["cachingOptions"] == {"enableCache": False}
-    assert tasks[cfg.TRAINER]["cachingOptions"] == {"enableCache": True}
+    assert tasks[ids.EXAMPLE_GEN]["cachingOptions"] == {"enableCache": False}
+    assert tasks[ids.TRAINER]["cachingOptions"] == {"enableCache": True}
 
 
 def test_beam_args_for_flink_reach_every_beam_component():
     flink = ["--runner=FlinkRunner", "--flink_master=flink:8081"]
     config = cfg.from_dict({**TEST_SETTINGS, "beam_args": flink})
-    spec, _ = kubeflow_runner.compile_pipeline(config)
-    for task in (cfg.EXAMPLE_GEN, cfg.STATISTICS_GEN, cfg.IMAGE_STATISTICS, cfg.EVALUATOR):
+    spec, _ = compiler.compile_pipeline(config)
+    for task in (ids.EXAMPLE_GEN, ids.STATISTICS_GEN, ids.IMAGE_STATISTICS, ids.EVALUATOR):
         args = executor(spec, task)["container"]["args"]
-        if task == cfg.EVALUATOR and not any(a.startswith("--runner") for a in args):
+        if task == ids.EVALUATOR and not any(a.startswith("--runner") for a in args):
             continue  # the evaluator may be a plain (non-Beam) component
         assert args[-2:] == flink, task
 
 
 def test_resource_quantities_convert_as_kfp_does():
-    assert kubeflow_runner.cpu_cores("500m") == 0.5
-    assert kubeflow_runner.memory_gb("8G") == 8.0
-    assert kubeflow_runner.memory_gb("2Gi") == pytest.approx(2.147483648)
+    assert cpu_cores("500m") == 0.5
+    assert memory_gb("8G") == 8.0
+    assert memory_gb("2Gi") == pytest.approx(2.147483648)
     with pytest.raises(ValueError, match="8GB"):
-        kubeflow_runner.memory_gb("8GB")
+        memory_gb("8GB")
 
 
 def test_compile_refuses_json_output(tmp_path):
     with pytest.raises(ValueError, match="YAML"):
-        kubeflow_runner.compile_to_file(cfg.from_dict(TEST_SETTINGS), str(tmp_path / "p.json"))
+        compiler.compile_to_file(cfg.from_dict(TEST_SETTINGS), str(tmp_path / "p.json"))
 
 
 # ---- config ------------------------------------------------------------------------
@@ -174,11 +185,11 @@ def test_config_round_trips_through_yaml_and_names_bad_keys(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg.to_dict(config)))
     assert cfg.load(str(path)) == config
-    path.write_text("model: {epochz: 3}\n")
-    with pytest.raises(ValueError, match=r"c\.yaml: unknown key\(s\) \['epochz'\] in model"):
+    path.write_text("trainer: {epochz: 3}\n")
+    with pytest.raises(ValueError, match=r"c\.yaml: unknown key\(s\) \['epochz'\] in trainer"):
         cfg.load(str(path))
     with pytest.raises(ValueError, match="unknown component ids"):
-        cfg.from_dict({"images": {"Trainr": "x"}})
+        cfg.from_dict({"kubeflow": {"images": {"Trainr": "x"}}})
 
 
 # ---- submit and schedule through kfp.Client ------------------------------------------
@@ -241,7 +252,8 @@ def test_submit_posts_the_package_through_the_kfp_client(compiled, kfp_api, caps
     assert run["service_account"] == "imgpipe-runner"
     assert run["runtime_config"]["pipeline_root"] == "gs://imgpipe-test/root"
     sent = json.dumps(run["pipeline_spec"])
-    assert "pipelines.kfp_entrypoint" in sent and "nvidia-l4" in sent  # platform spec too
+    # The platform spec goes too.
+    assert "imgpipe.pipelines.container.entrypoint" in sent and "nvidia-l4" in sent
 
 
 def test_schedule_creates_a_recurring_run_without_catch_up(compiled, kfp_api, capsys):
@@ -303,9 +315,9 @@ INPUTS_SPEC = json_format.ParseDict({"artifacts": {"examples": {"artifactType": 
 def test_inputs_get_their_declared_tfx_type_back(artifact_type):
     from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
 
-    kfp_entrypoint.patch_tfx()
+    tfx_patches.patch_tfx_entrypoint()
     executor_input = _executor_input(artifact_type)
-    assert kfp_entrypoint.restore_input_types(executor_input, INPUTS_SPEC) == ["examples"]
+    assert entrypoint.restore_input_types(executor_input, INPUTS_SPEC) == ["examples"]
     parsed = utils.parse_raw_artifact_dict(executor_input.inputs.artifacts)
     assert type(parsed["examples"][0]).__name__ == "Examples"
 
@@ -313,10 +325,10 @@ def test_inputs_get_their_declared_tfx_type_back(artifact_type):
 def test_without_a_spec_metadata_keys_decide_and_unknowns_stay_generic():
     from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
 
-    kfp_entrypoint.patch_tfx()
+    tfx_patches.patch_tfx_entrypoint()
     executor_input = _executor_input({"schemaTitle": "system.Artifact"},
                                      {"split_names": '["train","eval"]'})
-    kfp_entrypoint.restore_input_types(executor_input, None)
+    entrypoint.restore_input_types(executor_input, None)
     assert type(utils.parse_raw_artifact_dict(
         executor_input.inputs.artifacts)["examples"][0]).__name__ == "Examples"
     # Null instance_schema (breakage 2) no longer raises TypeError in TFX's own parser.
@@ -327,23 +339,23 @@ def test_without_a_spec_metadata_keys_decide_and_unknowns_stay_generic():
 
 def test_artifact_uris_go_through_the_launchers_local_paths(tmp_path):
     executor_input = _executor_input({"schemaTitle": "system.Dataset"})
-    remote_of = kfp_entrypoint.localize_uris(executor_input, kfp_entrypoint.MODE_AUTO)
+    remote_of = entrypoint.localize_uris(executor_input, MODE_AUTO)
     # auto: minio:// is not a TensorFlow filesystem, gs:// is.
     assert executor_input.inputs.artifacts["examples"].artifacts[0].uri == (
         "/minio/mlpipeline/v2/artifacts/run/gen/examples")
     assert executor_input.outputs.artifacts["statistics"].artifacts[0].uri == (
         "gs://bucket/run/stats/statistics")
     local = _executor_input({})
-    remote_of = kfp_entrypoint.localize_uris(local, kfp_entrypoint.MODE_LOCAL)
+    remote_of = entrypoint.localize_uris(local, MODE_LOCAL)
     assert remote_of["/gcs/bucket/run/stats/statistics"] == "gs://bucket/run/stats/statistics"
     output_file = tmp_path / "output_metadata.json"
     output_file.write_text(json.dumps({"artifacts": {"statistics": {"artifacts": [
         {"uri": "/gcs/bucket/run/stats/statistics"}]}}}))
-    kfp_entrypoint.restore_output_uris(str(output_file), remote_of)
+    entrypoint.restore_output_uris(str(output_file), remote_of)
     assert json.loads(output_file.read_text())["artifacts"]["statistics"]["artifacts"][0][
         "uri"] == "gs://bucket/run/stats/statistics"
-    with pytest.raises(ValueError, match="auto, direct or local"):
-        kfp_entrypoint.localize_uris(_executor_input({}), "sometimes")
+    with pytest.raises(ValueError, match=r"must be one of \[.auto., .direct., .local.\]"):
+        entrypoint.localize_uris(_executor_input({}), "sometimes")
 
 
 class _Blob:
@@ -367,7 +379,7 @@ def test_zero_byte_directory_markers_are_deleted_under_gcs_outputs():
             return type("B", (), {"list_blobs": lambda _, prefix: listed.append(prefix)
                                   or blobs})()
 
-    n = kfp_entrypoint.delete_gcs_directory_markers(
+    n = entrypoint.delete_gcs_directory_markers(
         ["gs://bucket/run/model", "/local/path"], make_client=Client)
     assert n == 2 and deleted == ["run/model/", "run/model/Format-Serving/"]
     assert listed == ["run/model/"]
@@ -376,5 +388,5 @@ def test_zero_byte_directory_markers_are_deleted_under_gcs_outputs():
 def test_the_kubeflow_v2_runner_is_exported_for_user_code():
     from tfx.v1.orchestration import experimental
 
-    kfp_entrypoint.export_kubeflow_v2_runner()
+    tfx_patches.export_kubeflow_v2_runner()
     assert experimental.KubeflowV2DagRunner.__module__.endswith("kubeflow_v2_dag_runner")

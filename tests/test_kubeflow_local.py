@@ -2,7 +2,7 @@
 
 kfp.local reads the compiled YAML, orders the tasks, builds each task's executor-input
 JSON and runs the exact command and arguments of the spec (`python -m
-pipelines.kfp_entrypoint --executor_class_path ... {{$}} ...`) as a subprocess of this
+imgpipe.pipelines.container.entrypoint --executor_class_path ... {{$}} ...`) as a subprocess of this
 environment instead of in a container. Between tasks it records artifacts the way the
 open-source backend does: typed `system.Artifact`, which is breakage 1 of TFX on KFP v2,
 so the entrypoint's fixes are on the path. What kfp.local cannot show: object-store
@@ -20,8 +20,10 @@ import sys
 
 import pytest
 
-from pipelines import config as cfg
-from pipelines import kubeflow_runner, sample_data
+from imgpipe.pipelines import component_ids as ids
+from imgpipe.pipelines import config as cfg
+from imgpipe.pipelines import sample_photos
+from imgpipe.pipelines.kubeflow import compiler
 
 
 @contextlib.contextmanager
@@ -42,23 +44,25 @@ def subprocess_runner_for_tfx_steps():
         handler.SubprocessTaskHandler.validate_not_container_component = original
 
 
+@pytest.mark.pipeline
 def test_the_compiled_pipeline_runs_under_kfp_local(tmp_path):
     from kfp import components, local
 
     # The spec's command is `python`: it must be this environment's interpreter.
     assert os.path.realpath(shutil.which("python")) == os.path.realpath(sys.executable)
     data = tmp_path / "images"
-    sample_data.make_dataset(str(data), per_class=12, size=64, classes=["animal", "fruit"])
+    sample_photos.make_dataset(str(data), per_class=12, size=64, classes=["animal", "fruit"])
     config = cfg.from_dict({
         "pipeline_name": "kfp-local-test",
         "data_root": str(data), "pipeline_root": str(tmp_path / "unused-root"),
         "serving_dir": str(tmp_path / "serving"),
-        "model": {"image_size": 32, "epochs": 1, "batch_size": 8, "train_steps": 2,
-                  "eval_steps": 1, "accuracy_threshold": 0.0},
-        "data": {"eval_fraction": 0.25, "num_shards": 1},
+        "trainer": {"image_size": 32, "epochs": 1, "batch_size": 8, "train_steps": 2,
+                    "eval_steps": 1},
+        "example_gen": {"output": {"splits": [["train", 0.75], ["eval", 0.25]],
+                                   "num_shards": 1}},
         "beam_args": ["--direct_num_workers=1", "--direct_running_mode=in_memory"],
     })
-    package = kubeflow_runner.compile_to_file(config, str(tmp_path / "pipeline.yaml"))
+    package = compiler.compile_to_file(config, str(tmp_path / "pipeline.yaml"))
 
     pipeline_root = tmp_path / "kfp-root"
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root),
@@ -69,7 +73,7 @@ def test_the_compiled_pipeline_runs_under_kfp_local(tmp_path):
     # Every step left an executor output with its artifacts' URIs, and the Pusher
     # copied a SavedModel into the serving directory.
     outputs = sorted(glob.glob(str(pipeline_root / "*" / "*" / "executor_output.json")))
-    assert len(outputs) == len(cfg.COMPONENT_IDS)
+    assert len(outputs) == len(ids.COMPONENT_IDS)
     for path in outputs:
         with open(path) as f:
             assert json.load(f)["artifacts"], path
@@ -77,12 +81,13 @@ def test_the_compiled_pipeline_runs_under_kfp_local(tmp_path):
     assert len(pushed) == 1
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("mode", ["auto", "local"])
 def test_local_file_uris_are_left_alone(mode):
     from kfp.pipeline_spec import pipeline_spec_pb2
 
-    from pipelines import kfp_entrypoint
+    from imgpipe.pipelines.container import entrypoint
 
     executor_input = pipeline_spec_pb2.ExecutorInput()
     executor_input.outputs.artifacts["x"].artifacts.add(uri="/tmp/root/task/x")
-    assert kfp_entrypoint.localize_uris(executor_input, mode) == {}
+    assert entrypoint.localize_uris(executor_input, mode) == {}

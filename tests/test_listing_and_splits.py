@@ -7,8 +7,10 @@ import json
 
 import pytest
 
-from components.image_example_gen import labels, listing, splitting
-from components.image_example_gen.options import OutputOptions
+from imgpipe.components.image_example_gen import labels, listing, splitting
+from imgpipe.components.image_example_gen.options import OutputOptions
+
+pytestmark = pytest.mark.unit
 
 
 def test_flat_layout_labels_nested_files_and_ignores_the_rest():

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import os
 
-from pipelines import cli, local_runner, sample_data
-from pipelines import config as cfg
+import pytest
+
+from imgpipe.pipelines import cli, local_runner, sample_photos
+from imgpipe.pipelines import component_ids as ids
+from imgpipe.pipelines import config as cfg
 
 
-def test_sample_data_is_deterministic_real_photos(tmp_path):
-    a = sample_data.make_dataset(str(tmp_path / "a"), per_class=5, size=48)
-    b = sample_data.make_dataset(str(tmp_path / "b"), per_class=5, size=48)
-    assert a == b == {name: 5 for name in sample_data.CLASSES}
-    for name in sample_data.CLASSES:
+@pytest.mark.unit
+def test_sample_photos_is_deterministic_real_photos(tmp_path):
+    a = sample_photos.make_dataset(str(tmp_path / "a"), per_class=5, size=48)
+    b = sample_photos.make_dataset(str(tmp_path / "b"), per_class=5, size=48)
+    assert a == b == {name: 5 for name in sample_photos.CLASSES}
+    for name in sample_photos.CLASSES:
         files = sorted(os.listdir(tmp_path / "a" / name))
         assert files == sorted(os.listdir(tmp_path / "b" / name))
         for file in files:
@@ -21,19 +25,19 @@ def test_sample_data_is_deterministic_real_photos(tmp_path):
                 tmp_path / "b" / name / file).read_bytes()
     # A second call with the same settings leaves the files (and their mtimes) alone.
     before = os.stat(tmp_path / "a" / "fruit" / files[0]).st_mtime_ns
-    sample_data.make_dataset(str(tmp_path / "a"), per_class=5, size=48)
+    sample_photos.make_dataset(str(tmp_path / "a"), per_class=5, size=48)
     assert os.stat(tmp_path / "a" / "fruit" / files[0]).st_mtime_ns == before
 
 
+@pytest.mark.pipeline
 def test_run_local_trains_pushes_and_reruns_from_cache(tmp_path, capsys):
     data = tmp_path / "images"
-    sample_data.make_dataset(str(data), per_class=12, size=64, classes=["animal", "fruit"])
+    sample_photos.make_dataset(str(data), per_class=12, size=64, classes=["animal", "fruit"])
     config_file = tmp_path / "config.yaml"
     config_file.write_text(
         "pipeline_name: local-test\n"
-        "model: {image_size: 32, epochs: 1, batch_size: 8, train_steps: 2, eval_steps: 1,\n"
-        "        accuracy_threshold: 0.0}\n"
-        "data: {eval_fraction: 0.25, num_shards: 1}\n"
+        "trainer: {image_size: 32, epochs: 1, batch_size: 8, train_steps: 2, eval_steps: 1}\n"
+        "example_gen: {output: {splits: [[train, 0.75], [eval, 0.25]], num_shards: 1}}\n"
         "beam_args: [--direct_num_workers=1, --direct_running_mode=in_memory]\n")
     argv = ["run", "local", "--data", str(data), "--config", str(config_file),
             "--pipeline-root", str(tmp_path / "root"), "--serving-dir", str(tmp_path / "serving")]
@@ -44,7 +48,7 @@ def test_run_local_trains_pushes_and_reruns_from_cache(tmp_path, capsys):
                       pipeline_root=str(tmp_path / "root"),
                       serving_dir=str(tmp_path / "serving"))
     result = local_runner.latest_results(config)
-    assert set(result.nodes) == set(cfg.COMPONENT_IDS)
+    assert set(result.nodes) == set(ids.COMPONENT_IDS)
     assert {n.state for n in result.nodes.values()} == {"COMPLETE"}
     served = os.listdir(tmp_path / "serving")
     assert len(served) == 1

@@ -6,13 +6,14 @@ import os
 
 import cv2
 import numpy as np
+import pytest
 import tensorflow as tf
 import yaml
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
-from components.common import features as fk
+from imgpipe.components.common import features as fk
 
 
 def _write_jpeg_examples(path: str, count: int) -> None:
@@ -45,6 +46,7 @@ def _stack_pipeline(data_dir: str, root: str) -> tfx.dsl.Pipeline:
     )
 
 
+@pytest.mark.pipeline
 def test_local_dag_runner_infers_schema_of_jpeg_examples(tmp_path):
     data_dir = tmp_path / "data"
     data_dir.mkdir()
@@ -67,6 +69,7 @@ def test_local_dag_runner_infers_schema_of_jpeg_examples(tmp_path):
     assert tf.io.gfile.exists(os.path.join(examples_dirs[0], "Split-eval"))
 
 
+@pytest.mark.component
 def test_kubeflow_v2_runner_compiles_the_same_pipeline_to_yaml(tmp_path):
     data_dir = tmp_path / "data"
     data_dir.mkdir()

@@ -17,12 +17,12 @@ import tensorflow as tf
 from PIL import Image
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from components.common import artifacts, preprocessing
-from components.common.features import TFDS_KEY_MAP
-from components.trainer import devices, export, memory, task
-from components.trainer import input as input_lib
-from components.trainer import model as model_lib
-from components.trainer.config import TrainerConfig
+from imgpipe.components.common import artifacts, layout, preprocessing
+from imgpipe.components.common.features import TFDS_KEY_MAP
+from imgpipe.components.trainer import devices, export, memory, task
+from imgpipe.components.trainer import input as input_lib
+from imgpipe.components.trainer import model as model_lib
+from imgpipe.components.trainer.config import TrainerConfig, from_custom_config
 from tests import imagegen
 from tests import trainer_helpers as th
 
@@ -61,18 +61,22 @@ def eval_records(examples: str) -> list[bytes]:
 
 # --- configuration and decisions -----------------------------------------------------
 
+@pytest.mark.unit
 def test_config_rejects_unknown_keys_and_bad_values():
-    with pytest.raises(ValueError, match="unknown Trainer custom_config keys.*'epoch'"):
-        TrainerConfig.from_custom_config({"epoch": 3})
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['epoch'\].*allowed: .*'epochs'"):
+        from_custom_config({"epoch": 3})
     with pytest.raises(ValueError, match="backbone 'vgg'"):
-        TrainerConfig.from_custom_config({"backbone": "vgg"})
+        from_custom_config({"backbone": "vgg"})
     with pytest.raises(ValueError, match="mixed_precision"):
-        TrainerConfig.from_custom_config({"mixed_precision": "yes"})
-    config = TrainerConfig.from_custom_config(
+        from_custom_config({"mixed_precision": "yes"})
+    with pytest.raises(ValueError, match=r"mean needs 3 values"):
+        from_custom_config({"mean": [1, 2]})
+    config = from_custom_config(
         {"backbone": "resnet50", "mean": [1, 2, 3], "image_statistics_uri": "/x"})
     assert config.backbone == "resnet50" and config.mean == (1.0, 2.0, 3.0)
 
 
+@pytest.mark.unit
 def test_plan_memory_caches_only_what_fits():
     fits = memory.plan_memory(encoded_bytes=100 * memory.MB, records=10_000,
                               available_bytes=4096 * memory.MB)
@@ -91,6 +95,7 @@ def test_plan_memory_caches_only_what_fits():
     assert memory.available_memory_bytes() > 0
 
 
+@pytest.mark.unit
 def test_plan_devices():
     gpus = ["/device:GPU:0", "/device:GPU:1"]
     cpu = ["/device:CPU:0"]
@@ -113,9 +118,10 @@ def test_plan_devices():
 
 # --- the input_fn ----------------------------------------------------------------------
 
+@pytest.mark.component
 def test_input_fn_shapes_and_dtypes(data):
     source = input_lib.split_source(data["examples"], "train")
-    assert source.records == data["summary"]["splits"]["train"]["records"] == 90
+    assert source.records == data["summary"].splits["train"].records == 90
     train = input_lib.make_dataset(source, input_lib.TRAIN, image_size=SIZE, batch_size=16,
                                    memory=NO_CACHE)
     for images, labels in train.take(7):  # 7 x 16 > 90: crosses an epoch boundary
@@ -135,6 +141,7 @@ def test_input_fn_shapes_and_dtypes(data):
                                atol=1e-5)
 
 
+@pytest.mark.unit
 def test_random_crop_windows_stay_inside_and_span_the_ranges():
     shapes = tf.constant([[48, 64], [256, 256], [30, 200]] * 2000, tf.int32)
     windows = preprocessing.random_crop_windows(shapes).numpy()
@@ -151,6 +158,7 @@ def test_random_crop_windows_stay_inside_and_span_the_ranges():
     assert offset_x[square].min() == 0 and (offset_x + crop_w)[square].max() == 256
 
 
+@pytest.mark.unit
 def test_train_images_crop_flip_and_formats():
     # Dark on the left, bright on the right: a flipped output is brighter on the left.
     ramp = np.repeat(np.linspace(0, 255, 64, dtype=np.float32)[None, :], 48, axis=0)
@@ -176,6 +184,7 @@ def test_train_images_crop_flip_and_formats():
         [48, 64]] * 3
 
 
+@pytest.mark.unit
 def test_eval_images_center_crop_without_resize_at_the_output_size():
     pixels = imagegen.photo_like(48, 64)
     jpeg, png = imagegen.jpeg_bytes(pixels), imagegen.png_bytes(pixels)
@@ -187,6 +196,7 @@ def test_eval_images_center_crop_without_resize_at_the_output_size():
         np.testing.assert_array_equal(images, np.stack(expected))
 
 
+@pytest.mark.component
 def test_eval_is_deterministic_and_matches_eval_image(data):
     source = input_lib.split_source(data["examples"], "eval")
     cached = memory.plan_memory(1, 1, 1 << 30, cache="on", shuffle_buffer=1)
@@ -211,12 +221,13 @@ def test_eval_is_deterministic_and_matches_eval_image(data):
         assert labels[i] == feature["image/class/label"].int64_list.value[0]
 
 
+@pytest.mark.component
 def test_gzip_shards_in_tfds_layout(data, tmp_path):
     """TFDS-style records ({"image", "label"}) in GZIP shards, read through the key map."""
     records = eval_records(data["examples"])
     paths = []
     for shard in range(2):
-        path = str(tmp_path / f"{artifacts.SHARD_PREFIX}-{shard:05d}-of-00002.gz")
+        path = str(tmp_path / f"{layout.SHARD_PREFIX}-{shard:05d}-of-00002.gz")
         with tf.io.TFRecordWriter(path, "GZIP") as writer:
             for record in records[shard::2]:
                 feature = tf.train.Example.FromString(record).features.feature
@@ -225,7 +236,7 @@ def test_gzip_shards_in_tfds_layout(data, tmp_path):
                     "label": feature["image/class/label"]})).SerializeToString())
         paths.append(path)
     source = input_lib.SplitSource(tuple(paths), records=len(records), name="tfds")
-    assert source.compression == artifacts.GZIP
+    assert source.compression == layout.GZIP
     dataset = input_lib.make_dataset(source, input_lib.EVAL, image_size=SIZE, batch_size=64,
                                      memory=NO_CACHE, key_map=TFDS_KEY_MAP)
     images, labels = next(iter(dataset))
@@ -238,6 +249,7 @@ def test_gzip_shards_in_tfds_layout(data, tmp_path):
         assert images.shape == (16, SIZE, SIZE, 3) and images.dtype == tf.uint8
 
 
+@pytest.mark.component
 @pytest.mark.parametrize("cut", ["mid_record", "record_boundary"])
 def test_truncated_shard_error_names_the_file(data, tmp_path, cut):
     examples = str(tmp_path / "examples")
@@ -264,6 +276,7 @@ def test_truncated_shard_error_names_the_file(data, tmp_path, cut):
             "ImageExampleGen wrote 90" in str(error)
 
 
+@pytest.mark.component
 def test_missing_split_names_the_pattern(data):
     with pytest.raises(FileNotFoundError, match="Split-test"):
         input_lib.split_source(data["examples"], "test")
@@ -271,6 +284,7 @@ def test_missing_split_names_the_pattern(data):
 
 # --- the model and the export ----------------------------------------------------------
 
+@pytest.mark.component
 @pytest.mark.parametrize("backbone", ["mobilenet_v3_small", "efficientnet_v2_b0", "resnet50"])
 def test_keras_applications_backbones_build_offline(backbone):
     config = TrainerConfig(backbone=backbone, image_size=SIZE)
@@ -280,6 +294,7 @@ def test_keras_applications_backbones_build_offline(backbone):
     np.testing.assert_allclose(np.sum(out, axis=-1), 1.0, rtol=1e-5)
 
 
+@pytest.mark.component
 def test_backbone_weights_from_a_local_file(tmp_path):
     config = TrainerConfig(backbone="mobilenet_v3_small", image_size=SIZE, width_multiplier=0.75)
     source = model_lib.BACKBONES[config.backbone]((SIZE, SIZE, 3), None, config)
@@ -292,6 +307,7 @@ def test_backbone_weights_from_a_local_file(tmp_path):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+@pytest.mark.component
 def test_mixed_precision_keeps_the_head_float32():
     keras.mixed_precision.set_global_policy(devices.MIXED_FLOAT16)
     try:
@@ -304,6 +320,7 @@ def test_mixed_precision_keeps_the_head_float32():
         keras.mixed_precision.set_global_policy(devices.FLOAT32)
 
 
+@pytest.mark.component
 @pytest.mark.parametrize("on_host", [False, True])
 def test_serving_signature_matches_the_eval_pipeline(data, tmp_path, on_host):
     labels = artifacts.load_labels(data["examples"])
@@ -335,6 +352,7 @@ def test_serving_signature_matches_the_eval_pipeline(data, tmp_path, on_host):
 
 # --- run_fn ------------------------------------------------------------------------------
 
+@pytest.mark.component
 def test_run_fn_learns_separable_classes(data, tmp_path):
     args = fn_args(data, str(tmp_path), train_steps=40, epochs=2, tensorboard_images=4)
     task.run_fn(args)
@@ -353,6 +371,7 @@ def test_run_fn_learns_separable_classes(data, tmp_path):
     assert not os.path.exists(os.path.join(args.model_run_dir, task.BACKUP_SUBDIR))
 
 
+@pytest.mark.unit
 def test_batch_norm_momentum_follows_the_run_length():
     config = TrainerConfig(backbone="mobilenet_v3_small", image_size=SIZE)
     model = model_lib.build_model(config, num_classes=3, normalization=(MEAN, STD))
@@ -368,6 +387,7 @@ class _Preempted(Exception):
     pass
 
 
+@pytest.mark.component
 def test_preempted_run_resumes_from_its_checkpoint(data, tmp_path, monkeypatch):
     checkpoint_dir = str(tmp_path / "ckpt")
     seen: dict[str, list] = {"epochs": [], "start_weights": []}
@@ -416,7 +436,7 @@ MIRRORED_SCRIPT = textwrap.dedent("""
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from tfx.components.trainer.fn_args_utils import FnArgs
-    from components.trainer import devices, task
+    from imgpipe.components.trainer import devices, task
     plan = devices.plan_devices(*devices.visible_devices())
     assert plan.strategy == devices.MIRRORED and plan.replicas == 2, plan
     examples, stats, out = sys.argv[1:4]
@@ -432,6 +452,7 @@ MIRRORED_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.component
 def test_mirrored_strategy_on_two_logical_cpus(data, tmp_path):
     """Logical devices must be set before TF initializes them: a fresh process."""
     out = str(tmp_path / "mirrored")

@@ -1,5 +1,5 @@
 """Generated data for the Trainer and Evaluator tests: visually separable classes,
-converted by ImageExampleGen's run_conversion, plus a hand-written image_stats.json."""
+converted by ImageExampleGen's run_conversion, plus a made-up image_stats.json."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import os
 import apache_beam as beam
 import numpy as np
 
-from components.common import artifacts
-from components.image_example_gen.convert import run_conversion
-from components.image_example_gen.options import ImageOptions, OutputOptions
+from imgpipe.components.common.conversion_summary import ConversionSummary
+from imgpipe.components.image_example_gen.convert import run_conversion
+from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
 from tests.imagegen import jpeg_bytes, png_bytes, write
 
 CLASSES = ("blue", "red", "stripes")
@@ -47,7 +47,7 @@ def make_class_folder(root: str, per_class: int, size: int = 40, png_every: int 
 
 
 def convert(image_root: str, examples_dir: str, gzip: bool = False,
-            num_shards: int = 2) -> dict:
+            num_shards: int = 2) -> ConversionSummary:
     result = run_conversion(
         image_root, examples_dir, ImageOptions(),
         OutputOptions(splits=(("train", 0.75), ("eval", 0.25)), stratify=True,
@@ -58,12 +58,26 @@ def convert(image_root: str, examples_dir: str, gzip: bool = False,
 
 def write_stats(statistics_dir: str, image_size: int, mean=(110.0, 80.0, 110.0),
                 std=(70.0, 60.0, 70.0), crop_fraction: float = 0.875) -> str:
-    """image_stats.json in the schema of artifacts.load_normalization."""
+    """An image_stats.json whose train and eval pixels have this mean and std."""
+    from imgpipe.components.common import image_stats as schema
+
+    empty = schema.Histogram(edges=(), counts=())
+    pixels = schema.PixelStats(mean=tuple(mean), std=tuple(std), pixels_per_channel=1,
+                               image_weighted_mean=tuple(mean), histogram=())
+    split = schema.SplitStats(
+        images=1, undecodable=0, undecodable_files=(), pixels=pixels, native_pixels=None,
+        sizes=schema.Sizes(empty, empty, empty),
+        bytes=schema.ByteStats(edges=(), counts=(), total=0, mean=None), formats={},
+        channels={}, color_modes={},
+        labels=schema.LabelStats(counts={}, imbalance_ratio=None, missing=(), unknown_ids={}),
+        duplicates=schema.Duplicates(0, 0, ()), near_duplicates=schema.NearDuplicates(0, ()),
+        thumbnails={})
     os.makedirs(statistics_dir, exist_ok=True)
-    pixels = {"mean": list(mean), "std": list(std)}
-    artifacts.write_json(os.path.join(statistics_dir, artifacts.IMAGE_STATS_FILE), {
-        "version": 1,
-        "preprocessing": {"image_size": image_size, "crop_fraction": crop_fraction},
-        "splits": {"train": {"pixels": pixels}, "eval": {"pixels": pixels}},
-    })
+    schema.write(statistics_dir, schema.ImageStats(
+        version=schema.SCHEMA_VERSION,
+        preprocessing=schema.Preprocessing(image_size, crop_fraction, "test", "test"),
+        notes={}, labels=(),
+        source=schema.Source("test", 1, 0, 0, 1.0, False),
+        splits={"train": split, "eval": split},
+        leakage=schema.Leakage(0, {}, {}, 0.0, ())))
     return statistics_dir

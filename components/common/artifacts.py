@@ -1,12 +1,6 @@
-"""Files this project writes inside TFX artifacts, and readers for them.
+"""Readers and writers of the files inside this project's artifacts (names in layout.py;
+the typed JSON documents in image_stats.py and conversion_summary.py).
 
-ImageExampleGen's `Examples` artifact holds, beside the standard `Split-<name>/` folders:
-  label_map.json            {"labels": [names in id order], "version": 1}
-  labels.txt                one class name per line, line i is id i
-  skipped.json              [{"path", "reason"}] for every file not written
-  conversion_summary.json   counts and bytes per split (see ConversionSummary)
-ImageStatistics' artifact holds `image_stats.json` (schema in components/image_statistics)
-and `report.html`.
 All access goes through tf.io.gfile, so gs:// and s3:// URIs work.
 """
 
@@ -18,18 +12,14 @@ from typing import Any
 
 import tensorflow as tf
 
-LABEL_MAP_FILE = "label_map.json"
-LABELS_TXT_FILE = "labels.txt"
-SKIPPED_FILE = "skipped.json"
-SUMMARY_FILE = "conversion_summary.json"
-IMAGE_STATS_FILE = "image_stats.json"
-REPORT_FILE = "report.html"
-
-SHARD_PREFIX = "data_tfrecord"
-# TFX names the folder of each split of an artifact Split-<name>.
-SPLIT_DIR_PREFIX = "Split-"
-GZIP_SUFFIX = ".gz"
-GZIP = "GZIP"
+from imgpipe.components.common.layout import (
+    GZIP,
+    GZIP_SUFFIX,
+    LABEL_MAP_FILE,
+    SHARD_PREFIX,
+    SKIPPED_FILE,
+    SPLIT_DIR_PREFIX,
+)
 
 
 class ShardReadError(OSError):
@@ -71,36 +61,6 @@ def load_labels(examples_uri: str) -> list[str]:
     return list(read_json(path)["labels"])
 
 
-def load_summary(examples_uri: str) -> dict[str, Any]:
-    """ImageExampleGen's conversion summary: per-split records and bytes written."""
-    return read_json(os.path.join(examples_uri, SUMMARY_FILE))
-
-
 def load_skipped(examples_uri: str) -> list[dict[str, str]]:
     path = os.path.join(examples_uri, SKIPPED_FILE)
     return read_json(path) if tf.io.gfile.exists(path) else []
-
-
-def load_normalization(statistics_uri: str, split: str = "train") -> dict[str, Any]:
-    """The Trainer's normalization constants from an ImageStatistics artifact.
-
-    The contract with components/image_statistics: image_stats.json holds
-      {"version": 1,
-       "preprocessing": {"image_size": int, "crop_fraction": float},
-       "splits": {<split>: {"pixels": {"mean": [r, g, b], "std": [r, g, b]}, ...}}}
-    with mean and std on the 0..255 scale, computed over `eval_image` pixels.
-
-    Returns:
-      {"mean": [3 floats], "std": [3 floats], "image_size": int, "crop_fraction": float}
-    """
-    stats = read_json(os.path.join(statistics_uri, IMAGE_STATS_FILE))
-    if split not in stats["splits"]:
-        raise KeyError(f"{statistics_uri}/{IMAGE_STATS_FILE} has no split {split!r}; "
-                       f"it has {sorted(stats['splits'])}")
-    pixels = stats["splits"][split]["pixels"]
-    return {
-        "mean": [float(v) for v in pixels["mean"]],
-        "std": [float(v) for v in pixels["std"]],
-        "image_size": int(stats["preprocessing"]["image_size"]),
-        "crop_fraction": float(stats["preprocessing"]["crop_fraction"]),
-    }

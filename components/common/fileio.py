@@ -8,6 +8,7 @@ local paths take the direct route. Behaviour is the same either way.
 
 from __future__ import annotations
 
+import os
 from typing import IO
 
 import tensorflow as tf
@@ -31,3 +32,9 @@ def open_file(path: str, mode: str = "rb") -> IO:
 def read_bytes(path: str) -> bytes:
     with open_file(path, "rb") as f:
         return f.read()
+
+
+def exists(path: str) -> bool:
+    if is_local(path):
+        return os.path.exists(_local(path))
+    return tf.io.gfile.exists(path)

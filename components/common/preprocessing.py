@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-# Center crop keeps this fraction of the shorter side (the ImageNet convention 224/256).
-DEFAULT_CROP_FRACTION = 0.875
+from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
+
 # Training decodes JPEGs with libjpeg's fast integer IDCT: measured 20-30% cheaper than
 # the default (accurate) one, with differences of a level or two that augmentation
 # dwarfs. Evaluation and serving keep the default, so they agree with each other.

@@ -12,26 +12,28 @@ from tensorflow_model_analysis.proto import config_pb2
 from tfx import types
 from tfx.components import Evaluator
 
-from components.common.features import LABEL_KEY
-from components.trainer.export import PROBABILITIES, SERVING_EXAMPLES
+from imgpipe.components.common.features import LABEL_KEY
+from imgpipe.components.common.layout import EVAL_SPLIT
+from imgpipe.components.common.serving import PROBABILITIES, SERVING_EXAMPLES
+from imgpipe.components.evaluator.config import EvaluatorConfig
 
 ACCURACY_METRIC = "SparseCategoricalAccuracy"
 ACCURACY_NAME = "sparse_categorical_accuracy"
 EXAMPLE_COUNT_METRIC = "ExampleCount"
-EVAL_SPLIT = "eval"
 
 
 def eval_config(
-    accuracy_threshold: float = 0.0, label_key: str = LABEL_KEY
+    config: EvaluatorConfig | None = None, label_key: str = LABEL_KEY
 ) -> config_pb2.EvalConfig:
     """Accuracy overall and per class; blessed when overall accuracy >= the threshold.
 
     Args:
-      accuracy_threshold: the lowest overall accuracy (0..1) that blesses the model.
+      config: the blessing rules.
       label_key: the label feature, also the per-class slicing key.
     """
-    if not 0.0 <= accuracy_threshold <= 1.0:
-        raise ValueError(f"accuracy_threshold must be in [0, 1], got {accuracy_threshold}")
+    config = config or EvaluatorConfig()
+    config.validate()
+    accuracy_threshold = config.accuracy_threshold
     overall = config_pb2.SlicingSpec()
     per_class = config_pb2.SlicingSpec(feature_keys=[label_key])
     accuracy = config_pb2.MetricConfig(
@@ -53,16 +55,17 @@ def eval_config(
 def ImageEvaluator(  # noqa: N802 - reads as the component it builds
     examples: types.BaseChannel,
     model: types.BaseChannel,
-    accuracy_threshold: float = 0.0,
+    config: EvaluatorConfig | None = None,
     example_splits: list[str] | None = None,
 ) -> Evaluator:
     """TFX's Evaluator over the eval split; outputs `evaluation` and `blessing`.
 
     Example:
-      evaluator = ImageEvaluator(gen.outputs["examples"], trainer.outputs["model"], 0.8)
+      evaluator = ImageEvaluator(gen.outputs["examples"], trainer.outputs["model"],
+                                 EvaluatorConfig(accuracy_threshold=0.8))
       Pusher(model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
              push_destination=...)
     """
     return Evaluator(examples=examples, model=model,
                      example_splits=example_splits or [EVAL_SPLIT],
-                     eval_config=eval_config(accuracy_threshold))
+                     eval_config=eval_config(config))

@@ -6,10 +6,11 @@ from tfx.dsl.components.base import base_beam_component, executor_spec
 from tfx.proto import example_gen_pb2, range_config_pb2
 from tfx.utils import proto_utils
 
-from components.image_example_gen import options as opts
-from components.image_example_gen import spec
-from components.image_example_gen.driver import ImageFolderDriver
-from components.image_example_gen.executor import Executor
+from imgpipe.components.common import config_loader
+from imgpipe.components.image_example_gen import options as opts
+from imgpipe.components.image_example_gen import spec
+from imgpipe.components.image_example_gen.driver import ImageFolderDriver
+from imgpipe.components.image_example_gen.executor import Executor
 
 
 def split_input_base(input_base: str) -> tuple[str, str]:
@@ -72,7 +73,7 @@ class ImageExampleGen(base_beam_component.BaseBeamComponent):
                 spec.INPUT_CONFIG_KEY: proto_utils.proto_to_json(input_config),
                 spec.RANGE_CONFIG_KEY: (proto_utils.proto_to_json(range_config)
                                         if range_config else None),
-                spec.IMAGE_OPTIONS_KEY: opts.to_json(image_options),
-                spec.OUTPUT_OPTIONS_KEY: opts.to_json(output_options),
+                spec.IMAGE_OPTIONS_KEY: config_loader.to_json(image_options),
+                spec.OUTPUT_OPTIONS_KEY: config_loader.to_json(output_options),
                 spec.EXAMPLES_KEY: types.Channel(type=types.standard_artifacts.Examples),
             }))

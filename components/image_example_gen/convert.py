@@ -9,31 +9,27 @@ failed run publishes no shard.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 import apache_beam as beam
 import tensorflow as tf
 
-from components.common import artifacts
-from components.image_example_gen import labels as label_lib
-from components.image_example_gen import listing as listing_lib
-from components.image_example_gen import splitting, transforms
-from components.image_example_gen.options import (
+from imgpipe.components.common import artifacts, config_loader, conversion_summary, layout
+from imgpipe.components.common.conversion_summary import ConversionSummary, SplitSummary
+from imgpipe.components.image_example_gen import labels as label_lib
+from imgpipe.components.image_example_gen import listing as listing_lib
+from imgpipe.components.image_example_gen import splitting, transforms
+from imgpipe.components.image_example_gen.options import (
     LAYOUT_SPLIT,
     ON_ERROR_FAIL,
     ImageOptions,
     OutputOptions,
-    to_json,
 )
 
 WORK_DIR_PREFIX = ".imgpipe-work-"
-IGNORED_FILE = "ignored.json"
-SUMMARY_VERSION = 1
 
 
 class CountMismatchError(RuntimeError):
@@ -45,15 +41,17 @@ class ConversionResult:
     output_dir: str
     split_names: list[str]
     labels: list[str]
-    summary: dict[str, Any]
+    summary: ConversionSummary
 
 
 def plan_tasks(listing: listing_lib.Listing, labels: list[str],
                options: OutputOptions) -> list[transforms.ConversionTask]:
     """Decides label id and split of every image, in sorted path order."""
     ids = {label: i for i, label in enumerate(labels)}
+    decided: dict[str, str]
     if listing.layout == LAYOUT_SPLIT:
-        decided = {image.relpath: image.split for image in listing.images}
+        decided = {image.relpath: image.split for image in listing.images
+                   if image.split is not None}
     elif options.stratify:
         by_label: dict[str, list[str]] = {}
         for image in listing.images:
@@ -167,15 +165,15 @@ def run_conversion(
         + [{"path": relpath, "reason": reason} for relpath, reason in skipped_files],
         key=lambda row: row["path"])
     label_lib.write_label_files(output_dir, labels)
-    artifacts.write_json(os.path.join(output_dir, artifacts.SKIPPED_FILE), skipped)
-    artifacts.write_json(os.path.join(output_dir, IGNORED_FILE),
+    artifacts.write_json(os.path.join(output_dir, layout.SKIPPED_FILE), skipped)
+    artifacts.write_json(os.path.join(output_dir, layout.IGNORED_FILE),
                          [{"path": f.relpath, "reason": f.reason} for f in listing.ignored])
-    artifacts.write_json(os.path.join(output_dir, artifacts.SUMMARY_FILE), summary)
+    conversion_summary.write(output_dir, summary)
     return ConversionResult(output_dir, split_names, labels, summary)
 
 
 def _summarize(listing, shard_results, skipped_files, split_names, labels,
-               image_options, output_options) -> dict[str, Any]:
+               image_options, output_options) -> ConversionSummary:
     written = sum(result.records for result in shard_results)
     skipped = len(skipped_files) + len(listing.unlabeled)
     ignored = len(listing.ignored)
@@ -190,35 +188,35 @@ def _summarize(listing, shard_results, skipped_files, split_names, labels,
         for result in results:
             for label, count in result.labels:
                 label_counts[label] = label_counts.get(label, 0) + count
-        splits[split] = {
-            "records": sum(result.records for result in results),
-            "bytes_in": sum(result.bytes_in for result in results),
-            "bytes_out": sum(result.bytes_out for result in results),
-            "reencoded": sum(result.reencoded for result in results),
-            "num_shards": max([result.num_shards for result in results], default=1),
-            "labels": dict(sorted(label_counts.items())),
-        }
-    bytes_in = sum(s["bytes_in"] for s in splits.values())
-    bytes_out = sum(s["bytes_out"] for s in splits.values())
+        splits[split] = SplitSummary(
+            records=sum(result.records for result in results),
+            bytes_in=sum(result.bytes_in for result in results),
+            bytes_out=sum(result.bytes_out for result in results),
+            reencoded=sum(result.reencoded for result in results),
+            num_shards=max([result.num_shards for result in results], default=1),
+            labels=dict(sorted(label_counts.items())),
+        )
+    bytes_in = sum(s.bytes_in for s in splits.values())
+    bytes_out = sum(s.bytes_out for s in splits.values())
     ignored_reasons: dict[str, int] = {}
     for f in listing.ignored:
         ignored_reasons[f.reason] = ignored_reasons.get(f.reason, 0) + 1
-    return {
-        "version": SUMMARY_VERSION,
-        "layout": listing.layout,
-        "files_seen": listing.files_seen,
-        "written": written,
-        "skipped": skipped,
-        "ignored": ignored,
-        "ignored_by_reason": dict(sorted(ignored_reasons.items())),
-        "bytes_in": bytes_in,
-        "bytes_out": bytes_out,
-        "size_ratio": round(bytes_out / bytes_in, 4) if bytes_in else None,
-        "num_labels": len(labels),
-        "splits": splits,
-        "compression": "gzip" if output_options.gzip else "none",
-        "image_options": json.loads(to_json(image_options)),
-    }
+    return ConversionSummary(
+        version=conversion_summary.SCHEMA_VERSION,
+        layout=listing.layout,
+        files_seen=listing.files_seen,
+        written=written,
+        skipped=skipped,
+        ignored=ignored,
+        ignored_by_reason=dict(sorted(ignored_reasons.items())),
+        bytes_in=bytes_in,
+        bytes_out=bytes_out,
+        size_ratio=round(bytes_out / bytes_in, 4) if bytes_in else None,
+        num_labels=len(labels),
+        splits=splits,
+        compression="gzip" if output_options.gzip else "none",
+        image_options=config_loader.to_dict(image_options),
+    )
 
 
 def _publish(work_dir: str, output_dir: str, split_names: list[str],

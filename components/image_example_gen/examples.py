@@ -1,11 +1,11 @@
-"""Builds the `tf.train.Example` of one image (feature keys in components.common.features)."""
+"""Builds the `tf.train.Example` of one image (feature keys in common/features.py)."""
 
 from __future__ import annotations
 
 from tensorflow.core.example import example_pb2
 
-from components.common import features as fk
-from components.image_example_gen.image_codec import EncodedImage
+from imgpipe.components.common import features as fk
+from imgpipe.components.image_example_gen.image_codec import EncodedImage
 
 
 def image_example(

@@ -14,10 +14,11 @@ from tfx.proto import example_gen_pb2, range_config_pb2
 from tfx.types import artifact_utils
 from tfx.utils import proto_utils
 
-from components.image_example_gen import options as opts
-from components.image_example_gen import spec
-from components.image_example_gen.convert import run_conversion
-from components.image_example_gen.driver import ImageFolderInputProcessor
+from imgpipe.components.common import config_loader
+from imgpipe.components.image_example_gen import options as opts
+from imgpipe.components.image_example_gen import spec
+from imgpipe.components.image_example_gen.convert import run_conversion
+from imgpipe.components.image_example_gen.driver import ImageFolderInputProcessor
 
 # TFX readers pick the codec from the file suffix; 'tfrecords_gzip' is the one TFRecord
 # format name tfx-bsl accepts, and it reads plain shards (no .gz suffix) as plain.
@@ -25,6 +26,10 @@ _FILE_FORMAT = "tfrecords_gzip"
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
+    """Keys: parameters `input_base`, `input_config` and `range_config` (TFX's, with
+    {SPAN}/{VERSION}), `image_options` and `output_options` (ImageOptions and
+    OutputOptions JSON); output `examples` (Examples, with split_names and counts)."""
+
     def Do(  # noqa: N802 - TFX's executor interface
         self,
         input_dict: dict[str, list[types.Artifact]],
@@ -32,9 +37,10 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         exec_properties: dict[str, Any],
     ) -> None:
         del input_dict
-        image_options = opts.image_options_from_json(exec_properties[spec.IMAGE_OPTIONS_KEY])
-        output_options = opts.output_options_from_json(
-            exec_properties[spec.OUTPUT_OPTIONS_KEY])
+        image_options = config_loader.from_json(
+            opts.ImageOptions, exec_properties[spec.IMAGE_OPTIONS_KEY])
+        output_options = config_loader.from_json(
+            opts.OutputOptions, exec_properties[spec.OUTPUT_OPTIONS_KEY])
         examples = artifact_utils.get_single_instance(output_dict[spec.EXAMPLES_KEY])
         input_root = self._resolve_input_root(exec_properties, examples)
         logging.info("ImageExampleGen: %s -> %s", input_root, examples.uri)
@@ -47,10 +53,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         examples_utils.set_file_format(examples, _FILE_FORMAT)
         summary = result.summary
         for key in ("written", "skipped", "ignored", "files_seen", "bytes_in", "bytes_out"):
-            examples.set_int_custom_property(f"images_{key}", int(summary[key]))
+            examples.set_int_custom_property(f"images_{key}", int(getattr(summary, key)))
         logging.info("ImageExampleGen: %d written, %d skipped, %d ignored of %d files",
-                     summary["written"], summary["skipped"], summary["ignored"],
-                     summary["files_seen"])
+                     summary.written, summary.skipped, summary.ignored, summary.files_seen)
 
     @staticmethod
     def _resolve_input_root(exec_properties: dict[str, Any], examples: types.Artifact) -> str:

@@ -14,8 +14,8 @@ import cv2
 import numpy as np
 import simplejpeg
 
-from components.image_example_gen import image_header as hdr
-from components.image_example_gen.options import (
+from imgpipe.components.common import image_header as hdr
+from imgpipe.components.image_example_gen.options import (
     OUTPUT_JPEG,
     OUTPUT_KEEP,
     OUTPUT_PNG,
@@ -136,7 +136,9 @@ def reduction_factor(header: hdr.ImageHeader, min_side: int | None) -> int:
     return factor
 
 
-def _decode_cv2(data: bytes, header: hdr.ImageHeader, min_side: int | None) -> np.ndarray:
+def _decode_cv2(data: bytes, header: hdr.ImageHeader, min_side: int | None
+                ) -> np.ndarray | None:
+    """The pixels in RGB(A) order, or None when OpenCV cannot decode them."""
     buffer = np.frombuffer(data, np.uint8)
     if header.format == hdr.JPEG:  # CMYK / YCCK: OpenCV converts to BGR
         flags = (_CV2_REDUCED_COLOR[reduction_factor(header, min_side)]

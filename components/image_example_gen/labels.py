@@ -6,8 +6,8 @@ import json
 
 import tensorflow as tf
 
-from components.common import artifacts
-from components.image_example_gen.options import NEW_LABEL_APPEND
+from imgpipe.components.common import artifacts, layout
+from imgpipe.components.image_example_gen.options import NEW_LABEL_APPEND
 
 
 def read_label_map(uri: str) -> list[str]:
@@ -49,7 +49,7 @@ def build_labels(found: list[str], existing: list[str] | None, on_new_label: str
 
 
 def write_label_files(output_dir: str, labels: list[str]) -> None:
-    artifacts.write_json(f"{output_dir}/{artifacts.LABEL_MAP_FILE}",
+    artifacts.write_json(f"{output_dir}/{layout.LABEL_MAP_FILE}",
                          {"version": 1, "labels": labels})
-    with tf.io.gfile.GFile(f"{output_dir}/{artifacts.LABELS_TXT_FILE}", "w") as f:
+    with tf.io.gfile.GFile(f"{output_dir}/{layout.LABELS_TXT_FILE}", "w") as f:
         f.write("".join(f"{label}\n" for label in labels))

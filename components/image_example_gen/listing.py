@@ -15,7 +15,7 @@ import posixpath
 
 import tensorflow as tf
 
-from components.image_example_gen.options import LAYOUT_AUTO, LAYOUT_FLAT, LAYOUT_SPLIT
+from imgpipe.components.image_example_gen.options import LAYOUT_AUTO, LAYOUT_FLAT, LAYOUT_SPLIT
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp"})
 KNOWN_SPLIT_NAMES = frozenset({"train", "training", "eval", "evaluation", "val", "valid",

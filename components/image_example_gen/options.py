@@ -1,13 +1,14 @@
 """Configuration of an image conversion: what happens to each image, and how the
-output is split and sharded. Both are plain dataclasses that round-trip through JSON,
-which is how the component stores them in `exec_properties`.
+output is split and sharded. Both are frozen dataclasses that round-trip through JSON
+with the one loader (components/common/config_loader.py), which is how the component
+stores them in `exec_properties`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from typing import Any
+
+from imgpipe.components.common.layout import EVAL_SPLIT, TRAIN_SPLIT
 
 ON_ERROR_SKIP = "skip"
 ON_ERROR_FAIL = "fail"
@@ -68,6 +69,7 @@ class ImageOptions:
         return self.transforms_pixels or self.verify == VERIFY_DECODE
 
     def validate(self) -> None:
+        """Raises ValueError naming the first bad setting."""
         if self.resize is not None and self.resize < 1:
             raise ValueError(f"resize must be a positive side length, got {self.resize}")
         if self.center_crop and self.resize is None:
@@ -105,7 +107,9 @@ class OutputOptions:
       layout: `flat` is root/<label>/..., `split` is root/<split>/<label>/...,
         `auto` picks `split` when every top-level folder is a known split name.
       splits: (name, weight) pairs for a flat layout; weights need not sum to 1.
-      stratify: give every label the split proportions exactly (see splitting.py).
+      stratify: give every label the split proportions exactly, so small classes
+        reach every split (see splitting.py); False decides each file by its own path
+        hash, so adding images never moves old ones.
       num_shards: shards per split; None sizes shards by shard_mb.
       shard_mb: target shard size in MB when num_shards is None.
       gzip: GZIP-compress shards (names end in .gz, as TFX readers expect).
@@ -116,8 +120,8 @@ class OutputOptions:
     """
 
     layout: str = LAYOUT_AUTO
-    splits: tuple[tuple[str, float], ...] = (("train", 0.9), ("eval", 0.1))
-    stratify: bool = False
+    splits: tuple[tuple[str, float], ...] = ((TRAIN_SPLIT, 0.9), (EVAL_SPLIT, 0.1))
+    stratify: bool = True
     num_shards: int | None = None
     shard_mb: float = DEFAULT_SHARD_MB
     gzip: bool = False
@@ -127,6 +131,7 @@ class OutputOptions:
     label_map_uri: str | None = None
 
     def validate(self) -> None:
+        """Raises ValueError naming the first bad setting."""
         if self.layout not in (LAYOUT_AUTO, LAYOUT_FLAT, LAYOUT_SPLIT):
             raise ValueError(f"layout must be auto, flat or split, got {self.layout!r}")
         names = [name for name, _ in self.splits]
@@ -146,28 +151,26 @@ class OutputOptions:
             raise ValueError(f"on_new_label must be fail or append, got {self.on_new_label!r}")
 
 
-def to_json(options: ImageOptions | OutputOptions) -> str:
-    return json.dumps(dataclasses.asdict(options), sort_keys=True)
+@dataclasses.dataclass(frozen=True)
+class ExampleGenConfig:
+    """ImageExampleGen's settings, as the pipeline config composes them."""
+
+    image: ImageOptions = dataclasses.field(default_factory=ImageOptions)
+    output: OutputOptions = dataclasses.field(default_factory=OutputOptions)
 
 
-def _from_dict(cls: type, values: dict[str, Any]):
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} fields {unknown}; known: {sorted(known)}")
-    values = dict(values)
-    if cls is OutputOptions and "splits" in values:
-        values["splits"] = tuple((str(n), float(w)) for n, w in values["splits"])
-    if cls is ImageOptions and "background" in values:
-        values["background"] = tuple(int(c) for c in values["background"])
-    options = cls(**values)
-    options.validate()
-    return options
+def flat_splits(eval_fraction: float) -> tuple[tuple[str, float], ...]:
+    """The (train, eval) split weights of a flat layout with this eval fraction.
+
+    Raises:
+      ValueError: the fraction is not in (0, 1).
+    """
+    if not 0 < eval_fraction < 1:
+        raise ValueError(f"the eval fraction must be in (0, 1), got {eval_fraction}")
+    return ((TRAIN_SPLIT, 1 - eval_fraction), (EVAL_SPLIT, eval_fraction))
 
 
-def image_options_from_json(text: str | None) -> ImageOptions:
-    return _from_dict(ImageOptions, json.loads(text) if text else {})
-
-
-def output_options_from_json(text: str | None) -> OutputOptions:
-    return _from_dict(OutputOptions, json.loads(text) if text else {})
+def eval_fraction(splits: tuple[tuple[str, float], ...]) -> float:
+    """The eval split's share of the weights (the inverse of flat_splits)."""
+    weights = dict(splits)
+    return weights.get(EVAL_SPLIT, 0.0) / sum(weights.values())

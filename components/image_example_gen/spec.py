@@ -26,7 +26,7 @@ class ImageExampleGenSpec(component_spec.ComponentSpec):
         IMAGE_OPTIONS_KEY: component_spec.ExecutionParameter(type=str),
         OUTPUT_OPTIONS_KEY: component_spec.ExecutionParameter(type=str),
     }
-    INPUTS = {}
+    INPUTS: dict[str, component_spec.ChannelParameter] = {}
     OUTPUTS = {
         EXAMPLES_KEY: component_spec.ChannelParameter(type=standard_artifacts.Examples),
     }

@@ -1,9 +1,10 @@
 """Deterministic split decisions, from the hash of each file's relative path.
 
-The default, `hash_split`, decides each file on its own: the same file lands in the
-same split on every run and every runner, and adding images never moves old ones.
-`stratified_split` gives every label the requested proportions exactly; it ranks a
-label's files by hash, so adding images to a label can move a few of its files.
+`hash_split` decides each file on its own: the same file lands in the same split on
+every run and every runner, and adding images never moves old ones. `stratified_split`
+(the default, OutputOptions.stratify) gives every label the requested proportions
+exactly, so small classes reach every split; it ranks a label's files by hash, so adding
+images to a label can move a few of its files.
 """
 
 from __future__ import annotations

@@ -24,16 +24,17 @@ import os
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from typing import IO
 
 import apache_beam as beam
 import tensorflow as tf
 
-from components.common import allocator, artifacts, fileio
-from components.image_example_gen import splitting
-from components.image_example_gen.examples import image_example
-from components.image_example_gen.image_codec import ImageDecodeError, convert_image
-from components.image_example_gen.image_header import ImageHeaderError
-from components.image_example_gen.options import ImageOptions
+from imgpipe.components.common import allocator, artifacts, fileio, layout
+from imgpipe.components.common.image_header import ImageHeaderError
+from imgpipe.components.image_example_gen import splitting
+from imgpipe.components.image_example_gen.examples import image_example
+from imgpipe.components.image_example_gen.image_codec import ImageDecodeError, convert_image
+from imgpipe.components.image_example_gen.options import ImageOptions
 
 SKIPPED_TAG = "skipped"
 # Images per pipeline element: one batch goes through a worker's thread pool at once.
@@ -95,8 +96,8 @@ class ImageConversionError(ValueError):
 
 
 def shard_file_name(shard: int, num_shards: int, gzip: bool) -> str:
-    suffix = artifacts.GZIP_SUFFIX if gzip else ""
-    return f"{artifacts.SHARD_PREFIX}-{shard:05d}-of-{num_shards:05d}{suffix}"
+    suffix = layout.GZIP_SUFFIX if gzip else ""
+    return f"{layout.SHARD_PREFIX}-{shard:05d}-of-{num_shards:05d}{suffix}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +154,7 @@ class ConvertImageFn(beam.DoFn):
             self._pool.shutdown()
 
     def start_bundle(self) -> None:
-        self._spill = None
+        self._spill: IO[bytes] | None = None
         self._spill_path = ""
         self._offset = 0
 
@@ -165,16 +166,18 @@ class ConvertImageFn(beam.DoFn):
             if converted.error is not None:
                 yield from self._skip(converted.task, converted.error)
                 continue
+            record = converted.record
+            assert record is not None  # every conversion without an error has one
             if self._spill is None:
                 self._spill_path = os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.spill")
                 self._spill = fileio.open_file(self._spill_path, "wb")
-            self._spill.write(converted.record)
+            self._spill.write(record)
             self._progress.add(1)
             task = converted.task
             pointers.append(RecordPointer(
                 task.split, task.relpath, task.label, self._spill_path, self._offset,
-                len(converted.record), converted.bytes_in, converted.reencoded))
-            self._offset += len(converted.record)
+                len(record), converted.bytes_in, converted.reencoded))
+            self._offset += len(record)
         if pointers:
             yield pointers
 
@@ -225,6 +228,7 @@ class WriteShardFn(beam.DoFn):
                         handle.close()
                     handle = fileio.open_file(pointer.spill_path, "rb")
                     handle_path = pointer.spill_path
+                assert handle is not None
                 handle.seek(pointer.offset)
                 record = handle.read(pointer.length)
                 key = splitting.order_key(pointer.relpath, self._seed)
@@ -346,7 +350,7 @@ def _shard_key(split: str, relpath: str, num_shards: int | None,
                shard_counts: dict[str, int] | None) -> tuple[str, int, int]:
     """(split, shard, shards in split): a fixed count, or per split (1 for a split that
     has no records, only skipped files)."""
-    count = num_shards or shard_counts.get(split, 1)
+    count = num_shards or (shard_counts or {}).get(split, 1)
     return split, splitting.shard_of(relpath, count), count
 
 

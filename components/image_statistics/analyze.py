@@ -1,6 +1,6 @@
 """Reduces a batch of serialized image Examples to one `SplitAccumulator`.
 
-Pixels come from `components.common.preprocessing.eval_images`, the function the
+Pixels come from `imgpipe.components.common.preprocessing.eval_images`, the function the
 Trainer and serving use, run over chunks of the batch in one `tf.function`. Each image
 is then reduced to its integer histogram (`cv2.calcHist`, one fused C++ pass), from
 which sums and sums of squares follow exactly; each chunk's dHashes are computed
@@ -27,10 +27,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
-from components.common import features as fk
-from components.common.preprocessing import eval_images
-from components.image_example_gen import image_header
-from components.image_statistics.accumulator import LEVELS, SplitAccumulator, Thumbnail
+from imgpipe.components.common import features as fk
+from imgpipe.components.common import image_header
+from imgpipe.components.common.preprocessing import eval_images
+from imgpipe.components.image_statistics.accumulator import LEVELS, SplitAccumulator, Thumbnail
 
 THUMBNAIL_SIZE = 96
 THUMBNAIL_QUALITY = 85
@@ -141,8 +141,8 @@ def _area_weights(source: int, target: int) -> np.ndarray:
     """[target, source] weights of an area (box) reduction from `source` pixels to
     `target` cells: each pixel's overlap with each cell, in units of 1/target pixel, so
     every weight is an integer (a cell's weights sum to `source`)."""
-    cell_start = np.arange(target)[:, None] * source
-    pixel_start = np.arange(source)[None, :] * target
+    cell_start: np.ndarray = np.arange(target)[:, None] * source
+    pixel_start: np.ndarray = np.arange(source)[None, :] * target
     overlap = (np.minimum(cell_start + source, pixel_start + target)
                - np.maximum(cell_start, pixel_start))
     return np.clip(overlap, 0, None).astype(np.float64)
@@ -216,8 +216,8 @@ class BatchDecoder:
     def __init__(self, image_size: int, crop_fraction: float):
         self._image_size = image_size
         self._crop_fraction = crop_fraction
-        self._eval = None
-        self._native = None
+        self._eval: Callable | None = None
+        self._native: Callable | None = None
         self._threads: ThreadPoolExecutor | None = None
 
     def __getstate__(self) -> dict:
@@ -227,32 +227,30 @@ class BatchDecoder:
     def reduce_in_background(self, images: Sequence[ParsedImage], native: bool) -> Future:
         """A future of `_reduce_chunk(images)`. TF and OpenCV release the GIL, so
         chunks are decoded and reduced while the caller accumulates earlier ones."""
-        if self._eval is None:
-            self._build()
+        self._functions()  # built here, before the threads that call them
         with _BUILD_LOCK:  # two batches may start at once
             if self._threads is None:
                 self._threads = ThreadPoolExecutor(max_workers=REDUCING_THREADS,
                                                    thread_name_prefix="image-stats")
         return self._threads.submit(_reduce_chunk, self, images, native)
 
-    def _build(self) -> None:
-        self._eval, self._native = _decoder_functions(self._image_size, self._crop_fraction)
+    def _functions(self) -> tuple[Callable, Callable]:
+        if self._eval is None or self._native is None:
+            self._eval, self._native = _decoder_functions(self._image_size,
+                                                          self._crop_fraction)
+        return self._eval, self._native
 
     def eval_pixels(self, encoded: Sequence[bytes]) -> np.ndarray:
         """[B, S, S, 3] uint8 pixels. Raises tf.errors.InvalidArgumentError on a bad
         image."""
-        if self._eval is None:
-            self._build()
-        return self._eval(tf.constant(list(encoded), tf.string)).numpy()
+        return self._functions()[0](tf.constant(list(encoded), tf.string)).numpy()
 
     def no_pixels(self) -> np.ndarray:
         """An empty [0, S, S, 3] batch of eval pixels."""
         return np.zeros((0, self._image_size, self._image_size, 3), np.uint8)
 
     def native_pixels(self, encoded: bytes) -> np.ndarray:
-        if self._native is None:
-            self._build()
-        return self._native(tf.constant(encoded, tf.string)).numpy()
+        return self._functions()[1](tf.constant(encoded, tf.string)).numpy()
 
 
 def _decode_chunk(decoder: BatchDecoder, images: Sequence[ParsedImage]
@@ -329,7 +327,7 @@ def analyze_batch(records: Sequence[bytes], split: str, decoder: BatchDecoder,
     for result in _reduce_pipelined(decoder, [image for image, _ in parsed],
                                     options.native_resolution):
         image = result.image
-        if result.pixels is None:
+        if result.pixels is None or result.hist is None:
             accumulator.add_failure(image.path, result.error or "undecodable")
             continue
         batch.append(image.label, headers[id(image)], len(image.encoded), result.hist,

@@ -7,19 +7,16 @@ after its outputs are written, so the run ends before the Trainer.
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from typing import Any
+from collections.abc import Sequence
 
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import anomalies_pb2
 
-from components.common import artifacts
-from components.image_statistics.compute import TRAIN_SPLIT
+from imgpipe.components.common import artifacts, layout
+from imgpipe.components.common.image_stats import Anomaly, ImageStats
+from imgpipe.components.image_statistics.config import StatisticsConfig
 
-# ExampleValidator's output file in each Split-<name>/ folder
-# (tfx.components.example_validator.executor.DEFAULT_FILE_NAME).
-VALIDATOR_ANOMALIES_FILE = "SchemaDiff.pb"
 MAX_LISTED_FILES = 10
 
 LABELS_DIFFER = "labels_differ"
@@ -29,85 +26,67 @@ EMPTY_SPLIT = "empty_split"
 EXAMPLE_VALIDATOR = "example_validator"
 
 
-@dataclasses.dataclass(frozen=True)
-class Thresholds:
-    leakage: float = 0.0
-    min_supported_fraction: float = 0.99
-
-    def validate(self) -> None:
-        if not 0.0 <= self.leakage < 1.0:
-            raise ValueError(f"leakage_threshold must be in [0, 1), got {self.leakage}")
-        if not 0.0 <= self.min_supported_fraction <= 1.0:
-            raise ValueError("min_supported_fraction must be in [0, 1], "
-                             f"got {self.min_supported_fraction}")
-
-
 class AnomaliesFoundError(RuntimeError):
     """The data has anomalies and fail_on_anomalies is set; the message lists them."""
 
 
-def _anomaly(code: str, split: str | None, message: str) -> dict[str, Any]:
-    return {"code": code, "split": split, "message": message}
-
-
 def _reference_split(splits: list[str]) -> str:
-    return TRAIN_SPLIT if TRAIN_SPLIT in splits else splits[0]
+    return layout.TRAIN_SPLIT if layout.TRAIN_SPLIT in splits else splits[0]
 
 
-def check(stats: dict[str, Any], thresholds: Thresholds) -> list[dict[str, Any]]:
-    """The project's own anomalies in an image_stats.json document."""
+def check(stats: ImageStats, config: StatisticsConfig) -> list[Anomaly]:
+    """The project's own anomalies in the statistics."""
     found = []
-    splits = list(stats["splits"])
+    splits = list(stats.splits)
     for split in splits:
-        if stats["splits"][split]["images"] == 0:
-            found.append(_anomaly(EMPTY_SPLIT, split, f"split {split!r} has no decodable image"))
+        if stats.splits[split].images == 0:
+            found.append(Anomaly(EMPTY_SPLIT, split, f"split {split!r} has no decodable image"))
     reference = _reference_split(splits)
 
-    def present(split: str) -> set[str]:
-        counts = stats["splits"][split]["labels"]["counts"]
-        return {name for name, n in counts.items() if n}
-
     for split in splits:
-        if split == reference or not stats["splits"][split]["images"]:
+        if split == reference or not stats.splits[split].images:
             continue
-        missing = sorted(present(reference) - present(split))
-        extra = sorted(present(split) - present(reference))
+        missing = sorted(stats.splits[reference].labels.present
+                         - stats.splits[split].labels.present)
+        extra = sorted(stats.splits[split].labels.present
+                       - stats.splits[reference].labels.present)
         if missing or extra:
-            found.append(_anomaly(
+            found.append(Anomaly(
                 LABELS_DIFFER, split,
                 f"split {split!r} has different labels from {reference!r}: "
                 f"missing {missing or 'none'}, not in {reference!r} {extra or 'none'}"))
 
-    source = stats["source"]
-    if source["supported_fraction"] < thresholds.min_supported_fraction:
-        found.append(_anomaly(
+    source = stats.source
+    if source.supported_fraction < config.min_supported_fraction:
+        found.append(Anomaly(
             LOW_SUPPORTED_FRACTION, None,
-            f"only {source['supported_fraction']:.2%} of the images are usable "
-            f"(min_supported_fraction {thresholds.min_supported_fraction:.2%}): "
-            f"{source['skipped_by_example_gen']} skipped by ImageExampleGen, "
-            f"{source['undecodable']} undecodable"))
+            f"only {source.supported_fraction:.2%} of the images are usable "
+            f"(min_supported_fraction {config.min_supported_fraction:.2%}): "
+            f"{source.skipped_by_example_gen} skipped by ImageExampleGen, "
+            f"{source.undecodable} undecodable"))
 
-    leakage = stats["leakage"]
+    leakage = stats.leakage
     for split in splits:
-        fraction = leakage["fraction_by_split"][split]
-        if split == reference or fraction <= thresholds.leakage:
+        fraction = leakage.fraction_by_split[split]
+        if split == reference or fraction <= config.leakage_threshold:
             continue
-        files = [f"{f['path']} ({f['split']})" for g in leakage["examples"] for f in g["files"]]
+        files = [f"{f.path} ({f.split})" for g in leakage.examples for f in g.files]
         shown = ", ".join(files[:MAX_LISTED_FILES]) + (" ..." if len(files) > MAX_LISTED_FILES
                                                       else "")
-        found.append(_anomaly(
+        found.append(Anomaly(
             LEAKAGE, split,
-            f"train/eval leakage: {leakage['images_by_split'][split]} images of split "
-            f"{split!r} ({fraction:.2%}, threshold {thresholds.leakage:.2%}) have an exact "
-            f"copy in another split: {shown}"))
+            f"train/eval leakage: {leakage.images_by_split[split]} images of split "
+            f"{split!r} ({fraction:.2%}, threshold {config.leakage_threshold:.2%}) have an "
+            f"exact copy in another split: {shown}"))
     return found
 
 
-def validator_anomalies(anomalies_uri: str, split_names: list[str]) -> list[dict[str, Any]]:
+def validator_anomalies(anomalies_uri: str, split_names: Sequence[str]) -> list[Anomaly]:
     """ExampleValidator's anomalies, one entry per split and feature."""
     found = []
     for split in split_names:
-        path = os.path.join(artifacts.split_dir(anomalies_uri, split), VALIDATOR_ANOMALIES_FILE)
+        path = os.path.join(artifacts.split_dir(anomalies_uri, split),
+                            layout.VALIDATOR_ANOMALIES_FILE)
         if not tf.io.gfile.exists(path):
             continue
         proto = anomalies_pb2.Anomalies()
@@ -115,25 +94,26 @@ def validator_anomalies(anomalies_uri: str, split_names: list[str]) -> list[dict
             proto.ParseFromString(f.read())
         for feature, info in sorted(proto.anomaly_info.items()):
             description = info.short_description or info.description
-            found.append(_anomaly(EXAMPLE_VALIDATOR, split,
-                                  f"ExampleValidator: feature {feature!r}: {description}"))
+            found.append(Anomaly(EXAMPLE_VALIDATOR, split,
+                                 f"ExampleValidator: feature {feature!r}: {description}"))
         if proto.HasField("dataset_anomaly_info"):
             info = proto.dataset_anomaly_info
-            found.append(_anomaly(EXAMPLE_VALIDATOR, split,
-                                  f"ExampleValidator: dataset: "
-                                  f"{info.short_description or info.description}"))
+            found.append(Anomaly(EXAMPLE_VALIDATOR, split,
+                                 f"ExampleValidator: dataset: "
+                                 f"{info.short_description or info.description}"))
     return found
 
 
-def gate_message(anomalies: list[dict[str, Any]], output_uri: str, failing: bool = True) -> str:
+def gate_message(anomalies: Sequence[Anomaly], output_uri: str, failing: bool = True) -> str:
     """The anomalies, one a line, and where the report is."""
-    outcome = ("the run stops before training (fail_on_anomalies=True)" if failing
-               else "training goes on (fail_on_anomalies=False)")
+    outcome = ("the run stops before training (statistics.fail_on_anomalies: true)" if failing
+               else "training goes on (statistics.fail_on_anomalies: false)")
     lines = [f"ImageStatistics found {len(anomalies)} data anomal"
              f"{'y' if len(anomalies) == 1 else 'ies'}; {outcome}:"]
-    lines += [f"  - [{a['code']}{'/' + a['split'] if a['split'] else ''}] {a['message']}"
+    lines += [f"  - [{a.code}{'/' + a.split if a.split else ''}] {a.message}"
               for a in anomalies]
-    lines.append(f"Inspect {os.path.join(output_uri, artifacts.REPORT_FILE)} and "
-                 f"{artifacts.IMAGE_STATS_FILE}, "
-                 "fix the data, or set fail_on_anomalies=False (or raise the thresholds).")
+    lines.append(f"Inspect {os.path.join(output_uri, layout.REPORT_FILE)} and "
+                 f"{layout.IMAGE_STATS_FILE}, then fix the data, or set "
+                 "statistics.fail_on_anomalies: false (or raise statistics.leakage_threshold "
+                 "or lower statistics.min_supported_fraction) in the pipeline config.")
     return "\n".join(lines)

@@ -6,10 +6,12 @@ from __future__ import annotations
 from tfx import types
 from tfx.dsl.components.base import base_beam_component, executor_spec
 
-from components.common.preprocessing import DEFAULT_CROP_FRACTION
-from components.image_statistics import spec
-from components.image_statistics.artifact import ImageStatisticsArtifact
-from components.image_statistics.executor import Executor
+from imgpipe.components.common import config_loader
+from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
+from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION, DEFAULT_IMAGE_SIZE
+from imgpipe.components.image_statistics import spec
+from imgpipe.components.image_statistics.config import StatisticsConfig
+from imgpipe.components.image_statistics.executor import Executor
 
 
 class ImageStatistics(base_beam_component.BaseBeamComponent):
@@ -17,12 +19,14 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
 
     Per split: exact per-channel mean and std of the pixels the model sees (the
     Trainer reads them), size, format and label distributions, duplicates, and
-    duplicates across splits (leakage). With fail_on_anomalies the executor raises
-    after writing image_stats.json and report.html, so the run stops before training.
+    duplicates across splits (leakage). With config.fail_on_anomalies the executor
+    raises after writing image_stats.json and report.html, so the run stops before
+    training.
 
     Example:
       stats = ImageStatistics(examples=gen.outputs["examples"],
-                              anomalies=validator.outputs["anomalies"])
+                              anomalies=validator.outputs["anomalies"],
+                              config=StatisticsConfig(leakage_threshold=0.01))
       trainer_input = stats.outputs["statistics"]
     """
 
@@ -32,37 +36,29 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
     def __init__(
         self,
         examples: types.BaseChannel,
-        image_size: int = 224,
-        crop_fraction: float = DEFAULT_CROP_FRACTION,
         anomalies: types.BaseChannel | None = None,
-        fail_on_anomalies: bool = True,
-        leakage_threshold: float = 0.0,
-        min_supported_fraction: float = 0.99,
-        sample_thumbnails: int = 8,
-        native_resolution: bool = False,
+        image_size: int = DEFAULT_IMAGE_SIZE,
+        crop_fraction: float = DEFAULT_CROP_FRACTION,
+        config: StatisticsConfig | None = None,
     ):
         """Args:
           examples: ImageExampleGen's `Examples` (label_map.json beside the splits).
+          anomalies: ExampleValidator's `ExampleAnomalies`, gated with ours.
           image_size: the Trainer's input side; pixels are eval_image's at this size.
           crop_fraction: eval_image's center-crop fraction.
-          anomalies: ExampleValidator's `ExampleAnomalies`, gated with ours.
-          fail_on_anomalies: raise after writing the outputs when anomalies are found.
-          leakage_threshold: largest tolerated fraction of a non-train split's images
-            that have an exact copy in another split.
-          min_supported_fraction: smallest tolerated fraction of usable images.
-          sample_thumbnails: thumbnails per class in the report.
-          native_resolution: also compute pixel statistics at the stored size (a second
-            decode of every image).
+          config: thumbnails, thresholds and the gate.
+
+        Raises:
+          ValueError: a bad setting, named.
         """
+        config = config or StatisticsConfig()
+        config.validate()
+        spec.validate_geometry(image_size, crop_fraction)
         super().__init__(spec=spec.ImageStatisticsSpec(**{
             spec.EXAMPLES_KEY: examples,
             spec.ANOMALIES_KEY: anomalies,
             spec.IMAGE_SIZE_KEY: image_size,
             spec.CROP_FRACTION_KEY: crop_fraction,
-            spec.FAIL_ON_ANOMALIES_KEY: int(fail_on_anomalies),
-            spec.LEAKAGE_THRESHOLD_KEY: leakage_threshold,
-            spec.MIN_SUPPORTED_FRACTION_KEY: min_supported_fraction,
-            spec.SAMPLE_THUMBNAILS_KEY: sample_thumbnails,
-            spec.NATIVE_RESOLUTION_KEY: int(native_resolution),
+            spec.STATISTICS_CONFIG_KEY: config_loader.to_json(config),
             spec.STATISTICS_KEY: types.Channel(type=ImageStatisticsArtifact),
         }))

@@ -1,4 +1,4 @@
-"""One statistics run, end to end: find the splits, run the Beam pipeline, read the
+"""One statistics run, end to end: find the shards, run the Beam pipeline, read the
 results back. Shared by the TFX executor and `imgpipe stats`.
 """
 
@@ -14,11 +14,11 @@ from typing import Any
 import apache_beam as beam
 import tensorflow as tf
 
-from components.common import artifacts
-from components.image_statistics import transforms
-from components.image_statistics.accumulator import SplitAccumulator
-from components.image_statistics.analyze import AnalysisOptions
-from components.image_statistics.transforms import DuplicateGroup
+from imgpipe.components.common import artifacts, conversion_summary, layout
+from imgpipe.components.image_statistics import transforms
+from imgpipe.components.image_statistics.accumulator import SplitAccumulator
+from imgpipe.components.image_statistics.analyze import AnalysisOptions
+from imgpipe.components.image_statistics.transforms import DuplicateGroup
 
 WORK_DIR_PREFIX = ".imgpipe-stats-"
 # Result files: one per split (its SplitAccumulator) and one per duplicate bucket (its
@@ -28,7 +28,6 @@ WORK_DIR_PREFIX = ".imgpipe-stats-"
 _STATS_PREFIX = "stats"
 _GROUPS_PREFIX = "groups"
 _RESULT_SUFFIX = ".pkl"
-TRAIN_SPLIT = "train"
 
 
 @dataclasses.dataclass
@@ -38,18 +37,11 @@ class StatisticsRun:
     groups: list[DuplicateGroup]
 
 
-def find_splits(examples_uri: str) -> list[str]:
-    """Split names from the Split-<name>/ folders of an Examples folder: train first,
-    then the others sorted."""
-    if not tf.io.gfile.isdir(examples_uri):
-        raise FileNotFoundError(f"{examples_uri} is not a folder of Examples")
-    prefix = artifacts.SPLIT_DIR_PREFIX
-    names = sorted(name.rstrip("/")[len(prefix):]
-                   for name in tf.io.gfile.listdir(examples_uri) if name.startswith(prefix))
-    if not names:
-        raise ValueError(f"{examples_uri} has no Split-<name>/ folders: "
-                         "give the output of ImageExampleGen or `imgpipe convert`")
-    return sorted(names, key=lambda name: (name != TRAIN_SPLIT, name))
+def split_order(splits: Sequence[str]) -> list[str]:
+    """Train first, then the others sorted: the order the report and checks use."""
+    if not splits:
+        raise ValueError("the Examples have no splits")
+    return sorted(splits, key=lambda name: (name != layout.TRAIN_SPLIT, name))
 
 
 def _write_result(keyed_value: tuple[Any, Any], results_dir: str, prefix: str) -> None:
@@ -105,29 +97,30 @@ def thumbnail_fraction(examples_uri: str, keep: int, split: str) -> float:
 
     Uses ImageExampleGen's per-label counts; 1.0 (every image a candidate) without them.
     """
-    try:
-        labels = artifacts.load_summary(examples_uri)["splits"][split]["labels"]
-    except (tf.errors.NotFoundError, FileNotFoundError, KeyError):
+    summary = conversion_summary.read_if_present(examples_uri)
+    if summary is None or split not in summary.splits:
         return 1.0
-    counts = [n for n in labels.values() if n]
+    counts = [n for n in summary.splits[split].labels.values() if n]
     if not counts or keep <= 0:
         return 1.0
     return min(1.0, _THUMBNAIL_OVERSAMPLING * keep / min(counts))
 
 
-def run_statistics(examples_uri: str, work_parent: str, options: AnalysisOptions,
-                   make_pipeline: Callable[[], beam.Pipeline]) -> StatisticsRun:
-    """Computes the statistics of every split of `examples_uri`.
+def run_statistics(examples_uri: str, splits: Sequence[str], work_parent: str,
+                   options: AnalysisOptions, make_pipeline: Callable[[], beam.Pipeline]
+                   ) -> StatisticsRun:
+    """Computes the statistics of `splits` of `examples_uri`.
 
     Args:
+      splits: the split names (the artifact's split_names).
       work_parent: a folder for the pipeline's intermediate files (removed after).
       make_pipeline: returns the Beam pipeline to run on (runner and options set).
 
     Raises:
-      FileNotFoundError, ValueError: no Examples, or a split without shards.
+      FileNotFoundError, ValueError: no splits, or a split without shards.
     """
-    splits = find_splits(examples_uri)
-    shards = []
+    splits = split_order(splits)
+    shards: list[tuple[str, str]] = []
     for split in splits:
         pattern = artifacts.split_shard_pattern(examples_uri, split)
         paths = tf.io.gfile.glob(pattern)
@@ -158,15 +151,15 @@ def _check_record_counts(examples_uri: str, accumulators: dict[str, SplitAccumul
                          ) -> None:
     """Records read must equal the records ImageExampleGen wrote, when it recorded them:
     a GZIP shard cut at a record boundary reads as a shorter, valid one."""
-    try:
-        written = artifacts.load_summary(examples_uri)["splits"]
-    except (tf.errors.NotFoundError, FileNotFoundError):
+    summary = conversion_summary.read_if_present(examples_uri)
+    if summary is None:
         return
     for split, accumulator in accumulators.items():
-        if split not in written:
+        if split not in summary.splits:
             continue
         read = accumulator.images + accumulator.failed
-        if read != written[split]["records"]:
+        written = summary.splits[split].records
+        if read != written:
             raise artifacts.ShardReadError(
                 f"{examples_uri} split {split!r}: read {read} records but ImageExampleGen "
-                f"wrote {written[split]['records']}; a shard was truncated or replaced")
+                f"wrote {written}; a shard was truncated or replaced")

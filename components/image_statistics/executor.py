@@ -11,53 +11,54 @@ from tfx import types
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
-from components.common import artifacts
-from components.image_statistics import anomalies as anomaly_lib
-from components.image_statistics import spec
-from components.image_statistics.analyze import AnalysisOptions
-from components.image_statistics.produce import Produced, produce, write_text
+from imgpipe.components.common import config_loader, image_stats, layout
+from imgpipe.components.image_statistics import anomalies as anomaly_lib
+from imgpipe.components.image_statistics import spec
+from imgpipe.components.image_statistics.analyze import AnalysisOptions
+from imgpipe.components.image_statistics.config import StatisticsConfig
+from imgpipe.components.image_statistics.produce import Produced, produce, write_text
 
 # Beside the output folder: where the outputs of a run stopped by the gate stay.
 REJECTED_SUFFIX = ".rejected"
 
 
 def options_from_properties(exec_properties: dict[str, Any]
-                            ) -> tuple[AnalysisOptions, anomaly_lib.Thresholds]:
+                            ) -> tuple[AnalysisOptions, StatisticsConfig]:
     """Reads and validates the execution properties.
 
     Raises:
       ValueError: a property is out of range; the message names it.
     """
-    options = AnalysisOptions(
-        image_size=int(exec_properties[spec.IMAGE_SIZE_KEY]),
-        crop_fraction=float(exec_properties[spec.CROP_FRACTION_KEY]),
-        keep_thumbnails=int(exec_properties[spec.SAMPLE_THUMBNAILS_KEY]),
-        native_resolution=bool(exec_properties.get(spec.NATIVE_RESOLUTION_KEY, 0)))
-    if options.image_size < 1:
-        raise ValueError(f"{spec.IMAGE_SIZE_KEY} must be positive, got {options.image_size}")
-    if not 0.0 < options.crop_fraction <= 1.0:
-        raise ValueError(f"{spec.CROP_FRACTION_KEY} must be in (0, 1], "
-                         f"got {options.crop_fraction}")
-    if options.keep_thumbnails < 0:
-        raise ValueError(f"{spec.SAMPLE_THUMBNAILS_KEY} must be >= 0, "
-                         f"got {options.keep_thumbnails}")
-    thresholds = anomaly_lib.Thresholds(
-        leakage=float(exec_properties[spec.LEAKAGE_THRESHOLD_KEY]),
-        min_supported_fraction=float(exec_properties[spec.MIN_SUPPORTED_FRACTION_KEY]))
-    thresholds.validate()
-    return options, thresholds
+    image_size = int(exec_properties[spec.IMAGE_SIZE_KEY])
+    crop_fraction = float(exec_properties[spec.CROP_FRACTION_KEY])
+    spec.validate_geometry(image_size, crop_fraction)
+    config = config_loader.from_json(StatisticsConfig,
+                                     exec_properties[spec.STATISTICS_CONFIG_KEY])
+    return analysis_options(image_size, crop_fraction, config), config
+
+
+def analysis_options(image_size: int, crop_fraction: float,
+                     config: StatisticsConfig) -> AnalysisOptions:
+    return AnalysisOptions(image_size=image_size, crop_fraction=crop_fraction,
+                           keep_thumbnails=config.sample_thumbnails,
+                           native_resolution=config.native_resolution)
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
+    """Keys: inputs `examples` (Examples) and optional `anomalies` (ExampleAnomalies);
+    parameters `image_size`, `crop_fraction`, `statistics_config` (StatisticsConfig
+    JSON); output `statistics` (ImageStatistics). Splits are the Examples' split_names."""
+
     def Do(  # noqa: N802 - TFX's executor interface
         self,
         input_dict: dict[str, list[types.Artifact]],
         output_dict: dict[str, list[types.Artifact]],
         exec_properties: dict[str, Any],
     ) -> None:
-        options, thresholds = options_from_properties(exec_properties)
+        options, config = options_from_properties(exec_properties)
         examples = artifact_utils.get_single_instance(input_dict[spec.EXAMPLES_KEY])
         output = artifact_utils.get_single_instance(output_dict[spec.STATISTICS_KEY])
+        splits = artifact_utils.decode_split_names(examples.split_names)
         validator = []
         if input_dict.get(spec.ANOMALIES_KEY):
             anomalies_artifact = artifact_utils.get_single_instance(
@@ -65,17 +66,17 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             validator = anomaly_lib.validator_anomalies(
                 anomalies_artifact.uri,
                 artifact_utils.decode_split_names(anomalies_artifact.split_names))
-        logging.info("ImageStatistics: %s -> %s", examples.uri, output.uri)
+        logging.info("ImageStatistics: %s %s -> %s", examples.uri, splits, output.uri)
 
-        produced = produce(examples.uri, output.uri, options, thresholds,
+        produced = produce(examples.uri, splits, output.uri, options, config,
                            self._make_beam_pipeline, validator)
         _write(output.uri, produced)
         output.set_int_custom_property(spec.ANOMALY_COUNT_PROPERTY, len(produced.anomalies))
         output.set_int_custom_property(spec.IMAGES_PROPERTY,
-                                       int(produced.stats["source"]["images_decoded"]))
+                                       produced.stats.source.images_decoded)
         if not produced.anomalies:
             return
-        if not exec_properties[spec.FAIL_ON_ANOMALIES_KEY]:
+        if not config.fail_on_anomalies:
             logging.warning("%s", anomaly_lib.gate_message(produced.anomalies, output.uri,
                                                            failing=False))
             return
@@ -89,5 +90,5 @@ class Executor(base_beam_executor.BaseBeamExecutor):
 
 def _write(folder: str, produced: Produced) -> None:
     tf.io.gfile.makedirs(folder)
-    artifacts.write_json(os.path.join(folder, artifacts.IMAGE_STATS_FILE), produced.stats)
-    write_text(os.path.join(folder, artifacts.REPORT_FILE), produced.html)
+    image_stats.write(folder, produced.stats)
+    write_text(os.path.join(folder, layout.REPORT_FILE), produced.html)

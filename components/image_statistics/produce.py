@@ -1,4 +1,4 @@
-"""From an Examples folder to the image_stats.json document and the report page.
+"""From an Examples folder to the statistics and the report page.
 
 Shared by the TFX executor and `imgpipe stats`; the callers decide where to write.
 """
@@ -6,55 +6,59 @@ Shared by the TFX executor and `imgpipe stats`; the callers decide where to writ
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import apache_beam as beam
 import tensorflow as tf
 
-from components.common import artifacts
-from components.image_statistics import anomalies as anomaly_lib
-from components.image_statistics import report, summary
-from components.image_statistics.analyze import AnalysisOptions
-from components.image_statistics.compute import run_statistics
+from imgpipe.components.common import artifacts, image_stats
+from imgpipe.components.image_statistics import anomalies as anomaly_lib
+from imgpipe.components.image_statistics import report, summary
+from imgpipe.components.image_statistics.analyze import AnalysisOptions
+from imgpipe.components.image_statistics.compute import run_statistics
+from imgpipe.components.image_statistics.config import StatisticsConfig
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Produced:
-    stats: dict[str, Any]
+    stats: image_stats.ImageStats
     html: str
 
     @property
-    def anomalies(self) -> list[dict[str, Any]]:
-        return self.stats["anomalies"]
+    def anomalies(self) -> tuple[image_stats.Anomaly, ...]:
+        return self.stats.anomalies
 
 
 def produce(
     examples_uri: str,
+    splits: Sequence[str],
     work_parent: str,
     options: AnalysisOptions,
-    thresholds: anomaly_lib.Thresholds,
+    config: StatisticsConfig,
     make_pipeline: Callable[[], beam.Pipeline],
-    extra_anomalies: list[dict[str, Any]] | None = None,
+    extra_anomalies: Sequence[image_stats.Anomaly] = (),
 ) -> Produced:
-    """Runs the statistics over every split and checks them.
+    """Runs the statistics over the splits and checks them.
 
     Args:
       examples_uri: an ImageExampleGen Examples folder (label_map.json beside Split-*/).
+      splits: the split names to analyse (the artifact's split_names).
       work_parent: where the pipeline may put intermediate files (removed after).
       options: how images are analysed.
-      thresholds: the anomaly thresholds.
+      config: the thresholds of the anomaly checks.
       make_pipeline: returns the Beam pipeline to run on.
       extra_anomalies: anomalies found elsewhere (ExampleValidator), listed with ours.
     """
     labels = artifacts.load_labels(examples_uri)
-    skipped = artifacts.load_skipped(examples_uri)
-    run = run_statistics(examples_uri, work_parent, options, make_pipeline)
+    skipped = [image_stats.FileReason(path=row["path"], reason=row["reason"])
+               for row in artifacts.load_skipped(examples_uri)]
+    run = run_statistics(examples_uri, splits, work_parent, options, make_pipeline)
     stats = summary.build_stats(
         splits=run.splits, accumulators=run.accumulators, groups=run.groups, labels=labels,
-        options=options, examples_uri=examples_uri, skipped=skipped,
-        leakage_threshold=thresholds.leakage)
-    stats["anomalies"] = anomaly_lib.check(stats, thresholds) + list(extra_anomalies or [])
+        options=options, examples_uri=examples_uri, skipped=len(skipped),
+        leakage_threshold=config.leakage_threshold)
+    stats = dataclasses.replace(stats, anomalies=tuple(
+        anomaly_lib.check(stats, config) + list(extra_anomalies)))
     thumbnails = {
         split: {summary.label_name(label, labels): [(t.path, t.jpeg) for t in kept]
                 for label, kept in accumulator.thumbnails.items()}

@@ -13,6 +13,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from imgpipe.components.common import image_stats as schema
+from imgpipe.components.common.layout import IMAGE_STATS_FILE
+
 CHANNEL_COLOURS = ("#d62728", "#2ca02c", "#1f77b4")
 CHANNEL_NAMES = ("red", "green", "blue")
 BAR_COLOUR = "#4c72b0"
@@ -45,7 +48,7 @@ def _e(value: Any) -> str:
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return "[" + ", ".join(_fmt(v) for v in value) + "]"
     return "n/a" if value is None else str(value)
 
@@ -73,7 +76,7 @@ def bar_chart(chart: str, split: str, title: str, items: Sequence[tuple[str, int
     return "".join(parts)
 
 
-def pixel_chart(split: str, histogram: list[list[int]], title: str) -> str:
+def pixel_chart(split: str, histogram: Sequence[Sequence[int]], title: str) -> str:
     """Per-channel 256-bin pixel histograms as three polylines (data-counts: the bins).
 
     Heights are square roots of the counts, so that a spike (black borders, a white
@@ -105,17 +108,18 @@ def _size(num_bytes: float) -> str:
     return f"{num_bytes:g}G"
 
 
-def _histogram_items(hist: dict[str, Any], bytes_scale: bool = False) -> list[tuple[str, int]]:
+def _histogram_items(hist: schema.Histogram | schema.ByteStats, bytes_scale: bool = False
+                     ) -> list[tuple[str, int]]:
     """Bars labelled by their bin's lower edge."""
     return [(f"≥{_size(edge) if bytes_scale else f'{edge:g}'}", count)
-            for edge, count in zip(hist["edges"], hist["counts"], strict=True)]
+            for edge, count in zip(hist.edges, hist.counts, strict=True)]
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], css: str = "") -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{_e(_fmt(c))}</td>" for c in row) + "</tr>"
                    for row in rows[:MAX_LISTED_ROWS])
-    more = (f"<p>{len(rows) - MAX_LISTED_ROWS} more rows in image_stats.json</p>"
+    more = (f"<p>{len(rows) - MAX_LISTED_ROWS} more rows in {IMAGE_STATS_FILE}</p>"
             if len(rows) > MAX_LISTED_ROWS else "")
     return f'<table class="{css}"><tr>{head}</tr>{body}</table>{more}'
 
@@ -131,80 +135,82 @@ def _thumbnail_grid(split: str, by_label: dict[str, list[tuple[str, bytes]]]) ->
     return f'<div class="thumbnails" data-split="{_e(split)}">{"".join(rows)}</div>'
 
 
-def _split_section(split: str, s: dict[str, Any], thumbnails: dict[str, list]) -> str:
+def _split_section(split: str, s: schema.SplitStats, thumbnails: dict[str, list]) -> str:
     parts = [f'<section class="split" data-split="{_e(split)}"><h2>Split {_e(split)}</h2>']
-    pixels = s["pixels"]
-    rows = [["images", s["images"]], ["undecodable", s["undecodable"]]]
+    pixels, native = s.pixels, s.native_pixels
+    rows: list[list[Any]] = [["images", s.images], ["undecodable", s.undecodable]]
     if pixels:
-        rows += [["mean (RGB, 0..255)", pixels["mean"]], ["std", pixels["std"]],
-                 ["image-weighted mean", pixels["image_weighted_mean"]]]
-    if s["native_pixels"]:
-        rows += [["native mean", s["native_pixels"]["mean"]],
-                 ["native std", s["native_pixels"]["std"]],
-                 ["native image-weighted mean", s["native_pixels"]["image_weighted_mean"]]]
-    labels = s["labels"]
-    rows += [["imbalance ratio (max/min)", labels["imbalance_ratio"]],
-             ["missing labels", ", ".join(labels["missing"]) or "none"],
-             ["formats", s["formats"]], ["channels", s["channels"]],
-             ["colour modes", s["color_modes"]], ["mean bytes", s["bytes"]["mean"]],
-             ["exact duplicate groups", s["duplicates"]["groups"]],
-             ["near-duplicate groups", s["near_duplicates"]["groups"]]]
+        rows += [["mean (RGB, 0..255)", pixels.mean], ["std", pixels.std],
+                 ["image-weighted mean", pixels.image_weighted_mean]]
+    if native:
+        rows += [["native mean", native.mean], ["native std", native.std],
+                 ["native image-weighted mean", native.image_weighted_mean]]
+    labels = s.labels
+    rows += [["imbalance ratio (max/min)", labels.imbalance_ratio],
+             ["missing labels", ", ".join(labels.missing) or "none"],
+             ["formats", s.formats], ["channels", s.channels],
+             ["colour modes", s.color_modes], ["mean bytes", s.bytes.mean],
+             ["exact duplicate groups", s.duplicates.groups],
+             ["near-duplicate groups", s.near_duplicates.groups]]
     parts.append(_table(["", ""], rows, "summary"))
-    charts = [bar_chart("labels", split, "Label distribution", list(labels["counts"].items()))]
+    charts = [bar_chart("labels", split, "Label distribution", list(labels.counts.items()))]
     if pixels:
-        charts.append(pixel_chart(split, pixels["histogram"],
-                                  "Pixel values per channel (√ count)"))
-    for name in ("width", "height", "aspect_ratio"):
+        charts.append(pixel_chart(split, pixels.histogram, "Pixel values per channel (√ count)"))
+    for name, hist in (("width", s.sizes.width), ("height", s.sizes.height),
+                       ("aspect_ratio", s.sizes.aspect_ratio)):
         charts.append(bar_chart(name, split, f"{name.replace('_', ' ').capitalize()} "
-                                "(stored image)", _histogram_items(s["sizes"][name])))
-    charts.append(bar_chart("bytes", split, "Bytes per image", _histogram_items(s["bytes"], True)))
+                                "(stored image)", _histogram_items(hist)))
+    charts.append(bar_chart("bytes", split, "Bytes per image", _histogram_items(s.bytes, True)))
     parts.append(f'<div class="charts">{"".join(charts)}</div>')
     parts.append("<h3>Sample thumbnails per class (as the model sees them)</h3>")
     parts.append(_thumbnail_grid(split, thumbnails))
-    for key, title in (("duplicates", "Exact duplicates within the split"),
-                       ("near_duplicates", "Near duplicates (same dHash)")):
-        groups = s[key]["examples"]
+    groups: tuple[schema.ExactGroup | schema.NearGroup, ...]
+    for key, title, groups in (
+            ("duplicates", "Exact duplicates within the split", s.duplicates.examples),
+            ("near_duplicates", "Near duplicates (same dHash)", s.near_duplicates.examples)):
         if groups:
             parts.append(f"<h3>{title}</h3>")
             parts.append(_table(["group", "files"], [
-                [g.get("sha256", g.get("dhash"))[:16],
-                 ", ".join(f["path"] for f in g["files"])] for g in groups], key))
-    if s["undecodable_files"]:
+                [_group_key(g)[:16], ", ".join(f.path for f in g.files)] for g in groups], key))
+    if s.undecodable_files:
         parts.append("<h3>Undecodable images</h3>")
-        parts.append(_table(["path", "reason"], [[f["path"], f["reason"]]
-                                                 for f in s["undecodable_files"]]))
+        parts.append(_table(["path", "reason"], [[f.path, f.reason]
+                                                 for f in s.undecodable_files]))
     parts.append("</section>")
     return "".join(parts)
 
 
-def render(stats: dict[str, Any], thumbnails: Thumbnails,
-           skipped: list[dict[str, str]]) -> str:
-    """The report page for an image_stats.json document."""
-    anomalies = stats["anomalies"]
-    leakage = stats["leakage"]
-    prep = stats["preprocessing"]
-    body = [f"<h1>Image statistics</h1><p>{_e(stats['source']['examples_uri'])}<br>"
-            f"Pixels as the model sees them: {_e(prep['description'])} "
-            f"({_e(prep['function'])}).</p>"]
-    if anomalies:
+def _group_key(group: schema.ExactGroup | schema.NearGroup) -> str:
+    return group.sha256 if isinstance(group, schema.ExactGroup) else group.dhash
+
+
+def render(stats: schema.ImageStats, thumbnails: Thumbnails,
+           skipped: Sequence[schema.FileReason]) -> str:
+    """The report page for the statistics."""
+    leakage = stats.leakage
+    prep = stats.preprocessing
+    body = [f"<h1>Image statistics</h1><p>{_e(stats.source.examples_uri)}<br>"
+            f"Pixels as the model sees them: {_e(prep.description)} "
+            f"({_e(prep.function)}).</p>"]
+    if stats.anomalies:
         body.append('<h2 class="anomaly">Anomalies</h2><ul class="anomalies">' + "".join(
-            f'<li class="anomaly" data-code="{_e(a["code"])}">{_e(a["message"])}</li>'
-            for a in anomalies) + "</ul>")
+            f'<li class="anomaly" data-code="{_e(a.code)}">{_e(a.message)}</li>'
+            for a in stats.anomalies) + "</ul>")
     else:
         body.append('<p class="ok">No anomalies.</p>')
     body.extend(_split_section(split, s, thumbnails.get(split, {}))
-                for split, s in stats["splits"].items())
-    body.append(f'<section><h2>Leakage across splits</h2><p>{leakage["groups"]} groups of '
+                for split, s in stats.splits.items())
+    body.append(f'<section><h2>Leakage across splits</h2><p>{leakage.groups} groups of '
                 f'identical images in more than one split; images per split: '
-                f'{_e(leakage["images_by_split"])}.</p>')
+                f'{_e(leakage.images_by_split)}.</p>')
     body.append(_table(["sha256", "files"], [
-        [g["sha256"][:16], ", ".join(f"{f['path']} ({f['split']})" for f in g["files"])]
-        for g in leakage["examples"]], "leakage") + "</section>")
+        [g.sha256[:16], ", ".join(f"{f.path} ({f.split})" for f in g.files)]
+        for g in leakage.examples], "leakage") + "</section>")
     body.append(f"<section><h2>Files skipped by ImageExampleGen</h2><p>{len(skipped)} files."
-                "</p>" + _table(["path", "reason"], [[r["path"], r["reason"]] for r in skipped],
+                "</p>" + _table(["path", "reason"], [[r.path, r.reason] for r in skipped],
                                 "skipped") + "</section>")
     body.append('<section><h2>Notes</h2><dl>' + "".join(
-        f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in stats["notes"].items()) + "</dl></section>")
+        f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in stats.notes.items()) + "</dl></section>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>Image statistics</title><style>{_CSS}</style></head><body>"
             + "".join(body) + "</body></html>\n")

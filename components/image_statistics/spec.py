@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from tfx.types import component_spec, standard_artifacts, standard_component_specs
 
-from components.image_statistics.artifact import ImageStatisticsArtifact
+from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
 
 EXAMPLES_KEY = standard_component_specs.EXAMPLES_KEY
 ANOMALIES_KEY = standard_component_specs.ANOMALIES_KEY
 STATISTICS_KEY = standard_component_specs.STATISTICS_KEY
+# The model's input geometry, which the pixel statistics are computed at.
 IMAGE_SIZE_KEY = "image_size"
 CROP_FRACTION_KEY = "crop_fraction"
-FAIL_ON_ANOMALIES_KEY = "fail_on_anomalies"
-LEAKAGE_THRESHOLD_KEY = "leakage_threshold"
-MIN_SUPPORTED_FRACTION_KEY = "min_supported_fraction"
-SAMPLE_THUMBNAILS_KEY = "sample_thumbnails"
-NATIVE_RESOLUTION_KEY = "native_resolution"
+# StatisticsConfig as JSON (components/image_statistics/config.py).
+STATISTICS_CONFIG_KEY = "statistics_config"
 
 # Custom properties set on the output artifact.
 ANOMALY_COUNT_PROPERTY = "anomalies"
@@ -29,12 +27,7 @@ class ImageStatisticsSpec(component_spec.ComponentSpec):
     PARAMETERS = {
         IMAGE_SIZE_KEY: component_spec.ExecutionParameter(type=int),
         CROP_FRACTION_KEY: component_spec.ExecutionParameter(type=float),
-        # ints, not bools: they travel through MLMD and KFP, where 0/1 is unambiguous.
-        FAIL_ON_ANOMALIES_KEY: component_spec.ExecutionParameter(type=int),
-        LEAKAGE_THRESHOLD_KEY: component_spec.ExecutionParameter(type=float),
-        MIN_SUPPORTED_FRACTION_KEY: component_spec.ExecutionParameter(type=float),
-        SAMPLE_THUMBNAILS_KEY: component_spec.ExecutionParameter(type=int),
-        NATIVE_RESOLUTION_KEY: component_spec.ExecutionParameter(type=int),
+        STATISTICS_CONFIG_KEY: component_spec.ExecutionParameter(type=str),
     }
     INPUTS = {
         EXAMPLES_KEY: component_spec.ChannelParameter(type=standard_artifacts.Examples),
@@ -44,3 +37,11 @@ class ImageStatisticsSpec(component_spec.ComponentSpec):
     OUTPUTS = {
         STATISTICS_KEY: component_spec.ChannelParameter(type=ImageStatisticsArtifact),
     }
+
+
+def validate_geometry(image_size: int, crop_fraction: float) -> None:
+    """Raises ValueError when the pixels cannot be computed at this size and crop."""
+    if image_size < 1:
+        raise ValueError(f"{IMAGE_SIZE_KEY} must be positive, got {image_size}")
+    if not 0.0 < crop_fraction <= 1.0:
+        raise ValueError(f"{CROP_FRACTION_KEY} must be in (0, 1], got {crop_fraction}")

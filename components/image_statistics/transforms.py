@@ -20,9 +20,10 @@ import apache_beam as beam
 import tensorflow as tf
 from apache_beam.utils.windowed_value import WindowedValue
 
-from components.common import allocator, artifacts
-from components.image_statistics.accumulator import ImageStatsCombineFn, SplitAccumulator
-from components.image_statistics.analyze import (
+from imgpipe.components.common import allocator, artifacts
+from imgpipe.components.common import image_stats as schema
+from imgpipe.components.image_statistics.accumulator import ImageStatsCombineFn, SplitAccumulator
+from imgpipe.components.image_statistics.analyze import (
     AnalysisOptions,
     BatchDecoder,
     ImageKey,
@@ -47,7 +48,7 @@ SHARDS_PER_DUPLICATE_BUCKET = 32
 class DuplicateGroup:
     """Images with the same content hash (exact) or the same dHash (near)."""
 
-    kind: str  # "exact" or "near"
+    kind: str  # image_stats.EXACT or image_stats.NEAR
     key: str
     files: tuple[tuple[str, str], ...]  # (split, path), sorted; at most MAX_GROUP_MEMBERS
     size: int
@@ -165,7 +166,7 @@ def CombineSplits(  # noqa: N802
 def _groups(kind: str, key: str, members: Iterable[tuple[str, str, str]]
             ) -> Iterator[DuplicateGroup]:
     members = sorted(set(members))
-    if kind == "exact":
+    if kind == schema.EXACT:
         duplicate = len(members) > 1
     else:  # near: the same look, but more than one distinct content
         duplicate = len({sha for _, _, sha in members}) > 1
@@ -191,9 +192,9 @@ def _bucket_entries(keys: list[ImageKey], num_buckets: int, near: bool
     buckets: dict[int, list[_Entry]] = {}
     for key in keys:
         member = (key.split, key.path, key.sha256)
-        hashes = [("exact", key.sha256)]
+        hashes = [(schema.EXACT, key.sha256)]
         if near:
-            hashes.append(("near", f"{key.dhash:016x}"))
+            hashes.append((schema.NEAR, f"{key.dhash:016x}"))
         for kind, value in hashes:
             # crc32, not hash(): the bucket must be the same in every worker process.
             bucket = zlib.crc32(value.encode()) % num_buckets

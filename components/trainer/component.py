@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from tfx import types
 from tfx.components import Trainer
 from tfx.dsl.components.base import base_component, executor_spec
@@ -11,14 +9,15 @@ from tfx.proto import trainer_pb2
 from tfx.types import standard_artifacts
 from tfx.utils import json_utils
 
-from components.trainer import spec
-from components.trainer.executor import Executor
+from imgpipe.components.trainer import spec
+from imgpipe.components.trainer.config import TrainerConfig, to_custom_config
+from imgpipe.components.trainer.executor import Executor
 
-DEFAULT_RUN_FN = "components.trainer.task.run_fn"
+DEFAULT_RUN_FN = "imgpipe.components.trainer.task.run_fn"
 
 
 class ImageTrainer(Trainer):
-    """Trains and exports the image classifier (components.trainer.task.run_fn).
+    """Trains and exports the image classifier (imgpipe.components.trainer.task.run_fn).
 
     Outputs are TFX Trainer's: `model` (the SavedModel under Format-Serving, whose
     serving_default signature takes encoded image bytes) and `model_run` (TensorBoard
@@ -27,9 +26,7 @@ class ImageTrainer(Trainer):
     Example:
       ImageTrainer(examples=gen.outputs["examples"],
                    image_statistics=stats.outputs["statistics"],
-                   train_args=trainer_pb2.TrainArgs(num_steps=1000),
-                   eval_args=trainer_pb2.EvalArgs(num_steps=50),
-                   custom_config={"backbone": "mobilenet_v3_small", "epochs": 10})
+                   config=TrainerConfig(backbone="mobilenet_v3_small", epochs=10))
     """
 
     SPEC_CLASS = spec.ImageTrainerSpec
@@ -39,31 +36,30 @@ class ImageTrainer(Trainer):
         self,
         examples: types.BaseChannel,
         image_statistics: types.BaseChannel | None = None,
+        config: TrainerConfig | None = None,
         run_fn: str = DEFAULT_RUN_FN,
-        train_args: trainer_pb2.TrainArgs | None = None,
-        eval_args: trainer_pb2.EvalArgs | None = None,
-        custom_config: dict[str, Any] | None = None,
     ):
         """Args:
           examples: ImageExampleGen's `Examples` channel.
           image_statistics: the ImageStatistics channel (mean and std); optional only
-            when custom_config sets mean and std.
+            when the config sets mean and std.
+          config: the training settings; train_steps and eval_steps become TFX's
+            TrainArgs and EvalArgs, the whole config its custom_config.
           run_fn: dotted path of the training function.
-          train_args: splits and num_steps (0: one pass over the data per epoch).
-          eval_args: splits and num_steps (0: the whole eval split each epoch).
-          custom_config: the keys of components.trainer.config.TrainerConfig, checked
-            here so a typo fails at pipeline construction.
-        """
-        from components.trainer.config import TrainerConfig
 
-        TrainerConfig.from_custom_config(custom_config)
+        Raises:
+          ValueError: a bad setting, named.
+          TypeError: image_statistics is not a channel of ImageStatistics artifacts.
+        """
+        config = config or TrainerConfig()
+        config.validate()
         base_component.BaseComponent.__init__(self, spec=spec.ImageTrainerSpec(**{
             spec.EXAMPLES_KEY: examples,
             spec.IMAGE_STATISTICS_KEY: image_statistics,
-            spec.TRAIN_ARGS_KEY: train_args or trainer_pb2.TrainArgs(),
-            spec.EVAL_ARGS_KEY: eval_args or trainer_pb2.EvalArgs(),
+            spec.TRAIN_ARGS_KEY: trainer_pb2.TrainArgs(num_steps=config.train_steps),
+            spec.EVAL_ARGS_KEY: trainer_pb2.EvalArgs(num_steps=config.eval_steps),
             spec.RUN_FN_KEY: run_fn,
-            spec.CUSTOM_CONFIG_KEY: json_utils.dumps(custom_config or {}),
+            spec.CUSTOM_CONFIG_KEY: json_utils.dumps(to_custom_config(config)),
             spec.MODEL_KEY: types.Channel(type=standard_artifacts.Model),
             spec.MODEL_RUN_KEY: types.Channel(type=standard_artifacts.ModelRun),
         }))

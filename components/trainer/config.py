@@ -1,8 +1,8 @@
-"""The Trainer's configuration: every `custom_config` key, documented once, in TrainerConfig.
+"""The Trainer's configuration: every setting of training, documented once, in TrainerConfig.
 
-`ImageTrainer(custom_config={...})` stores the dict as JSON in exec_properties; run_fn
-reads it back with `TrainerConfig.from_custom_config`, which rejects unknown keys so a
-typo fails the run instead of being ignored.
+`ImageTrainer(config=TrainerConfig(...))` stores it as JSON in TFX's `custom_config`
+exec property; run_fn reads it back with `from_custom_config`, through the one loader
+(components/common/config_loader.py), which rejects unknown keys.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from components.common import features
+from imgpipe.components.common import config_loader, features, model_input
 
 # Set by the ImageTrainer executor, not by users: the ImageStatistics artifact's URI.
 IMAGE_STATISTICS_URI_KEY = "image_statistics_uri"
@@ -23,20 +23,31 @@ PRECISION_AUTO = "auto"
 PRECISION_ON = "on"
 PRECISION_OFF = "off"
 
+# Backbone names; components/trainer/model.py builds each of them.
+MOBILENET_V3_SMALL = "mobilenet_v3_small"
+EFFICIENTNET_V2_B0 = "efficientnet_v2_b0"
+EFFICIENTNET_V2_S = "efficientnet_v2_s"
+RESNET50 = "resnet50"
+TINY_CNN = "tiny_cnn"
+BACKBONE_NAMES = (MOBILENET_V3_SMALL, EFFICIENTNET_V2_B0, EFFICIENTNET_V2_S, RESNET50, TINY_CNN)
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainerConfig:
-    """Everything run_fn can be told through `custom_config`.
+    """Everything the Trainer can be told.
 
     Attributes:
-      backbone: a key of components.trainer.model.BACKBONES (mobilenet_v3_small,
-        efficientnet_v2_b0, efficientnet_v2_s, resnet50, tiny_cnn).
+      backbone: one of BACKBONE_NAMES (mobilenet_v3_small, efficientnet_v2_b0,
+        efficientnet_v2_s, resnet50, tiny_cnn).
       weights: a local or gs:// notop weights file for the backbone; None trains from
         scratch. Nothing is ever downloaded.
       width_multiplier: MobileNet's alpha.
       image_size: the model's input side in pixels.
       batch_size: batch size per replica (the global batch is this x replicas).
-      epochs: epochs of fit(); TrainArgs.num_steps is spread over them.
+      epochs: epochs of fit(); train_steps, when set, is spread over them.
+      train_steps: TFX TrainArgs.num_steps, the total training steps; None lets the
+        epochs and the split's size decide.
+      eval_steps: TFX EvalArgs.num_steps; None evaluates the whole eval split.
       learning_rate: peak learning rate of the warm-up + cosine schedule.
       warmup_fraction: fraction of the steps spent warming up linearly.
       weight_decay: AdamW weight decay.
@@ -44,17 +55,18 @@ class TrainerConfig:
       dropout: before the classification head.
       early_stopping_patience: epochs without val_loss improvement before stopping;
         0 disables early stopping.
-      num_gpus: GPUs to use: None for all visible, 0 for none, n for the first n.
+      num_gpus: GPUs to use: 0 for none, n for the first n, None for all visible. On
+        Kubeflow, n > 0 also requests n GPUs for the Trainer's pod.
       mixed_precision: `auto` (mixed_float16 exactly when training on GPUs), `on`, `off`.
       cache: `auto` caches the encoded split in RAM when it fits the budget; `on`, `off`.
       ram_budget_mb: RAM the input pipeline may use (cache + shuffle buffer + tf.data
         autotuned buffers); None is half the memory available to this process.
       shuffle_buffer: shuffle buffer in images; None sizes it from the RAM budget.
-      key_map: feature layout of the shards: a key of components.common.features.KEY_MAPS.
+      key_map: feature layout of the shards: a key of imgpipe.components.common.features.KEY_MAPS.
       normalize_on_host: normalize in the input_fn (float32 batches) instead of in the
         model's first layer (uint8 batches, a quarter of the host memory traffic).
       tune_malloc: raise glibc malloc's mmap/trim thresholds so per-image buffers are
-        reused instead of page-faulted afresh (see components/trainer/allocator.py).
+        reused instead of page-faulted afresh (see components/common/allocator.py).
       seed: seeds shard order, shuffling and weight initialization.
       tensorboard_images: augmented training images written to TensorBoard.
       checkpoint_dir: where the preemption backup lives; None is <model_run>/backup.
@@ -65,19 +77,21 @@ class TrainerConfig:
         statistics were computed with.
     """
 
-    backbone: str = "mobilenet_v3_small"
+    backbone: str = MOBILENET_V3_SMALL
     weights: str | None = None
     width_multiplier: float = 1.0
-    image_size: int = 224
-    batch_size: int = 64
-    epochs: int = 10
+    image_size: int = model_input.DEFAULT_IMAGE_SIZE
+    batch_size: int = 32
+    epochs: int = 5
+    train_steps: int | None = None
+    eval_steps: int | None = None
     learning_rate: float = 1e-3
     warmup_fraction: float = 0.05
     weight_decay: float = 1e-4
     label_smoothing: float = 0.0
     dropout: float = 0.2
     early_stopping_patience: int = 3
-    num_gpus: int | None = None
+    num_gpus: int | None = 0
     mixed_precision: str = PRECISION_AUTO
     cache: str = CACHE_AUTO
     ram_budget_mb: float | None = None
@@ -93,16 +107,20 @@ class TrainerConfig:
     crop_fraction: float | None = None
 
     def validate(self) -> None:
-        from components.trainer import model  # the registry of backbones
-
-        if self.backbone not in model.BACKBONES:
+        """Raises ValueError naming the first bad setting."""
+        if self.backbone not in BACKBONE_NAMES:
             raise ValueError(f"backbone {self.backbone!r} is unknown; "
-                             f"choose one of {sorted(model.BACKBONES)}")
+                             f"choose one of {sorted(BACKBONE_NAMES)}")
         for name in ("image_size", "batch_size", "epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.image_size < 32:
             raise ValueError(f"image_size must be at least 32, got {self.image_size}")
+        for name in ("train_steps", "eval_steps"):
+            steps = getattr(self, name)
+            if steps is not None and steps < 1:
+                raise ValueError(f"{name} must be None (decided by the data) or at least 1, "
+                                 f"got {steps}")
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
         if not 0.0 <= self.dropout < 1.0:
@@ -134,23 +152,18 @@ class TrainerConfig:
     def feature_key_map(self) -> features.FeatureKeyMap:
         return features.KEY_MAPS[self.key_map]
 
-    @classmethod
-    def from_custom_config(cls, custom_config: dict[str, Any] | None) -> TrainerConfig:
-        """The config from a Trainer's custom_config dict (JSON types), validated.
 
-        Raises:
-          ValueError: an unknown key or an invalid value.
-        """
-        values = {k: v for k, v in (custom_config or {}).items()
-                  if k != IMAGE_STATISTICS_URI_KEY}
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown Trainer custom_config keys {unknown}; "
-                             f"known: {sorted(known)}")
-        for name in ("mean", "std"):
-            if values.get(name) is not None:
-                values[name] = tuple(float(v) for v in values[name])
-        config = cls(**values)
-        config.validate()
-        return config
+
+def to_custom_config(config: TrainerConfig) -> dict[str, Any]:
+    """The config as TFX's custom_config dict (JSON types)."""
+    return config_loader.to_dict(config)
+
+
+def from_custom_config(custom_config: dict[str, Any] | None) -> TrainerConfig:
+    """The config from a Trainer's custom_config dict (JSON types), validated.
+
+    Raises:
+      ValueError: an unknown key or an invalid value.
+    """
+    values = {k: v for k, v in (custom_config or {}).items() if k != IMAGE_STATISTICS_URI_KEY}
+    return config_loader.from_dict(TrainerConfig, values)

@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from components.trainer.config import PRECISION_AUTO, PRECISION_OFF, PRECISION_ON
+from imgpipe.components.trainer.config import PRECISION_AUTO, PRECISION_OFF, PRECISION_ON
 
 MIRRORED = "mirrored"
 SINGLE = "single"

@@ -9,12 +9,13 @@ from tfx.components.trainer import executor as trainer_executor
 from tfx.components.trainer import fn_args_utils
 from tfx.types import artifact_utils
 
-from components.trainer.config import IMAGE_STATISTICS_URI_KEY
-from components.trainer.spec import IMAGE_STATISTICS_KEY
+from imgpipe.components.trainer.config import IMAGE_STATISTICS_URI_KEY
+from imgpipe.components.trainer.spec import IMAGE_STATISTICS_KEY
 
 
 class Executor(trainer_executor.GenericExecutor):
-    """Runs run_fn with fn_args.custom_config["image_statistics_uri"] set when connected."""
+    """TFX's Trainer keys plus the optional input `image_statistics`, whose URI run_fn
+    gets as fn_args.custom_config["image_statistics_uri"]."""
 
     def _GetFnArgs(  # noqa: N802 - TFX's executor interface
         self,

@@ -1,12 +1,8 @@
 """Exports the trained classifier as a SavedModel that takes encoded image bytes.
 
-Signatures:
-  serving_default   images: string [B] (JPEG or PNG bytes)
-  serving_examples  examples: string [B] (serialized tf.Examples; what TFMA feeds)
-Both return probabilities float32 [B, C], class_names string [B, C] (aligned with
-the probabilities, as TF Serving's Classify API returns them) and predicted_class
-string [B]. The preprocessing inside is `input.decode_batch(..., EVAL)`, the same
-function the eval input pipeline runs.
+The signatures and their names are the serving contract in
+components/common/serving.py. The preprocessing inside is
+`input.decode_batch(..., EVAL)`, the same function the eval input pipeline runs.
 """
 
 from __future__ import annotations
@@ -17,17 +13,18 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
-from components.common import artifacts
-from components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
-from components.trainer import input as input_lib
-
-SERVING_DEFAULT = "serving_default"
-SERVING_EXAMPLES = "serving_examples"
-IMAGES_INPUT = "images"
-EXAMPLES_INPUT = "examples"
-PROBABILITIES = "probabilities"
-CLASS_NAMES = "class_names"
-PREDICTED_CLASS = "predicted_class"
+from imgpipe.components.common import layout
+from imgpipe.components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
+from imgpipe.components.common.serving import (
+    CLASS_NAMES,
+    EXAMPLES_INPUT,
+    IMAGES_INPUT,
+    PREDICTED_CLASS,
+    PROBABILITIES,
+    SERVING_DEFAULT,
+    SERVING_EXAMPLES,
+)
+from imgpipe.components.trainer import input as input_lib
 
 
 def export_serving_model(
@@ -82,6 +79,6 @@ def export_serving_model(
     archive.write_out(export_dir, verbose=False)
     extra = os.path.join(export_dir, "assets.extra")
     tf.io.gfile.makedirs(extra)
-    with tf.io.gfile.GFile(os.path.join(extra, artifacts.LABELS_TXT_FILE), "w") as f:
+    with tf.io.gfile.GFile(os.path.join(extra, layout.LABELS_TXT_FILE), "w") as f:
         f.write("".join(f"{label}\n" for label in labels))
     return export_dir

@@ -20,10 +20,10 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from components.common import artifacts, preprocessing
-from components.common.artifacts import ShardReadError
-from components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
-from components.trainer.memory import MemoryPlan
+from imgpipe.components.common import artifacts, conversion_summary, layout, preprocessing
+from imgpipe.components.common.artifacts import ShardReadError
+from imgpipe.components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
+from imgpipe.components.trainer.memory import MemoryPlan
 
 TRAIN = "train"
 EVAL = "eval"
@@ -71,16 +71,16 @@ def split_source(examples_uri: str, split: str) -> SplitSource:
         raise FileNotFoundError(f"no shards match {pattern}: is {examples_uri} an Examples "
                                 f"artifact with a split {split!r}?")
     name = f"{examples_uri} split {split!r}"
-    summary_path = os.path.join(examples_uri, artifacts.SUMMARY_FILE)
-    if not tf.io.gfile.exists(summary_path):
+    summary = conversion_summary.read_if_present(examples_uri)
+    if summary is None:
         logging.warning("%s: no %s, so record counts are not checked",
-                        name, artifacts.SUMMARY_FILE)
+                        name, layout.SUMMARY_FILE)
         return SplitSource(files, name=name)
-    splits = artifacts.load_summary(examples_uri)["splits"]
-    if split not in splits:
-        raise KeyError(f"{summary_path} has no split {split!r}; it has {sorted(splits)}")
-    counts = splits[split]
-    return SplitSource(files, int(counts["records"]), int(counts["bytes_out"]), name)
+    if split not in summary.splits:
+        raise KeyError(f"{examples_uri}/{layout.SUMMARY_FILE} has no split {split!r}; "
+                       f"it has {sorted(summary.splits)}")
+    counts = summary.splits[split]
+    return SplitSource(files, counts.records, counts.bytes_out, name)
 
 
 def decode_batch(
@@ -127,7 +127,7 @@ def parse_batch(serialized: tf.Tensor, key_map: FeatureKeyMap
     features = {key_map.encoded: tf.io.FixedLenFeature([], tf.string),
                 key_map.label: tf.io.FixedLenFeature([], tf.int64)}
     has_size = key_map.height is not None and key_map.width is not None
-    if has_size:
+    if key_map.height is not None and key_map.width is not None:
         features[key_map.height] = tf.io.FixedLenFeature([], tf.int64)
         features[key_map.width] = tf.io.FixedLenFeature([], tf.int64)
     parsed = tf.io.parse_example(serialized, features)

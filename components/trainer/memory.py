@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from components.trainer.config import CACHE_AUTO, CACHE_ON
+from imgpipe.components.trainer.config import CACHE_AUTO, CACHE_ON
 
 MB = 1 << 20
 # tf.data's in-memory cache stores each serialized record in a tensor; measured overhead

@@ -12,9 +12,10 @@ from collections.abc import Callable, Sequence
 import keras
 import tensorflow as tf
 
-from components.trainer.config import TrainerConfig
+from imgpipe.components.common.serving import PROBABILITIES
+from imgpipe.components.trainer import config as config_lib
+from imgpipe.components.trainer.config import TrainerConfig
 
-PROBABILITIES = "probabilities"
 INPUT_NAME = "image"
 
 BackboneFn = Callable[[tuple[int, int, int], "str | None", TrainerConfig], keras.Model]
@@ -58,12 +59,13 @@ def _tiny_cnn(shape, weights, config):
     return model
 
 
+# A builder for each of config.BACKBONE_NAMES.
 BACKBONES: dict[str, BackboneFn] = {
-    "mobilenet_v3_small": _mobilenet_v3_small,
-    "efficientnet_v2_b0": _efficientnet_v2_b0,
-    "efficientnet_v2_s": _efficientnet_v2_s,
-    "resnet50": _resnet50,
-    "tiny_cnn": _tiny_cnn,
+    config_lib.MOBILENET_V3_SMALL: _mobilenet_v3_small,
+    config_lib.EFFICIENTNET_V2_B0: _efficientnet_v2_b0,
+    config_lib.EFFICIENTNET_V2_S: _efficientnet_v2_s,
+    config_lib.RESNET50: _resnet50,
+    config_lib.TINY_CNN: _tiny_cnn,
 }
 
 

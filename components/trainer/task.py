@@ -17,11 +17,15 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from components.common import allocator, artifacts, preprocessing
-from components.trainer import devices, export, memory
-from components.trainer import input as input_lib
-from components.trainer import model as model_lib
-from components.trainer.config import IMAGE_STATISTICS_URI_KEY, TrainerConfig
+from imgpipe.components.common import allocator, artifacts, image_stats, layout, model_input
+from imgpipe.components.trainer import devices, export, memory
+from imgpipe.components.trainer import input as input_lib
+from imgpipe.components.trainer import model as model_lib
+from imgpipe.components.trainer.config import (
+    IMAGE_STATISTICS_URI_KEY,
+    TrainerConfig,
+    from_custom_config,
+)
 
 BACKUP_SUBDIR = "backup"
 SAMPLES_SUBDIR = "samples"
@@ -31,9 +35,9 @@ def examples_uri_and_split(file_pattern: str) -> tuple[str, str]:
     """(examples URI, split) from a TFX file pattern like <uri>/Split-train/*."""
     split_dir = os.path.dirname(file_pattern.rstrip("/"))
     name = os.path.basename(split_dir)
-    if not name.startswith(artifacts.SPLIT_DIR_PREFIX):
+    if not name.startswith(layout.SPLIT_DIR_PREFIX):
         raise ValueError(f"{file_pattern} is not an <examples>/Split-<name>/* pattern")
-    return os.path.dirname(split_dir), name[len(artifacts.SPLIT_DIR_PREFIX):]
+    return os.path.dirname(split_dir), name[len(layout.SPLIT_DIR_PREFIX):]
 
 
 def resolve_normalization(
@@ -44,20 +48,20 @@ def resolve_normalization(
     Raises:
       ValueError: neither a statistics artifact nor mean and std in the config.
     """
-    stats: dict[str, Any] = {}
+    stats: image_stats.Normalization | None = None
     if statistics_uri:
-        stats = artifacts.load_normalization(statistics_uri)
-        if stats["image_size"] != config.image_size:
+        stats = image_stats.read(statistics_uri).normalization()
+        if stats.image_size != config.image_size:
             logging.warning("statistics were computed at %d px, the model trains at %d px",
-                            stats["image_size"], config.image_size)
+                            stats.image_size, config.image_size)
     elif config.mean is None or config.std is None:
         raise ValueError("the Trainer needs normalization constants: connect an "
-                         "ImageStatistics artifact (image_statistics=...) or set mean and "
-                         "std in custom_config")
-    mean = list(config.mean) if config.mean is not None else stats["mean"]
-    std = list(config.std) if config.std is not None else stats["std"]
-    crop = (config.crop_fraction or stats.get("crop_fraction")
-            or preprocessing.DEFAULT_CROP_FRACTION)
+                         "ImageStatistics artifact (image_statistics=...) or set trainer "
+                         "mean and std")
+    mean = list(config.mean if config.mean is not None else stats.mean)  # type: ignore[union-attr]
+    std = list(config.std if config.std is not None else stats.std)  # type: ignore[union-attr]
+    crop = (config.crop_fraction or (stats.crop_fraction if stats else None)
+            or model_input.DEFAULT_CROP_FRACTION)
     return mean, std, float(crop)
 
 
@@ -90,7 +94,7 @@ def run_fn(fn_args) -> None:
         serving_model_dir, model_run_dir and custom_config (see TrainerConfig).
     """
     custom_config = dict(fn_args.custom_config or {})
-    config = TrainerConfig.from_custom_config(custom_config)
+    config = from_custom_config(custom_config)
     if config.tune_malloc:
         allocator.tune_malloc()
     mean, std, crop_fraction = resolve_normalization(
@@ -122,8 +126,9 @@ def _train_and_export(fn_args, config: TrainerConfig, plan: devices.DevicePlan,
     train_memory, eval_memory = plan_input_memory(config, train_source, eval_source,
                                                   global_batch)
     host_norm = normalization if config.normalize_on_host else None
-    common = dict(image_size=config.image_size, crop_fraction=crop_fraction,
-                  key_map=config.feature_key_map, normalization=host_norm, seed=config.seed)
+    common: dict[str, Any] = dict(
+        image_size=config.image_size, crop_fraction=crop_fraction,
+        key_map=config.feature_key_map, normalization=host_norm, seed=config.seed)
     train_ds = input_lib.make_dataset(train_source, input_lib.TRAIN, memory=train_memory,
                                       batch_size=global_batch, **common)
     eval_steps = fn_args.eval_steps or None

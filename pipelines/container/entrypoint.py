@@ -1,8 +1,9 @@
 """Container entrypoint of every pipeline step on Kubeflow Pipelines v2.
 
-`python -m pipelines.kfp_entrypoint <TFX's kubeflow_v2_run_executor arguments>` runs
-TFX's own executor entrypoint after fixing what breaks it on the open-source KFP v2
-backend (the Vertex AI backend needs none of this, and none of it changes Vertex runs):
+`python -m imgpipe.pipelines.container.entrypoint <TFX's kubeflow_v2_run_executor args>`
+runs TFX's own executor entrypoint after fixing what breaks it on the open-source KFP v2
+backend (the Vertex AI backend needs none of this, and none of it changes Vertex runs).
+The patches of TFX's private helpers (1-3) are in imgpipe/pipelines/tfx_patches.py.
 
 1. `system.*` schema titles. The OSS driver hands input artifacts typed as they were
    recorded in its MLMD (system.Artifact, system.Dataset, system.Model, ...), which TFX
@@ -35,25 +36,19 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-ARTIFACT_IO_ENV = "IMGPIPE_KFP_ARTIFACT_IO"
-MODE_AUTO, MODE_DIRECT, MODE_LOCAL = "auto", "direct", "local"
+from imgpipe.pipelines import tfx_patches
+from imgpipe.pipelines.kfp_contract import (
+    ARTIFACT_IO_ENV,
+    ARTIFACT_IO_MODES,
+    MODE_AUTO,
+    MODE_DIRECT,
+    MODE_LOCAL,
+)
 
 # The KFP launcher's local mirror of each object store (kfp.dsl.types.artifact_types).
 LOCAL_MOUNTS = {"gs://": "/gcs/", "minio://": "/minio/", "s3://": "/s3/"}
 # Schemes TensorFlow's filesystems open without plugins.
 TF_NATIVE_SCHEMES = ("gs://",)
-
-# system.* titles of KFP's generic types -> the TFX class most often behind them.
-SYSTEM_TITLES = {
-    "system.Dataset": "tfx.types.standard_artifacts.Examples",
-    "system.Model": "tfx.types.standard_artifacts.Model",
-    "system.Statistics": "tfx.types.standard_artifacts.ExampleStatistics",
-    "system.Metrics": "tfx.types.standard_artifacts.ModelEvaluation",
-    "system.Artifact": f"{__name__}.GenericArtifact",
-}
-# KFP schema titles are "<namespace>.<Type>"; project artifact types whose TYPE_NAME is
-# not of that form are compiled as "imgpipe.<TYPE_NAME>" (kubeflow_runner.py).
-PROJECT_TITLE_PREFIX = "imgpipe."
 
 # Metadata keys that identify a TFX type when only a system.* title is known.
 METADATA_SIGNATURES = (
@@ -65,38 +60,10 @@ METADATA_SIGNATURES = (
 _log = logging.getLogger(__name__)
 
 
-def _generic_artifact_class() -> type:
-    from tfx.types import artifact
-
-    return type("GenericArtifact", (artifact.Artifact,), {"TYPE_NAME": "system.Artifact",
-                                                          "__module__": __name__})
-
-
-def __getattr__(name: str) -> Any:  # GenericArtifact, built when TFX asks for it
-    if name == "GenericArtifact":
-        cls = _generic_artifact_class()
-        globals()[name] = cls
-        return cls
-    raise AttributeError(name)
-
-
 # ---- 1 and 2: artifact types -------------------------------------------------------
 
-def schema_title(type_schema) -> str | None:
-    """The title of an ArtifactTypeSchema; None when it is empty or null."""
-    import yaml
-
-    kind = type_schema.WhichOneof("kind")
-    if kind == "schema_title":
-        return type_schema.schema_title or None
-    if kind == "instance_schema":
-        data = yaml.safe_load(type_schema.instance_schema or "") or {}
-        return data.get("title") if isinstance(data, dict) else None
-    return None
-
-
 def _is_tfx_title(title: str | None) -> bool:
-    return bool(title) and not title.startswith("system.")
+    return bool(title) and not title.startswith("system.")  # type: ignore[union-attr]
 
 
 def restore_input_types(executor_input, inputs_spec) -> list[str]:
@@ -110,9 +77,9 @@ def restore_input_types(executor_input, inputs_spec) -> list[str]:
         declared = inputs_spec.artifacts[key].artifact_type if (
             inputs_spec is not None and key in inputs_spec.artifacts) else None
         for artifact in artifact_list.artifacts:
-            if _is_tfx_title(schema_title(artifact.type)):
+            if _is_tfx_title(tfx_patches.schema_title(artifact.type)):
                 continue
-            if declared is not None and _is_tfx_title(schema_title(declared)):
+            if declared is not None and _is_tfx_title(tfx_patches.schema_title(declared)):
                 artifact.type.CopyFrom(declared)
             else:
                 keys = set(artifact.metadata.keys()) | set(artifact.custom_properties.keys())
@@ -123,53 +90,6 @@ def restore_input_types(executor_input, inputs_spec) -> list[str]:
                 artifact.type.schema_title = guess
             changed.append(key)
     return changed
-
-
-def patch_tfx() -> None:
-    """Patches TFX's entrypoint helpers in place (1, 2, 3); idempotent."""
-    from tfx.orchestration.kubeflow.v2 import compiler_utils
-    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
-
-    for title, path in SYSTEM_TITLES.items():
-        compiler_utils.TITLE_TO_CLASS_PATH.setdefault(title, path)
-
-    def retrieve_class_path(type_schema) -> str:
-        title = schema_title(type_schema) or "system.Artifact"
-        if title in compiler_utils.TITLE_TO_CLASS_PATH:
-            return compiler_utils.TITLE_TO_CLASS_PATH[title]
-        return custom_class_path(title) or title
-
-    utils._retrieve_class_path = retrieve_class_path
-    export_kubeflow_v2_runner()
-
-
-def custom_class_path(title: str) -> str | None:
-    """The import path of the loaded Artifact subclass a custom schema title names.
-
-    TFX uses a custom type's TYPE_NAME as its schema title and, at run time, as an
-    import path; a TYPE_NAME that is not one (or the imgpipe.-prefixed form) is
-    found among the Artifact classes the executor's modules have loaded.
-    """
-    from tfx.types import artifact
-
-    names = {title, title.removeprefix(PROJECT_TITLE_PREFIX)}
-    pending = [artifact.Artifact]
-    while pending:
-        cls = pending.pop()
-        if getattr(cls, "TYPE_NAME", None) in names and "<locals>" not in cls.__qualname__:
-            return f"{cls.__module__}.{cls.__qualname__}"
-        pending.extend(cls.__subclasses__())
-    return None
-
-
-def export_kubeflow_v2_runner() -> None:
-    """Re-exports KubeflowV2DagRunner(Config) from tfx.v1.orchestration.experimental."""
-    from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
-    from tfx.v1.orchestration import experimental
-
-    for name in ("KubeflowV2DagRunner", "KubeflowV2DagRunnerConfig"):
-        if not hasattr(experimental, name):
-            setattr(experimental, name, getattr(kubeflow_v2_dag_runner, name))
 
 
 # ---- 4: artifact I/O and directory markers ----------------------------------------
@@ -190,14 +110,15 @@ def uses_local_path(uri: str, mode: str) -> bool:
 
 def localize_uris(executor_input, mode: str) -> dict[str, str]:
     """Points artifacts at the launcher's local paths; returns local path -> URI."""
-    if mode not in (MODE_AUTO, MODE_DIRECT, MODE_LOCAL):
-        raise ValueError(f"{ARTIFACT_IO_ENV} must be auto, direct or local, got {mode!r}")
+    if mode not in ARTIFACT_IO_MODES:
+        raise ValueError(f"{ARTIFACT_IO_ENV} must be one of {list(ARTIFACT_IO_MODES)}, "
+                         f"got {mode!r}")
     remote_of: dict[str, str] = {}
     for side in (executor_input.inputs.artifacts, executor_input.outputs.artifacts):
         for artifact_list in side.values():
             for artifact in artifact_list.artifacts:
-                if uses_local_path(artifact.uri, mode):
-                    path = local_path(artifact.uri)
+                path = local_path(artifact.uri)
+                if path is not None and uses_local_path(artifact.uri, mode):
                     remote_of[path] = artifact.uri
                     artifact.uri = path
     return remote_of
@@ -275,16 +196,15 @@ def prepare(args, mode: str) -> tuple[Any, dict[str, str]]:
 
 def run(parsed: tuple[Any, list[str]]) -> None:
     """Runs one TFX executor the way kubeflow_v2_run_executor does, with the fixes."""
-    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
     from tfx.utils import import_utils
 
     args, beam_args = parsed
     mode = os.environ.get(ARTIFACT_IO_ENV, MODE_AUTO)
-    patch_tfx()
+    tfx_patches.patch_tfx_entrypoint()
     # Loads the executor's modules, and with them its custom artifact classes.
     import_utils.import_class_by_path(args.executor_class_path)
     executor_input, remote_of = prepare(args, mode)
-    kubeflow_v2_run_executor._run_executor(args, beam_args)
+    tfx_patches.run_executor(args, beam_args)
     restore_output_uris(executor_input.outputs.output_file, remote_of)
     outputs = [a.uri for al in executor_input.outputs.artifacts.values() for a in al.artifacts]
     delete_gcs_directory_markers([u for u in outputs if u.startswith("gs://")])
@@ -303,7 +223,6 @@ def _exit_now(code: int) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Parses TFX's arguments, runs the executor, and ends the process at once (5)."""
     from absl import app
-    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
 
     def guarded(parsed: tuple[Any, list[str]]) -> None:
         try:
@@ -314,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         _exit_now(0)
 
     app.run(guarded, argv=list(argv) if argv is not None else None,
-            flags_parser=kubeflow_v2_run_executor._parse_flags)
+            flags_parser=tfx_patches.parse_flags)
 
 
 if __name__ == "__main__":

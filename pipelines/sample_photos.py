@@ -1,4 +1,5 @@
-"""The demo dataset: a few hundred real photos in labelled folders, made without the internet.
+"""Sample photos in labelled folders, made without the internet: the demo's dataset, and
+the source of the benchmarks' photos.
 
 The photos come from Debian's `opencv-doc` package (OpenCV's sample images: animals,
 buildings, fruit, calibration chessboards). Each class is a handful of source photos;
@@ -114,7 +115,7 @@ def make_dataset(out_dir: str, per_class: int = DEFAULT_PER_CLASS, size: int = D
     names = sorted(classes or CLASSES)
     stamp = f"per_class={per_class} size={size} seed={seed} classes={','.join(names)}\n"
     # Beside the root, not in it: the root holds nothing but class folders.
-    stamp_path = out_dir.rstrip("/") + ".sample_data"
+    stamp_path = out_dir.rstrip("/") + ".sample_photos"
     if (os.path.isfile(stamp_path) and open(stamp_path).read() == stamp
             and os.path.isdir(out_dir)):
         return {name: len(os.listdir(os.path.join(out_dir, name))) for name in names}
@@ -138,7 +139,8 @@ def make_dataset(out_dir: str, per_class: int = DEFAULT_PER_CLASS, size: int = D
             # No two images the same: an exact copy across splits is leakage.
             box = None
             while box is None or (source, *box) in used:
-                (box,) = crop_boxes(*photo.shape[:2], 1, rng)
+                height, width = photo.shape[:2]
+                (box,) = crop_boxes(height, width, 1, rng)
             used.add((source, *box))
             top, left, side, mirrored = box
             crop = photo[top:top + side, left:left + side]

@@ -1,6 +1,8 @@
 """`imgpipe`: the one command line that fronts everything a user runs by hand.
 
-Subcommands import their heavy dependencies lazily, so `imgpipe --help` is quick.
+One module per command (convert, stats, run, kfp, version); each registers its parser
+and imports its heavy dependencies lazily, so `imgpipe --help` is quick. Flag defaults
+come from the components' own option types, never from literals here.
 """
 
 from __future__ import annotations
@@ -12,35 +14,16 @@ import sys
 from collections.abc import Sequence
 
 
-def _register_version(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("version", help="print the versions of the stack in use")
-    parser.set_defaults(handler=_version)
-
-
-def _version(args: argparse.Namespace) -> int:
-    from importlib import metadata
-
-    for dist in ("tfx-image-pipeline", "tfx", "tensorflow", "tensorflow-data-validation",
-                 "apache-beam", "kfp", "kfp-kubernetes", "ml-metadata"):
-        try:
-            version = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            version = "not installed" if dist != "tfx-image-pipeline" else "source checkout"
-        print(f"{dist:28s} {version}")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
-    from pipelines import cli_convert, cli_kfp, cli_run, cli_stats
+    from imgpipe.pipelines.cli import convert, kfp, run, stats, version
 
     parser = argparse.ArgumentParser(
         prog="imgpipe",
         description="Folders of labelled images to a trained, servable Keras model, "
                     "with TFX and Kubeflow Pipelines.")
     subparsers = parser.add_subparsers(title="subcommands", metavar="COMMAND")
-    for register in (_register_version, cli_convert.register, cli_run.register,
-                     cli_kfp.register, cli_stats.register):
-        register(subparsers)
+    for module in (version, convert, run, kfp, stats):
+        module.register(subparsers)
     return parser
 
 

@@ -6,15 +6,18 @@ import argparse
 import os
 from typing import Any
 
+from imgpipe.components.image_example_gen.options import flat_splits
+from imgpipe.pipelines import sample_photos
+
 # The demo: a few hundred 160-pixel photos and the three-block tiny_cnn at 96 pixels for
 # eight epochs (64 steps); it finishes in about a minute on two CPU cores and reaches
 # about 94% eval accuracy. MobileNetV3Small from scratch needs far more steps: in the
 # same settings, early stopping ended it after 4 epochs with eval accuracy at chance.
+# Only what differs from the defaults is set.
 DEMO_SETTINGS: dict[str, Any] = {
     "pipeline_name": "imgpipe-demo",
-    "model": {"backbone": "tiny_cnn", "image_size": 96, "epochs": 8,
-              "batch_size": 32, "accuracy_threshold": 0.0},
-    "data": {"eval_fraction": 0.2, "stratify": True, "num_shards": 1},
+    "trainer": {"backbone": "tiny_cnn", "image_size": 96, "epochs": 8},
+    "example_gen": {"output": {"splits": flat_splits(0.2), "num_shards": 1}},
 }
 
 
@@ -38,13 +41,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "from Debian's opencv-doc) into WORKDIR/data and runs the pipeline "
                     "locally with a small model.")
     demo.add_argument("--workdir", default="/tmp/imgpipe-demo", metavar="DIR")
-    demo.add_argument("--per-class", type=int, default=80, metavar="N",
-                      help="images per class (default 80, four classes)")
+    demo.add_argument("--per-class", type=int, default=sample_photos.DEFAULT_PER_CLASS,
+                      metavar="N", help="images per class (default %(default)s, "
+                                        f"{len(sample_photos.CLASSES)} classes)")
     demo.set_defaults(handler=run_demo)
 
 
 def run_local(args: argparse.Namespace) -> int:
-    from pipelines import config as cfg
+    from imgpipe.pipelines import config as cfg
 
     try:
         config = cfg.load(args.config, data_root=os.path.abspath(args.data)
@@ -56,13 +60,12 @@ def run_local(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from pipelines import config as cfg
-    from pipelines import sample_data
+    from imgpipe.pipelines import config as cfg
 
     workdir = os.path.abspath(args.workdir)
     data_root = os.path.join(workdir, "data")
     try:
-        counts = sample_data.make_dataset(data_root, per_class=args.per_class)
+        counts = sample_photos.make_dataset(data_root, per_class=args.per_class)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"imgpipe demo: {e}") from None
     print(f"sample data          {data_root}: "
@@ -77,7 +80,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_and_report(config) -> int:
-    from pipelines import local_runner
+    from imgpipe.pipelines import local_runner
 
     result = local_runner.run(config)
     for line in local_runner.summary_lines(result, config):

@@ -112,12 +112,12 @@ def load_package(path: str) -> dict[str, Any]:
 
 
 def run_compile(args: argparse.Namespace) -> int:
-    from pipelines import config as cfg
-    from pipelines import kubeflow_runner
+    from imgpipe.pipelines import config as cfg
+    from imgpipe.pipelines.kubeflow import compiler
 
     try:
         config = cfg.load(args.config)
-        path = kubeflow_runner.compile_to_file(config, args.output)
+        path = compiler.compile_to_file(config, args.output)
     except ValueError as e:
         raise SystemExit(f"imgpipe kfp compile: {e}") from None
     print(f"compiled {config.pipeline_name} to {path}")
@@ -125,11 +125,11 @@ def run_compile(args: argparse.Namespace) -> int:
 
 
 def _package_and_config(args: argparse.Namespace, workdir: str):
-    from pipelines import config as cfg
-    from pipelines import kubeflow_runner
+    from imgpipe.pipelines import config as cfg
+    from imgpipe.pipelines.kubeflow import compiler
 
     config = cfg.load(args.config)
-    package = args.package or kubeflow_runner.compile_to_file(
+    package = args.package or compiler.compile_to_file(
         config, os.path.join(workdir, DEFAULT_OUTPUT))
     return package, config
 

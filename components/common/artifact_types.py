@@ -1,0 +1,17 @@
+"""The project's own TFX artifact types, each declared once.
+
+Component specs type-check channels against these classes, so wiring another
+artifact (for example StatisticsGen's `ExampleStatistics`) where an
+`ImageStatistics` is expected fails when the pipeline is built.
+"""
+
+from __future__ import annotations
+
+from tfx.types import artifact
+
+
+class ImageStatisticsArtifact(artifact.Artifact):
+    """Output of the ImageStatistics component: image_stats.json (schema in
+    components/common/image_stats.py) and report.html."""
+
+    TYPE_NAME = "ImageStatistics"

@@ -1,0 +1,143 @@
+"""The one loader of settings: frozen dataclasses to and from plain data.
+
+Every setting a user may change is a field of a frozen dataclass owned by the component
+that reads it (ImageOptions, OutputOptions, StatisticsConfig, TrainerConfig,
+EvaluatorConfig), and the pipeline config composes them. This module turns plain data
+(parsed YAML, or the JSON a component stores in its exec properties) into those types
+and back. It rejects unknown keys, naming the key and the allowed ones, coerces YAML's
+scalars to the declared types, and calls each dataclass's `validate()` on the way in,
+so a bad value fails when the config is loaded or the pipeline is built.
+
+Example:
+  options = from_dict(ImageOptions, {"resize": 256, "center_crop": True})
+  to_json(options)  # '{"background": [255, 255, 255], ..., "resize": 256, ...}'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def from_dict(cls: type[T], values: Any, where: str = "") -> T:
+    """Builds and validates `cls` from plain data.
+
+    Args:
+      cls: a dataclass; nested dataclass fields are built from nested mappings.
+      values: a mapping of field names to plain values (None: all defaults).
+      where: the dotted path of `values` in a larger document, for messages.
+
+    Raises:
+      ValueError: an unknown key, a value of the wrong type, or one that the
+        dataclass's validate() refuses; the message names the key.
+    """
+    return _build(cls, {} if values is None else values, where)
+
+
+def from_json(cls: type[T], text: str | None) -> T:
+    """`from_dict` of a JSON object; None or "" gives the defaults."""
+    return from_dict(cls, json.loads(text) if text else {})
+
+
+def to_dict(value: Any) -> Any:
+    """Plain data (dicts, lists, scalars) that `from_dict` turns back into an equal value."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_dict(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): to_dict(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [to_dict(v) for v in value]
+    return value
+
+
+def to_json(value: Any) -> str:
+    """Compact JSON with sorted keys: equal settings give byte-identical text."""
+    return json.dumps(to_dict(value), sort_keys=True)
+
+
+def field_default(cls: type, name: str) -> Any:
+    """The default of one field of a dataclass, for a CLI flag that mirrors it."""
+    for field in dataclasses.fields(cls):
+        if field.name == name:
+            if field.default is not dataclasses.MISSING:
+                return field.default
+            if field.default_factory is not dataclasses.MISSING:
+                return field.default_factory()
+            raise ValueError(f"{cls.__name__}.{name} has no default")
+    raise ValueError(f"{cls.__name__} has no field {name!r}")
+
+
+def _name(where: str) -> str:
+    return where.rstrip(".") or "the top level"
+
+
+def _build(cls: type[T], values: Any, where: str) -> T:
+    if not isinstance(values, Mapping):
+        raise ValueError(f"{_name(where)} must be a mapping, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(str(k) for k in set(values) - fields)
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown} in {_name(where)}; "
+                         f"allowed: {sorted(fields)}")
+    kwargs = {name: _coerce(hints[name], value, f"{where}{name}")
+              for name, value in values.items()}
+    try:
+        built = cls(**kwargs)
+    except TypeError as e:  # a required field is missing
+        raise ValueError(f"{_name(where)}: {e}") from None
+    validate = getattr(built, "validate", None)
+    if validate is not None:
+        try:
+            validate()
+        except ValueError as e:
+            # Messages start with the field's name ("epochs must be ..."), so the path
+            # of the section goes in front; other messages get it as a prefix.
+            message = str(e)
+            named = message.split(" ")[0] in fields
+            raise ValueError(f"{where}{message}" if named or not where
+                             else f"{_name(where)}: {message}") from None
+    return built
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        choices = [a for a in args if a is not type(None)]
+        if len(choices) > 1:  # scalars only, e.g. int | float: kept as they are
+            if type(value) not in choices and not (float in choices and type(value) is int):
+                raise ValueError(f"{where} must be one of "
+                                 f"{[c.__name__ for c in choices]}, got {value!r}")
+            return value
+        return _coerce(choices[0], value, where)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, f"{where}.")  # type: ignore[arg-type]
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{where} must be a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise ValueError(f"{where} needs {len(args)} values, got {value!r}")
+        return tuple(_coerce(a, v, f"{where}[{i}]")
+                     for i, (a, v) in enumerate(zip(args, value, strict=True)))
+    if origin in (Mapping, dict):
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{where} must be a mapping, got {value!r}")
+        return {str(k): _coerce(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is str and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)  # YAML reads `cpu_request: 2` as a number
+    if hint in (int, float, str, bool) and type(value) is not hint:
+        raise ValueError(f"{where} must be {hint.__name__}, got {value!r}")
+    return value

@@ -1,0 +1,260 @@
+"""image_stats.json, ImageStatistics' output: typed, and read and written here only.
+
+ImageStatistics builds an `ImageStats` and writes it with `write`; the Trainer, the
+report, the anomaly checks and `imgpipe stats` read the typed fields. Field names are
+the JSON keys. Pixel statistics are exact, over `eval_image` pixels, on the 0..255 scale,
+in RGB order. Histogram `edges` are bin lower bounds; the last bin has no upper bound.
+
+Example:
+  stats = image_stats.read(statistics_uri)
+  norm = stats.normalization("train")  # mean, std, image_size, crop_fraction
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from imgpipe.components.common import config_loader, fileio
+from imgpipe.components.common.layout import IMAGE_STATS_FILE, TRAIN_SPLIT
+
+SCHEMA_VERSION = 1
+EXACT = "exact"
+NEAR = "near"
+
+
+@dataclasses.dataclass(frozen=True)
+class Preprocessing:
+    """The pixels the statistics are computed over: the model's eval preprocessing."""
+
+    image_size: int
+    crop_fraction: float
+    function: str
+    description: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    examples_uri: str
+    images_decoded: int
+    undecodable: int
+    skipped_by_example_gen: int
+    supported_fraction: float
+    native_resolution: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class FileReason:
+    path: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PixelStats:
+    """Exact per-channel moments, from integer histograms [3][256]."""
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    pixels_per_channel: int
+    image_weighted_mean: tuple[float, ...] | None
+    histogram: tuple[tuple[int, ...], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Histogram:
+    edges: tuple[int | float, ...]
+    counts: tuple[int, ...]
+    min: int | None = None
+    max: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ByteStats:
+    edges: tuple[int | float, ...]
+    counts: tuple[int, ...]
+    total: int
+    mean: float | None
+    min: int | None = None
+    max: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    width: Histogram
+    height: Histogram
+    aspect_ratio: Histogram
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelStats:
+    counts: dict[str, int]
+    imbalance_ratio: float | None
+    missing: tuple[str, ...]
+    unknown_ids: dict[str, int]
+
+    @property
+    def present(self) -> set[str]:
+        return {name for name, n in self.counts.items() if n}
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupFile:
+    split: str
+    path: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ExactGroup:
+    """Files with the same SHA-256 of their bytes."""
+
+    sha256: str
+    size: int
+    split_counts: dict[str, int]
+    files: tuple[GroupFile, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class NearGroup:
+    """Files with the same difference hash of their eval image, but not the same bytes."""
+
+    dhash: str
+    size: int
+    split_counts: dict[str, int]
+    files: tuple[GroupFile, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Duplicates:
+    groups: int
+    redundant_images: int
+    examples: tuple[ExactGroup, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class NearDuplicates:
+    groups: int
+    examples: tuple[NearGroup, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitStats:
+    images: int
+    undecodable: int
+    undecodable_files: tuple[FileReason, ...]
+    pixels: PixelStats | None
+    native_pixels: PixelStats | None  # only with native_resolution
+    sizes: Sizes
+    bytes: ByteStats
+    formats: dict[str, int]
+    channels: dict[str, int]
+    color_modes: dict[str, int]
+    labels: LabelStats
+    duplicates: Duplicates
+    near_duplicates: NearDuplicates
+    thumbnails: dict[str, tuple[str, ...]]  # label -> paths (the pictures are in the report)
+
+
+@dataclasses.dataclass(frozen=True)
+class Leakage:
+    """Exact copies across splits."""
+
+    groups: int
+    images_by_split: dict[str, int]
+    fraction_by_split: dict[str, float]
+    threshold: float
+    examples: tuple[ExactGroup, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Anomaly:
+    code: str
+    split: str | None
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Normalization:
+    """What the Trainer takes from the statistics."""
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    image_size: int
+    crop_fraction: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageStats:
+    """The whole image_stats.json document."""
+
+    version: int
+    preprocessing: Preprocessing
+    notes: dict[str, str]
+    labels: tuple[str, ...]
+    source: Source
+    splits: dict[str, SplitStats]
+    leakage: Leakage
+    anomalies: tuple[Anomaly, ...] = ()
+
+    def normalization(self, split: str = TRAIN_SPLIT) -> Normalization:
+        """The Trainer's normalization constants, from `split`'s pixels.
+
+        Raises:
+          KeyError: the split is missing or has no decodable image.
+        """
+        if split not in self.splits:
+            raise KeyError(f"{IMAGE_STATS_FILE} has no split {split!r}; "
+                           f"it has {sorted(self.splits)}")
+        pixels = self.splits[split].pixels
+        if pixels is None:
+            raise KeyError(f"{IMAGE_STATS_FILE}: split {split!r} has no decodable image, "
+                           "so no normalization constants")
+        return Normalization(tuple(pixels.mean), tuple(pixels.std),
+                             self.preprocessing.image_size, self.preprocessing.crop_fraction)
+
+
+def to_json_text(stats: ImageStats) -> str:
+    """The file's text: sorted keys, indented, so equal statistics give equal bytes."""
+    return json.dumps(config_loader.to_dict(stats), indent=2, sort_keys=True) + "\n"
+
+
+def from_json_text(text: str, where: str = IMAGE_STATS_FILE) -> ImageStats:
+    """Parses and checks the file's text.
+
+    Raises:
+      ValueError: not JSON, another schema version, or a field that does not fit.
+    """
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where} is not JSON: {e}") from None
+    version = values.get("version") if isinstance(values, dict) else None
+    if version != SCHEMA_VERSION:
+        raise ValueError(f"{where} has schema version {version!r}; this release reads "
+                         f"version {SCHEMA_VERSION}")
+    try:
+        return config_loader.from_dict(ImageStats, values)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def write(folder: str, stats: ImageStats) -> str:
+    """Writes folder/image_stats.json; returns its path."""
+    path = os.path.join(folder, IMAGE_STATS_FILE)
+    with fileio.open_file(path, "w") as f:
+        f.write(to_json_text(stats))
+    return path
+
+
+def read(folder: str) -> ImageStats:
+    """The statistics in an ImageStatistics artifact (or any folder holding the file).
+
+    Raises:
+      FileNotFoundError: no image_stats.json in the folder.
+      ValueError: the file does not fit the schema.
+    """
+    path = os.path.join(folder, IMAGE_STATS_FILE)
+    if not fileio.exists(path):
+        raise FileNotFoundError(f"{path} not found: is {folder} an ImageStatistics artifact?")
+    with fileio.open_file(path, "r") as f:
+        return from_json_text(f.read(), path)

@@ -1,0 +1,36 @@
+"""Names inside the artifacts this project writes: files, split folders, shards, splits.
+
+Each name is defined here once. ImageExampleGen's `Examples` artifact holds, beside the
+standard `Split-<name>/` folders of `data_tfrecord-SSSSS-of-NNNNN[.gz]` shards:
+  label_map.json            {"labels": [names in id order], "version": 1}
+  labels.txt                one class name per line, line i is id i
+  skipped.json              [{"path", "reason"}] for every file not written
+  ignored.json              [{"path", "reason"}] for every file that is not an image
+  conversion_summary.json   counts and bytes per split (conversion_summary.py)
+ImageStatistics' artifact holds image_stats.json (image_stats.py) and report.html.
+No TensorFlow here: configuration types and the CLI import it.
+"""
+
+from __future__ import annotations
+
+LABEL_MAP_FILE = "label_map.json"
+LABELS_TXT_FILE = "labels.txt"
+SKIPPED_FILE = "skipped.json"
+IGNORED_FILE = "ignored.json"
+SUMMARY_FILE = "conversion_summary.json"
+IMAGE_STATS_FILE = "image_stats.json"
+REPORT_FILE = "report.html"
+# ExampleValidator's output file in each Split-<name>/ folder
+# (tfx.components.example_validator.executor.DEFAULT_FILE_NAME).
+VALIDATOR_ANOMALIES_FILE = "SchemaDiff.pb"
+
+SHARD_PREFIX = "data_tfrecord"
+# TFX names the folder of each split of an artifact Split-<name>.
+SPLIT_DIR_PREFIX = "Split-"
+GZIP_SUFFIX = ".gz"
+GZIP = "GZIP"
+
+# The splits a flat image folder is divided into, and that the Trainer and the
+# Evaluator read by default.
+TRAIN_SPLIT = "train"
+EVAL_SPLIT = "eval"

@@ -1,0 +1,7 @@
+"""`python -m imgpipe.pipelines.cli`: the imgpipe command."""
+
+import sys
+
+from imgpipe.pipelines.cli import main
+
+sys.exit(main())

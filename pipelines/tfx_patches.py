@@ -1,0 +1,170 @@
+"""Every patch of private TFX and KFP behaviour, and every private name used, with its reason.
+
+Upgrading TFX or kfp means reading this module first: each entry says what it
+replaces, why, and which public behaviour a test pins (tests/test_kubeflow_compile.py).
+
+Compile time (imgpipe.pipelines.kubeflow):
+  project_artifact_titles  compiler_utils.get_artifact_schema, for custom artifact
+                           TYPE_NAMEs that are not KFP "<namespace>.<Type>" titles.
+  DEFAULT_IMAGE_PATH_KEY   kubeflow_v2_dag_runner._DEFAULT_IMAGE_PATH_KEY, the key of the
+                           default image in KubeflowV2DagRunnerConfig's image map.
+In the pod (imgpipe.pipelines.container):
+  patch_tfx_entrypoint     kubeflow_v2_entrypoint_utils._retrieve_class_path and
+                           compiler_utils.TITLE_TO_CLASS_PATH, for `system.*` and null
+                           schema titles from the open-source KFP v2 driver; and the
+                           KubeflowV2DagRunner export that tfx.v1 drops with kfp >= 2.
+  run_executor, parse_flags  kubeflow_v2_run_executor._run_executor and _parse_flags:
+                           TFX's own container entrypoint, run after the fixes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from imgpipe.pipelines.kfp_contract import PROJECT_TITLE_PREFIX
+
+# system.* titles of KFP's generic types -> the TFX class most often behind them.
+SYSTEM_TITLES = {
+    "system.Dataset": "tfx.types.standard_artifacts.Examples",
+    "system.Model": "tfx.types.standard_artifacts.Model",
+    "system.Statistics": "tfx.types.standard_artifacts.ExampleStatistics",
+    "system.Metrics": "tfx.types.standard_artifacts.ModelEvaluation",
+    "system.Artifact": f"{__name__}.GenericArtifact",
+}
+
+
+def _generic_artifact_class() -> type:
+    from tfx.types import artifact
+
+    return type("GenericArtifact", (artifact.Artifact,), {"TYPE_NAME": "system.Artifact",
+                                                          "__module__": __name__})
+
+
+def __getattr__(name: str) -> Any:  # GenericArtifact, built when TFX asks for it
+    if name == "GenericArtifact":
+        cls = _generic_artifact_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(name)
+
+
+# ---- compile time ----------------------------------------------------------------------
+
+def default_image_path_key() -> str:
+    """The key of the default image in KubeflowV2DagRunnerConfig(default_image={...})."""
+    from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
+
+    return kubeflow_v2_dag_runner._DEFAULT_IMAGE_PATH_KEY
+
+
+@contextlib.contextmanager
+def project_artifact_titles() -> Iterator[None]:
+    """Compiles custom artifact types whose TYPE_NAME is not a KFP schema title.
+
+    KFP v2 titles are "<namespace>.<Type>"; TFX refuses other custom TYPE_NAMEs. Such
+    a type is compiled as "imgpipe.<TYPE_NAME>", which the pod resolves back to its
+    class (custom_class_path).
+    """
+    from tfx.orchestration.kubeflow.v2 import compiler_utils
+
+    original = compiler_utils.get_artifact_schema
+
+    def get_artifact_schema(artifact_type) -> str:
+        name = artifact_type.TYPE_NAME
+        if (artifact_type in compiler_utils._SUPPORTED_STANDARD_ARTIFACT_TYPES
+                or compiler_utils._SCHEMA_TITLE_RE.fullmatch(name)):
+            return original(artifact_type)
+        renamed = type(artifact_type.__name__, (artifact_type,),
+                       {"TYPE_NAME": PROJECT_TITLE_PREFIX + name})
+        return original(renamed)
+
+    compiler_utils.get_artifact_schema = get_artifact_schema
+    try:
+        yield
+    finally:
+        compiler_utils.get_artifact_schema = original
+
+
+# ---- in the pod ------------------------------------------------------------------------
+
+def schema_title(type_schema) -> str | None:
+    """The title of an ArtifactTypeSchema; None when it is empty or null."""
+    import yaml
+
+    kind = type_schema.WhichOneof("kind")
+    if kind == "schema_title":
+        return type_schema.schema_title or None
+    if kind == "instance_schema":
+        data = yaml.safe_load(type_schema.instance_schema or "") or {}
+        return data.get("title") if isinstance(data, dict) else None
+    return None
+
+
+def custom_class_path(title: str) -> str | None:
+    """The import path of the loaded Artifact subclass a custom schema title names.
+
+    TFX uses a custom type's TYPE_NAME as its schema title and, at run time, as an
+    import path; a TYPE_NAME that is not one (or the imgpipe.-prefixed form) is
+    found among the Artifact classes the executor's modules have loaded.
+    """
+    from tfx.types import artifact
+
+    names = {title, title.removeprefix(PROJECT_TITLE_PREFIX)}
+    pending = [artifact.Artifact]
+    while pending:
+        cls = pending.pop()
+        if getattr(cls, "TYPE_NAME", None) in names and "<locals>" not in cls.__qualname__:
+            return f"{cls.__module__}.{cls.__qualname__}"
+        pending.extend(cls.__subclasses__())
+    return None
+
+
+def patch_tfx_entrypoint() -> None:
+    """Patches TFX's entrypoint helpers in place; idempotent.
+
+    1. `system.*` titles map to TFX classes (SYSTEM_TITLES), custom titles to the
+       loaded classes (custom_class_path).
+    2. A null `instance_schema` reads as untyped instead of failing on None.get.
+    3. tfx.v1.orchestration.experimental gets KubeflowV2DagRunner(Config) back.
+    """
+    from tfx.orchestration.kubeflow.v2 import compiler_utils
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
+
+    for title, path in SYSTEM_TITLES.items():
+        compiler_utils.TITLE_TO_CLASS_PATH.setdefault(title, path)
+
+    def retrieve_class_path(type_schema) -> str:
+        title = schema_title(type_schema) or "system.Artifact"
+        if title in compiler_utils.TITLE_TO_CLASS_PATH:
+            return compiler_utils.TITLE_TO_CLASS_PATH[title]
+        return custom_class_path(title) or title
+
+    utils._retrieve_class_path = retrieve_class_path
+    export_kubeflow_v2_runner()
+
+
+def export_kubeflow_v2_runner() -> None:
+    """Re-exports KubeflowV2DagRunner(Config) from tfx.v1.orchestration.experimental,
+    which drops them when its kfp-v1 imports fail under kfp >= 2."""
+    from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
+    from tfx.v1.orchestration import experimental
+
+    for name in ("KubeflowV2DagRunner", "KubeflowV2DagRunnerConfig"):
+        if not hasattr(experimental, name):
+            setattr(experimental, name, getattr(kubeflow_v2_dag_runner, name))
+
+
+def parse_flags(argv: list[str]) -> Any:
+    """TFX's container entrypoint argument parser: (args, beam_args)."""
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
+
+    return kubeflow_v2_run_executor._parse_flags(argv)
+
+
+def run_executor(args: Any, beam_args: list[str]) -> None:
+    """Runs one TFX executor exactly as TFX's container entrypoint does."""
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
+
+    kubeflow_v2_run_executor._run_executor(args, beam_args)

@@ -1,0 +1,47 @@
+"""Shared fixtures, and the test tiers.
+
+Every test belongs to exactly one tier, marked with its pytest marker:
+  unit       pure functions, parsing, configuration, structure: no Beam run, no training
+  component  one component's library or executor on tiny data: Beam runs, training,
+             exporting, compiling the pipeline
+  pipeline   a whole pipeline on a runner (LocalDagRunner, kfp.local)
+`make test-fast` runs the unit tier; `make test` runs them all. A test with no tier, or
+with two, fails the collection, so the tiers cannot drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+TIERS = ("unit", "component", "pipeline")
+# Beam's DirectRunner in this process: the tests' data is tiny, and worker processes
+# would each start TensorFlow.
+IN_PROCESS_BEAM_ARGS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wrong = []
+    for item in items:
+        tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+        if len(tiers) != 1:
+            wrong.append(f"{item.nodeid}: {sorted(tiers) or 'no tier'}")
+    if wrong:
+        raise pytest.UsageError("every test needs exactly one tier marker "
+                                f"({', '.join(TIERS)}):\n  " + "\n  ".join(wrong))
+
+
+@pytest.fixture(scope="session")
+def beam_args() -> list[str]:
+    """Beam args that run a pipeline in this process."""
+    return list(IN_PROCESS_BEAM_ARGS)
+
+
+@pytest.fixture(scope="session")
+def make_pipeline(beam_args) -> Callable:
+    """Returns a function that makes an in-process Beam pipeline, as executors' are made."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    return lambda: beam.Pipeline(options=PipelineOptions(beam_args))

@@ -1,0 +1,192 @@
+"""One configuration: the pipeline YAML reaches every component setting, one loader
+rejects unknown keys everywhere, defaults live in the components' types, and bad values
+fail when the config is loaded."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import yaml
+
+from imgpipe.components.common import config_loader
+from imgpipe.components.evaluator.config import EvaluatorConfig
+from imgpipe.components.image_example_gen.options import (
+    ExampleGenConfig,
+    ImageOptions,
+    OutputOptions,
+)
+from imgpipe.components.image_statistics.config import StatisticsConfig
+from imgpipe.components.trainer.config import TrainerConfig
+from imgpipe.pipelines import config as cfg
+from imgpipe.pipelines.kubeflow.config import KubeflowConfig
+
+pytestmark = pytest.mark.unit
+
+# A non-default value for settings of every section.
+CHANGED = {
+    "data_root": "/data/images",
+    "example_gen": {"image": {"resize": 128, "center_crop": True, "verify": "decode"},
+                    "output": {"splits": [["train", 0.7], ["eval", 0.3]], "stratify": False,
+                               "on_error": "fail", "num_shards": 3}},
+    "statistics": {"fail_on_anomalies": False, "leakage_threshold": 0.05,
+                   "min_supported_fraction": 0.9, "sample_thumbnails": 2},
+    "trainer": {"backbone": "tiny_cnn", "learning_rate": 0.01, "weights": "/w/notop.h5",
+                "dropout": 0.3, "image_size": 96, "crop_fraction": 0.9, "train_steps": 40},
+    "evaluator": {"accuracy_threshold": 0.6},
+}
+
+
+def _components(config: cfg.PipelineConfig) -> dict:
+    from imgpipe.pipelines import pipeline
+
+    return {component.id: component for component in pipeline.create_components(config)}
+
+
+def test_every_setting_of_every_section_reaches_its_component():
+    from imgpipe.components.image_example_gen import spec as gen_spec
+    from imgpipe.components.image_statistics import spec as stats_spec
+    from imgpipe.components.trainer import spec as trainer_spec
+    from imgpipe.pipelines import component_ids as ids
+
+    config = cfg.from_dict(CHANGED)
+    components = _components(config)
+    gen = components[ids.EXAMPLE_GEN].exec_properties
+    assert json.loads(gen[gen_spec.IMAGE_OPTIONS_KEY]) == config_loader.to_dict(
+        config.example_gen.image)
+    assert json.loads(gen[gen_spec.OUTPUT_OPTIONS_KEY]) == config_loader.to_dict(
+        config.example_gen.output)
+    stats = components[ids.IMAGE_STATISTICS].exec_properties
+    assert json.loads(stats[stats_spec.STATISTICS_CONFIG_KEY]) == config_loader.to_dict(
+        config.statistics)
+    # The statistics are computed at the Trainer's geometry, which is set once.
+    assert stats[stats_spec.IMAGE_SIZE_KEY] == 96 and stats[stats_spec.CROP_FRACTION_KEY] == 0.9
+    trainer = components[ids.TRAINER].exec_properties
+    assert json.loads(trainer[trainer_spec.CUSTOM_CONFIG_KEY]) == config_loader.to_dict(
+        config.trainer)
+    assert json.loads(trainer[trainer_spec.TRAIN_ARGS_KEY]) == {"num_steps": 40}
+    eval_config = json.loads(components[ids.EVALUATOR].exec_properties["eval_config"])
+    threshold = eval_config["metrics_specs"][0]["metrics"][0]["per_slice_thresholds"][0]
+    assert threshold["threshold"]["value_threshold"]["lower_bound"] == 0.6
+    # ...and each changed value is in the config the loader built.
+    assert config.statistics.fail_on_anomalies is False
+    assert config.trainer.weights == "/w/notop.h5"
+    assert config.example_gen.output.splits == (("train", 0.7), ("eval", 0.3))
+
+
+@pytest.mark.parametrize("section, key, allowed", [
+    ("statistics", "leakage", "leakage_threshold"),
+    ("trainer", "epoch", "epochs"),
+    ("evaluator", "threshold", "accuracy_threshold"),
+    ("kubeflow", "image", "images"),
+])
+def test_unknown_keys_are_named_with_the_allowed_ones_in_every_section(section, key, allowed):
+    with pytest.raises(ValueError, match=rf"unknown key\(s\) \['{key}'\] in {section}; "
+                                         rf"allowed: .*'{allowed}'"):
+        cfg.from_dict({section: {key: 1}})
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['resize'\] in example_gen; "):
+        cfg.from_dict({"example_gen": {"resize": 256}})
+
+
+@pytest.mark.parametrize("moved, where", [("model", "trainer"), ("data", "example_gen"),
+                                          ("num_gpus", "trainer.num_gpus"),
+                                          ("images", "kubeflow.images")])
+def test_keys_of_the_first_release_say_where_they_went(moved, where):
+    with pytest.raises(ValueError, match=f"'{moved}' has moved to {where}"):
+        cfg.from_dict({moved: {}})
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"statistics": {"leakage_threshold": 2.0}}, r"statistics\.leakage_threshold must be"),
+    ({"trainer": {"epochs": "five"}}, r"trainer\.epochs must be int, got 'five'"),
+    ({"trainer": {"backbone": "vgg"}}, r"trainer\.backbone 'vgg' is unknown"),
+    ({"trainer": {"mean": [1, 2]}}, r"trainer\.mean needs 3 values"),
+    ({"example_gen": {"output": {"on_error": "ignore"}}},
+     r"example_gen\.output\.on_error must be skip or fail"),
+    ({"evaluator": {"accuracy_threshold": -1}}, r"evaluator\.accuracy_threshold must be"),
+    ({"kubeflow": {"resources": {"Trainer": {"cpu_request": "lots"}}}},
+     r"Trainer\.cpu_request must look like"),
+])
+def test_bad_values_fail_when_the_config_is_loaded(values, message):
+    with pytest.raises(ValueError, match=message):
+        cfg.from_dict(values)
+
+
+def test_yaml_round_trips_and_a_broken_file_is_one_line(tmp_path):
+    config = cfg.from_dict(CHANGED)
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(cfg.to_dict(config)))
+    assert cfg.load(str(path)) == config
+    path.write_text("trainer: {epochs: 3\n")
+    with pytest.raises(ValueError, match="is not valid YAML") as raised:
+        cfg.load(str(path))
+    assert "\n" not in str(raised.value)
+    with pytest.raises(ValueError, match="does not exist"):
+        cfg.load(str(tmp_path / "missing.yaml"))
+
+
+@pytest.mark.parametrize("cls", [ImageOptions, OutputOptions, ExampleGenConfig,
+                                 StatisticsConfig, TrainerConfig, EvaluatorConfig,
+                                 KubeflowConfig, cfg.PipelineConfig])
+def test_every_settings_type_round_trips_through_json(cls):
+    value = cls()
+    assert config_loader.from_json(cls, config_loader.to_json(value)) == value
+    for field in dataclasses.fields(cls):
+        config_loader.field_default(cls, field.name)  # every setting has a default
+
+
+def test_the_cli_takes_its_defaults_from_the_types():
+    from imgpipe.pipelines.cli import build_parser
+    from imgpipe.pipelines.cli import convert as convert_cli
+
+    parser = build_parser()
+    convert_args = parser.parse_args(["convert", "src", "out"])
+    assert convert_cli.options_from_args(convert_args) == (ImageOptions(), OutputOptions())
+    stats_args = parser.parse_args(["stats", "examples"])
+    defaults = StatisticsConfig()
+    assert (stats_args.thumbnails, stats_args.native, stats_args.leakage_threshold,
+            stats_args.min_supported_fraction, stats_args.fail_on_anomalies) == (
+        defaults.sample_thumbnails, defaults.native_resolution, defaults.leakage_threshold,
+        defaults.min_supported_fraction, defaults.fail_on_anomalies)
+    assert stats_args.image_size == TrainerConfig().image_size
+
+
+def test_the_loader_coerces_yaml_scalars_and_checks_shapes():
+    @dataclasses.dataclass(frozen=True)
+    class Example:
+        ratio: float = 1.0
+        pair: tuple[int, int] = (0, 0)
+        names: tuple[str, ...] = ()
+        either: int | float = 0
+        label: str = ""
+
+    built = config_loader.from_dict(Example, {"ratio": 2, "pair": [3, 4], "names": ["a"],
+                                              "either": 5, "label": 7})
+    assert built == Example(2.0, (3, 4), ("a",), 5, "7")
+    assert isinstance(built.ratio, float) and isinstance(built.either, int)
+    with pytest.raises(ValueError, match=r"pair needs 2 values"):
+        config_loader.from_dict(Example, {"pair": [1]})
+    with pytest.raises(ValueError, match=r"the top level must be a mapping"):
+        config_loader.from_dict(Example, [1])
+    with pytest.raises(ValueError, match=r"either must be one of"):
+        config_loader.from_dict(Example, {"either": "x"})
+
+
+def test_argparse_defaults_are_not_spelled_twice():
+    """The stats and convert commands declare no literal default for a setting the
+    component types own (a literal would drift, as epochs=10 against 5 once did)."""
+    import ast
+    import inspect
+
+    from imgpipe.pipelines.cli import convert, stats
+
+    for module in (convert, stats):
+        tree = ast.parse(inspect.getsource(module))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                for keyword in node.keywords:
+                    if keyword.arg == "default":
+                        assert not isinstance(keyword.value, ast.Constant), (
+                            f"{module.__name__}: literal default {ast.unparse(keyword.value)} "
+                            f"for {ast.unparse(node.args[0])}")
