@@ -30,9 +30,11 @@ import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from imgpipe.components.common.conversion_summary import ConversionSummary
+from imgpipe.components.common.layout import TRAIN_SPLIT
 from imgpipe.components.image_example_gen.convert import run_conversion
-from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
-from imgpipe.components.image_example_gen.transforms import ConversionTask, convert_task
+from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions, flat_splits
+from imgpipe.components.image_example_gen.tasks import ConversionTask
+from imgpipe.components.image_example_gen.transforms import convert_task
 
 RESIZE = 256
 QUALITY = 90
@@ -43,12 +45,16 @@ def _images(folder: str) -> list[str]:
 
 
 def _example(encoded: bytes, height: int, width: int, label: int) -> bytes:
-    return tf.train.Example(features=tf.train.Features(feature={
-        "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
-        "image/height": tf.train.Feature(int64_list=tf.train.Int64List(value=[height])),
-        "image/width": tf.train.Feature(int64_list=tf.train.Int64List(value=[width])),
-        "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-    })).SerializeToString()
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
+                "image/height": tf.train.Feature(int64_list=tf.train.Int64List(value=[height])),
+                "image/width": tf.train.Feature(int64_list=tf.train.Int64List(value=[width])),
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+            }
+        )
+    ).SerializeToString()
 
 
 def baseline_decode_for_size(paths: list[str], out_path: str) -> None:
@@ -68,26 +74,34 @@ def _cv2_resize_task(path: str, interpolation: int = cv2.INTER_AREA) -> bytes:
     image = cv2.resize(image, size, interpolation=interpolation)
     top = (image.shape[0] - RESIZE) // 2
     left = (image.shape[1] - RESIZE) // 2
-    image = image[top:top + RESIZE, left:left + RESIZE]
+    image = image[top : top + RESIZE, left : left + RESIZE]
     ok, buffer = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, QUALITY])
     return buffer.tobytes()
 
 
-def baseline_pool_resize(paths: list[str], out_path: str, processes: int,
-                         interpolation: int = cv2.INTER_AREA) -> None:
+def baseline_pool_resize(
+    paths: list[str], out_path: str, processes: int, interpolation: int = cv2.INTER_AREA
+) -> None:
     """The articles: multiprocessing pool of cv2.imread -> resize -> imencode, parent writes."""
     task = functools.partial(_cv2_resize_task, interpolation=interpolation)
-    with multiprocessing.get_context("fork").Pool(processes) as pool, \
-            tf.io.TFRecordWriter(out_path) as writer:
+    with (
+        multiprocessing.get_context("fork").Pool(processes) as pool,
+        tf.io.TFRecordWriter(out_path) as writer,
+    ):
         for i, encoded in enumerate(pool.imap(task, paths, chunksize=16)):
             writer.write(_example(encoded, RESIZE, RESIZE, i % 10))
 
 
-def ours(folder: str, out_dir: str, image_options: ImageOptions, beam_args: list[str]
-         ) -> ConversionSummary:
-    result = run_conversion(folder, out_dir, image_options,
-                            OutputOptions(splits=(("train", 0.9), ("eval", 0.1))),
-                            lambda: beam.Pipeline(options=PipelineOptions(beam_args)))
+def ours(
+    folder: str, out_dir: str, image_options: ImageOptions, beam_args: list[str]
+) -> ConversionSummary:
+    result = run_conversion(
+        folder,
+        out_dir,
+        image_options,
+        OutputOptions(splits=flat_splits(0.1)),
+        lambda: beam.Pipeline(options=PipelineOptions(beam_args)),
+    )
     return result.summary
 
 
@@ -95,8 +109,10 @@ def conversion_alone(folder: str, options: ImageOptions, threads: int) -> None:
     """ConvertImageFn's per-image work (read, convert, hash, serialize) without Beam:
     inline for pass-through, on `threads` threads when every image is decoded, as the
     DoFn does."""
-    tasks = [ConversionTask(os.path.relpath(path, folder), "label", 0, "train")
-             for path in _images(folder)]
+    tasks = [
+        ConversionTask(os.path.relpath(path, folder), "label", 0, TRAIN_SPLIT)
+        for path in _images(folder)
+    ]
     convert = functools.partial(convert_task, folder, options=options)
     if options.decodes_every_image:
         with ThreadPoolExecutor(threads) as pool:
@@ -123,9 +139,15 @@ def _peak_rss_mb(folder: str, limit: int, beam_args: list[str]) -> float:
         "from imgpipe.components.image_example_gen.options import ImageOptions\n"
         f"ours(_subset({folder!r}, {limit}), tempfile.mkdtemp(), ImageOptions(), {beam_args!r})\n"
         "print(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,\n"
-        "          resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n")
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                         text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        "          resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
 
@@ -161,13 +183,18 @@ def run(folder: str, processes: int | None = None) -> dict:
     def ours_time(src: str, options: ImageOptions, args: list[str], repeats: int = 2) -> float:
         def convert() -> None:
             ours(src, os.path.join(work, str(next(out))), options, args)
+
         return _timed(convert, repeats=repeats)
 
-    figures: dict = {"images": n, "processes": processes,
-                     "source_mb": round(sum(os.path.getsize(p) for p in paths) / 2**20, 1)}
+    figures: dict = {
+        "images": n,
+        "processes": processes,
+        "source_mb": round(sum(os.path.getsize(p) for p in paths) / 2**20, 1),
+    }
     try:
-        t_base = _timed(baseline_decode_for_size, paths, os.path.join(work, "base.tfrecord"),
-                        repeats=2)
+        t_base = _timed(
+            baseline_decode_for_size, paths, os.path.join(work, "base.tfrecord"), repeats=2
+        )
         t_pass = ours_time(folder, ImageOptions(), in_process, repeats=3)
         t_pass_small = ours_time(small_folder, ImageOptions(), in_process, repeats=3)
         t_pass_multi = ours_time(folder, ImageOptions(), multi, repeats=1)
@@ -185,10 +212,22 @@ def run(folder: str, processes: int | None = None) -> dict:
             "tfrecord_to_source_size_ratio": summary.size_ratio,
         }
         resize = ImageOptions(resize=RESIZE, center_crop=True, quality=QUALITY)
-        t_pool_area = _timed(baseline_pool_resize, paths, os.path.join(work, "pa.tfrecord"),
-                             processes, cv2.INTER_AREA, repeats=2)
-        t_pool_linear = _timed(baseline_pool_resize, paths, os.path.join(work, "pl.tfrecord"),
-                               processes, cv2.INTER_LINEAR, repeats=2)
+        t_pool_area = _timed(
+            baseline_pool_resize,
+            paths,
+            os.path.join(work, "pa.tfrecord"),
+            processes,
+            cv2.INTER_AREA,
+            repeats=2,
+        )
+        t_pool_linear = _timed(
+            baseline_pool_resize,
+            paths,
+            os.path.join(work, "pl.tfrecord"),
+            processes,
+            cv2.INTER_LINEAR,
+            repeats=2,
+        )
         t_resize = ours_time(folder, resize, in_process)
         t_resize_small = ours_time(small_folder, resize, in_process)
         t_resize_multi = ours_time(folder, resize, multi, repeats=1)

@@ -36,18 +36,18 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from imgpipe.components.common import allocator, artifacts, preprocessing
+from imgpipe.components.common import allocator, artifacts, layout, preprocessing
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import memory
 
-TARGETS = {"vs_decode_ceiling": 0.85, "vs_image_dataset_from_directory": 2.0,
-           "vs_sequential": 1.8}
+TARGETS = {"vs_decode_ceiling": 0.85, "vs_image_dataset_from_directory": 2.0, "vs_sequential": 1.8}
 MEAN, STD = (124.0, 116.0, 104.0), (58.0, 57.0, 57.0)
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-def _images_per_second(dataset: tf.data.Dataset, batches: int, warmup: int,
-                       batch_size: int) -> float:
+def _images_per_second(
+    dataset: tf.data.Dataset, batches: int, warmup: int, batch_size: int
+) -> float:
     iterator = iter(dataset)
     for _ in range(warmup):
         next(iterator)
@@ -61,51 +61,80 @@ def _encoded_images(source: input_lib.SplitSource) -> tuple[tf.Tensor, tf.Tensor
     """The split's encoded images [N] and their [height, width] [N, 2], in memory."""
     records = input_lib.read_records(source, input_lib.EVAL).batch(1024)
     parsed = [input_lib.parse_batch(batch, input_lib.DEFAULT_KEY_MAP) for batch in records]
-    return (tf.concat([encoded for encoded, _, _ in parsed], axis=0),
-            tf.concat([shapes for _, _, shapes in parsed], axis=0))
+    return (
+        tf.concat([encoded for encoded, _, _ in parsed], axis=0),
+        tf.concat([shapes for _, _, shapes in parsed], axis=0),
+    )
 
 
-def _pipelines(examples_dir: str, image_folder: str, batch_size: int, image_size: int
-               ) -> tuple[dict[str, Callable[[], tf.data.Dataset]], dict]:
-    source = input_lib.split_source(examples_dir, "train")
-    plan = memory.plan_memory(source.encoded_bytes or 0, source.records or 0,
-                              memory.available_memory_bytes(), min_shuffle_buffer=batch_size)
+def _pipelines(
+    examples_dir: str, image_folder: str, batch_size: int, image_size: int
+) -> tuple[dict[str, Callable[[], tf.data.Dataset]], dict]:
+    source = input_lib.split_source(examples_dir, layout.TRAIN_SPLIT)
+    plan = memory.plan_memory(
+        source.encoded_bytes or 0,
+        source.records or 0,
+        memory.available_memory_bytes(),
+        min_shuffle_buffer=batch_size,
+    )
     encoded, shapes = _encoded_images(source)
     size = [image_size, image_size]
 
     def ours(normalization=None) -> tf.data.Dataset:
-        return input_lib.make_dataset(source, input_lib.TRAIN, image_size=image_size,
-                                      batch_size=batch_size, memory=plan,
-                                      normalization=normalization)
+        return input_lib.make_dataset(
+            source,
+            input_lib.TRAIN,
+            image_size=image_size,
+            batch_size=batch_size,
+            memory=plan,
+            normalization=normalization,
+        )
 
     def in_memory(fn) -> tf.data.Dataset:
-        return (tf.data.Dataset.from_tensor_slices(encoded).repeat()
-                .map(fn, num_parallel_calls=AUTOTUNE, deterministic=False)
-                .batch(batch_size).prefetch(AUTOTUNE))
+        return (
+            tf.data.Dataset.from_tensor_slices(encoded)
+            .repeat()
+            .map(fn, num_parallel_calls=AUTOTUNE, deterministic=False)
+            .batch(batch_size)
+            .prefetch(AUTOTUNE)
+        )
 
     def in_memory_batched(fn, shape) -> tf.data.Dataset:
         """Batch first, then map_fn over each batch (as the input_fn does)."""
-        return (tf.data.Dataset.from_tensor_slices(encoded).repeat().batch(batch_size)
-                .map(lambda b: tf.map_fn(fn, b, fn_output_signature=tf.TensorSpec(
-                    shape, tf.uint8)), num_parallel_calls=AUTOTUNE, deterministic=False)
-                .prefetch(AUTOTUNE))
+        return (
+            tf.data.Dataset.from_tensor_slices(encoded)
+            .repeat()
+            .batch(batch_size)
+            .map(
+                lambda b: tf.map_fn(fn, b, fn_output_signature=tf.TensorSpec(shape, tf.uint8)),
+                num_parallel_calls=AUTOTUNE,
+                deterministic=False,
+            )
+            .prefetch(AUTOTUNE)
+        )
 
     def from_directory() -> tf.data.Dataset:
         return tf.keras.utils.image_dataset_from_directory(
-            image_folder, image_size=size, batch_size=batch_size, seed=0,
-            verbose=False).repeat()
+            image_folder, image_size=size, batch_size=batch_size, seed=0, verbose=False
+        ).repeat()
 
     def sequential(one_core: bool = False) -> tf.data.Dataset:
-        features = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
-                    "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+        features = {
+            "image/encoded": tf.io.FixedLenFeature([], tf.string),
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+        }
 
         def parse(record):
             example = tf.io.parse_single_example(record, features)
             image = tf.io.decode_jpeg(example["image/encoded"], channels=3)
             return tf.image.resize(image, size) / 255.0, example["image/class/label"]
 
-        dataset = (tf.data.TFRecordDataset(list(source.files), source.compression)
-                   .repeat().map(parse).batch(batch_size))
+        dataset = (
+            tf.data.TFRecordDataset(list(source.files), source.compression)
+            .repeat()
+            .map(parse)
+            .batch(batch_size)
+        )
         if one_core:
             options = tf.data.Options()
             options.threading.private_threadpool_size = 1
@@ -118,25 +147,44 @@ def _pipelines(examples_dir: str, image_folder: str, batch_size: int, image_size
         "input_fn_host_normalized": lambda: ours((MEAN, STD)),
         "decode_ceiling": lambda: in_memory(lambda e: tf.io.decode_jpeg(e, channels=3)),
         "decode_ceiling_batched": lambda: in_memory_batched(
-            lambda e: tf.io.decode_jpeg(e, channels=3), [None, None, 3]),
-        "decode_ceiling_train_dct": lambda: in_memory(lambda e: tf.io.decode_jpeg(
-            e, channels=3, dct_method=preprocessing.TRAIN_DCT_METHOD)),
+            lambda e: tf.io.decode_jpeg(e, channels=3), [None, None, 3]
+        ),
+        "decode_ceiling_train_dct": lambda: in_memory(
+            lambda e: tf.io.decode_jpeg(e, channels=3, dct_method=preprocessing.TRAIN_DCT_METHOD)
+        ),
         "augment_ceiling": lambda: (
-            tf.data.Dataset.from_tensor_slices((encoded, shapes)).repeat().batch(batch_size)
-            .map(lambda e, s: preprocessing.train_images(e, image_size, s),
-                 num_parallel_calls=AUTOTUNE, deterministic=False).prefetch(AUTOTUNE)),
+            tf.data.Dataset.from_tensor_slices((encoded, shapes))
+            .repeat()
+            .batch(batch_size)
+            .map(
+                lambda e, s: preprocessing.train_images(e, image_size, s),
+                num_parallel_calls=AUTOTUNE,
+                deterministic=False,
+            )
+            .prefetch(AUTOTUNE)
+        ),
         "image_dataset_from_directory": from_directory,
         "sequential": sequential,
         "sequential_one_thread": lambda: sequential(one_core=True),
     }
-    info = {"records": source.records, "encoded_mb": round((source.encoded_bytes or 0) / 2**20, 1),
-            "cache": plan.cache, "cache_decision": plan.reason,
-            "shuffle_buffer": plan.shuffle_buffer}
+    info = {
+        "records": source.records,
+        "encoded_mb": round((source.encoded_bytes or 0) / 2**20, 1),
+        "cache": plan.cache,
+        "cache_decision": plan.reason,
+        "shuffle_buffer": plan.shuffle_buffer,
+    }
     return pipelines, info
 
 
-def run(examples_dir: str, image_folder: str, batch_size: int = 64, image_size: int = 224,
-        batches: int = 25, rounds: int = 3) -> dict:
+def run(
+    examples_dir: str,
+    image_folder: str,
+    batch_size: int = 64,
+    image_size: int = 224,
+    batches: int = 25,
+    rounds: int = 3,
+) -> dict:
     """Images/s of each pipeline and the input_fn's ratios to the others.
 
     Args:
@@ -169,7 +217,9 @@ def run(examples_dir: str, image_folder: str, batch_size: int = 64, image_size: 
         "augment_ceiling_vs_sequential": best["augment_ceiling"] / best["sequential"],
     }
     return {
-        "batch_size": batch_size, "image_size": image_size, "malloc_tuned": malloc_tuned,
+        "batch_size": batch_size,
+        "image_size": image_size,
+        "malloc_tuned": malloc_tuned,
         **info,
         "images_per_second": {k: round(v, 1) for k, v in best.items()},
         "ratios": {k: round(v, 3) for k, v in ratios.items()},
@@ -190,8 +240,13 @@ class _EpochTimer(tf.keras.callbacks.Callback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
-def gpu_feed(examples_dir: str, backbone: str = "mobilenet_v3_small", image_size: int = 224,
-             batch_size: int = 32, steps: int = 8) -> dict:
+def gpu_feed(
+    examples_dir: str,
+    backbone: str = "mobilenet_v3_small",
+    image_size: int = 224,
+    batch_size: int = 32,
+    steps: int = 8,
+) -> dict:
     """Training steps/s on the real input_fn / steps/s on one batch repeated from memory.
 
     Runs on whatever devices TF sees (the Trainer's own device plan: GPUs and mixed
@@ -207,33 +262,46 @@ def gpu_feed(examples_dir: str, backbone: str = "mobilenet_v3_small", image_size
     plan = devices.plan_devices(*devices.visible_devices())
     devices.apply_precision(plan)
     try:
-        source = input_lib.split_source(examples_dir, "train")
+        source = input_lib.split_source(examples_dir, layout.TRAIN_SPLIT)
         global_batch = batch_size * plan.replicas
-        mem = memory.plan_memory(source.encoded_bytes or 0, source.records or 0,
-                                 memory.available_memory_bytes(),
-                                 min_shuffle_buffer=global_batch)
-        real = input_lib.make_dataset(source, input_lib.TRAIN, image_size=image_size,
-                                      batch_size=global_batch, memory=mem)
+        mem = memory.plan_memory(
+            source.encoded_bytes or 0,
+            source.records or 0,
+            memory.available_memory_bytes(),
+            min_shuffle_buffer=global_batch,
+        )
+        real = input_lib.make_dataset(
+            source, input_lib.TRAIN, image_size=image_size, batch_size=global_batch, memory=mem
+        )
         batch = next(iter(real))
         synthetic = tf.data.Dataset.from_tensors(batch).repeat()
         config = TrainerConfig(backbone=backbone, image_size=image_size)
         with devices.make_strategy(plan).scope():
-            model = model_lib.build_model(config, len(artifacts.load_labels(examples_dir)),
-                                          (MEAN, STD))
+            model = model_lib.build_model(
+                config, len(artifacts.load_labels(examples_dir)), (MEAN, STD)
+            )
             model_lib.compile_model(model, config, total_steps=10 * steps)
         rates = {}
-        for name, dataset in (("synthetic", synthetic), ("real", real),
-                              ("synthetic_again", synthetic), ("real_again", real)):
+        for name, dataset in (
+            ("synthetic", synthetic),
+            ("real", real),
+            ("synthetic_again", synthetic),
+            ("real_again", real),
+        ):
             timer = _EpochTimer()
             # Epoch 1 compiles and fills buffers; epoch 2, on the same iterator, is timed.
             model.fit(dataset, steps_per_epoch=steps, epochs=2, verbose=0, callbacks=[timer])
             rates[name] = steps / timer.seconds[-1]
         real_rate = max(rates["real"], rates["real_again"])
         synthetic_rate = max(rates["synthetic"], rates["synthetic_again"])
-        return {"devices": list(plan.devices), "policy": plan.precision_policy,
-                "backbone": backbone, "global_batch": global_batch,
-                "steps_per_second_real": round(real_rate, 3),
-                "steps_per_second_synthetic": round(synthetic_rate, 3),
-                "feed_ratio": round(real_rate / synthetic_rate, 3)}
+        return {
+            "devices": list(plan.devices),
+            "policy": plan.precision_policy,
+            "backbone": backbone,
+            "global_batch": global_batch,
+            "steps_per_second_real": round(real_rate, 3),
+            "steps_per_second_synthetic": round(synthetic_rate, 3),
+            "feed_ratio": round(real_rate / synthetic_rate, 3),
+        }
     finally:
         keras.mixed_precision.set_global_policy(devices.FLOAT32)

@@ -35,8 +35,7 @@ def source_photos(min_side: int = 240) -> list[str]:
     return photos
 
 
-def make_photo_dataset(out_dir: str, count: int = 3000, classes: int = 10,
-                       seed: int = 0) -> str:
+def make_photo_dataset(out_dir: str, count: int = 3000, classes: int = 10, seed: int = 0) -> str:
     """Writes out_dir/class_<k>/<n>.jpg and returns out_dir."""
     stamp = os.path.join(out_dir, ".complete")
     expected = f"{count} {classes} {seed}"
@@ -51,11 +50,16 @@ def make_photo_dataset(out_dir: str, count: int = 3000, classes: int = 10,
         photo = decoded[int(rng.integers(len(decoded)))]
         height, width = TARGET_SHAPES[int(rng.integers(len(TARGET_SHAPES)))]
         scale = max(height / photo.shape[0], width / photo.shape[1]) * rng.uniform(1.0, 1.6)
-        resized = cv2.resize(photo, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA
-                             if scale < 1 else cv2.INTER_CUBIC)
+        resized = cv2.resize(
+            photo,
+            None,
+            fx=scale,
+            fy=scale,
+            interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_CUBIC,
+        )
         top = int(rng.integers(resized.shape[0] - height + 1))
         left = int(rng.integers(resized.shape[1] - width + 1))
-        crop = resized[top:top + height, left:left + width]
+        crop = resized[top : top + height, left : left + width]
         if rng.integers(2):
             crop = crop[:, ::-1]
         path = os.path.join(out_dir, f"class_{n % classes}", f"{n:05d}.jpg")

@@ -25,9 +25,14 @@ def machine() -> dict:
                 cpu = line.split(":", 1)[1].strip()
                 break
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(mem_gb, 1),
-            "platform": platform.platform(), "python": platform.python_version(),
-            "load_average_at_start": os.getloadavg()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": round(mem_gb, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average_at_start": os.getloadavg(),
+    }
 
 
 def main() -> None:
@@ -40,21 +45,27 @@ def main() -> None:
 
     # As the pipeline's own stages do; set once here, so every baseline gets it too.
     from imgpipe.components.common import allocator
+
     malloc_tuned = allocator.tune_malloc()
     photos = make_photo_dataset(DEFAULT_DATA + f"-{args.images}", count=args.images)
-    results: dict = {"machine": machine() | {"glibc_malloc_tuned": malloc_tuned},
-                     "dataset": {"folder": photos, "images": args.images}}
+    results: dict = {
+        "machine": machine() | {"glibc_malloc_tuned": malloc_tuned},
+        "dataset": {"folder": photos, "images": args.images},
+    }
     start = time.time()
     if "convert" in selected:
         from benchmarks import convert_bench
+
         results["image_example_gen"] = convert_bench.run(photos)
     if "stats" in selected or "input" in selected:
         shards = convert_bench_shards(photos)
         if "stats" in selected:
             from benchmarks import stats_bench
+
             results["image_statistics"] = stats_bench.run(shards)
         if "input" in selected:
             from benchmarks import input_bench
+
             results["trainer_input_fn"] = input_bench.run(shards, photos)
             results["gpu_feed"] = input_bench.gpu_feed(shards, batch_size=16, steps=4)
     results["seconds"] = round(time.time() - start)
@@ -69,15 +80,20 @@ def convert_bench_shards(photos: str) -> str:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from imgpipe.components.common.layout import SUMMARY_FILE
     from imgpipe.components.image_example_gen.convert import run_conversion
     from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
 
     out = photos.rstrip("/") + "-shards-256"
-    if os.path.exists(os.path.join(out, "conversion_summary.json")):
+    if os.path.exists(os.path.join(out, SUMMARY_FILE)):
         return out
-    run_conversion(photos, out, ImageOptions(resize=256, center_crop=True, quality=90),
-                   OutputOptions(num_shards=8),
-                   lambda: beam.Pipeline(options=PipelineOptions(["--direct_num_workers=1"])))
+    run_conversion(
+        photos,
+        out,
+        ImageOptions(resize=256, center_crop=True, quality=90),
+        OutputOptions(num_shards=8),
+        lambda: beam.Pipeline(options=PipelineOptions(["--direct_num_workers=1"])),
+    )
     return out
 
 

@@ -63,8 +63,9 @@ def _split_records(examples_dir: str, split: str) -> list[bytes]:
     """The records of one split, read as the statistics read them."""
     files = sorted(tf.io.gfile.glob(artifacts.split_shard_pattern(examples_dir, split)))
     reader = ReadRecordBatchesFn(BATCH_SIZE)
-    return [record for path in files for _, batch in reader.process((split, path))
-            for record in batch]
+    return [
+        record for path in files for _, batch in reader.process((split, path)) for record in batch
+    ]
 
 
 def _splits(examples_dir: str) -> list[str]:
@@ -72,8 +73,9 @@ def _splits(examples_dir: str) -> list[str]:
 
 
 def _records(examples_dir: str) -> list[bytes]:
-    return [record for split in _splits(examples_dir)
-            for record in _split_records(examples_dir, split)]
+    return [
+        record for split in _splits(examples_dir) for record in _split_records(examples_dir, split)
+    ]
 
 
 @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
@@ -87,8 +89,12 @@ def _decode_batch(encoded: tf.Tensor) -> tf.Tensor:
 def _decode_only(examples_dir: str) -> int:
     records = _records(examples_dir)
     for start in range(0, len(records), BATCH_SIZE):
-        encoded = [tf.train.Example.FromString(r).features.feature[fk.IMAGE_ENCODED_KEY]
-                   .bytes_list.value[0] for r in records[start:start + BATCH_SIZE]]
+        encoded = [
+            tf.train.Example.FromString(r)
+            .features.feature[fk.IMAGE_ENCODED_KEY]
+            .bytes_list.value[0]
+            for r in records[start : start + BATCH_SIZE]
+        ]
         _decode_batch(tf.constant(encoded)).numpy()
     return len(records)
 
@@ -98,13 +104,17 @@ def _stats_core(examples_dir: str, options: AnalysisOptions) -> int:
     images = 0
     for split in _splits(examples_dir):
         records = _split_records(examples_dir, split)
-        split_options = dataclasses.replace(options, thumbnail_fraction=thumbnail_fraction(
-            examples_dir, options.keep_thumbnails, split))
-        batches = [records[start:start + BATCH_SIZE]
-                   for start in range(0, len(records), BATCH_SIZE)]
+        split_options = dataclasses.replace(
+            options,
+            thumbnail_fraction=thumbnail_fraction(examples_dir, options.keep_thumbnails, split),
+        )
+        batches = [
+            records[start : start + BATCH_SIZE] for start in range(0, len(records), BATCH_SIZE)
+        ]
         with ThreadPoolExecutor(BATCHES_IN_FLIGHT) as in_flight:  # as AnalyzeBatchFn
-            analyze = functools.partial(analyze_batch, split=split, decoder=decoder,
-                                        options=split_options)
+            analyze = functools.partial(
+                analyze_batch, split=split, decoder=decoder, options=split_options
+            )
             for accumulator, _ in in_flight.map(analyze, batches):
                 images += accumulator.images
     return images
@@ -113,8 +123,9 @@ def _stats_core(examples_dir: str, options: AnalysisOptions) -> int:
 def _eval_decode(examples_dir: str, options: AnalysisOptions, histograms: bool) -> int:
     decoder = BatchDecoder(options.image_size, options.crop_fraction)
     encoded = [parse_record(record).encoded for record in _records(examples_dir)]
-    chunks = [encoded[start:start + DECODE_CHUNK]
-              for start in range(0, len(encoded), DECODE_CHUNK)]
+    chunks = [
+        encoded[start : start + DECODE_CHUNK] for start in range(0, len(encoded), DECODE_CHUNK)
+    ]
 
     def reduce(chunk: list[bytes]) -> None:
         pixels = decoder.eval_pixels(chunk)
@@ -134,8 +145,13 @@ def _stats_beam(examples_dir: str, options: AnalysisOptions) -> int:
 
     args = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
     with tempfile.TemporaryDirectory() as work:
-        run = run_statistics(examples_dir, _splits(examples_dir), work, options,
-                             lambda: beam.Pipeline(options=PipelineOptions(args)))
+        run = run_statistics(
+            examples_dir,
+            _splits(examples_dir),
+            work,
+            options,
+            lambda: beam.Pipeline(options=PipelineOptions(args)),
+        )
     return sum(a.images for a in run.accumulators.values())
 
 
@@ -176,17 +192,21 @@ def run(examples_dir: str, image_size: int = 224, repeats: int = 3) -> dict:
     """
     options = AnalysisOptions(image_size=image_size, crop_fraction=0.875, keep_thumbnails=8)
     _decode_only(examples_dir)  # warm-up: tf.function tracing, page cache
-    rates: dict[str, list[float]] = {"decode_only": [], "eval_decode": [],
-                                     "eval_decode_histograms": [], "stats_core": [],
-                                     "stats_beam": [], "stats_beam_marginal": []}
+    rates: dict[str, list[float]] = {
+        "decode_only": [],
+        "eval_decode": [],
+        "eval_decode_histograms": [],
+        "stats_core": [],
+        "stats_beam": [],
+        "stats_beam_marginal": [],
+    }
     fixed_costs = []
     with tempfile.TemporaryDirectory() as small_dir:
         small = _one_shard_per_split(examples_dir, small_dir)
         for _ in range(repeats):
             rates["decode_only"].append(_rate(_decode_only, examples_dir))
             rates["eval_decode"].append(_rate(_eval_decode, examples_dir, options, False))
-            rates["eval_decode_histograms"].append(
-                _rate(_eval_decode, examples_dir, options, True))
+            rates["eval_decode_histograms"].append(_rate(_eval_decode, examples_dir, options, True))
             rates["stats_core"].append(_rate(_stats_core, examples_dir, options))
             images, seconds = _timed(_stats_beam, examples_dir, options)
             small_images, small_seconds = _timed(_stats_beam, small, options)
@@ -197,8 +217,9 @@ def run(examples_dir: str, image_size: int = 224, repeats: int = 3) -> dict:
     best = {name: max(values) for name, values in rates.items()}
     images = len(_records(examples_dir))
     fixed_cost = min(fixed_costs)
-    ratio_bound = ((images / best["decode_only"])
-                   / (fixed_cost + images / best["eval_decode_histograms"]))
+    ratio_bound = (images / best["decode_only"]) / (
+        fixed_cost + images / best["eval_decode_histograms"]
+    )
     return {
         "images": images,
         "image_size": image_size,

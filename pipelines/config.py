@@ -47,9 +47,9 @@ from imgpipe.pipelines.kubeflow.config import KubeflowConfig
 # Keys of the first release's config, and where each went.
 MOVED_KEYS = {
     "model": "trainer (backbone, image_size, epochs, batch_size, train_steps, eval_steps, "
-             "mixed_precision) and evaluator (accuracy_threshold)",
+    "mixed_precision) and evaluator (accuracy_threshold)",
     "data": "example_gen.image (resize, center_crop) and example_gen.output (splits, "
-            "stratify, num_shards, on_error)",
+    "stratify, num_shards, on_error)",
     "num_gpus": "trainer.num_gpus",
     "resources": "kubeflow.resources",
     "gpu": "kubeflow.gpu",
@@ -92,10 +92,10 @@ class PipelineConfig:
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting (nested types check their own)."""
-        if not self.pipeline_name or not all(c.isalnum() or c in "-_" for c in
-                                             self.pipeline_name):
-            raise ValueError(f"pipeline_name must be letters, digits, '-' or '_', "
-                             f"got {self.pipeline_name!r}")
+        if not self.pipeline_name or not all(c.isalnum() or c in "-_" for c in self.pipeline_name):
+            raise ValueError(
+                f"pipeline_name must be letters, digits, '-' or '_', got {self.pipeline_name!r}"
+            )
         for name in ("pipeline_root", "serving_dir"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must be set")
@@ -113,8 +113,10 @@ def from_dict(values: Mapping[str, Any], source: str = "config") -> PipelineConf
     """
     moved = sorted(set(values) & set(MOVED_KEYS))
     if moved:
-        raise ValueError(f"{source}: key {moved[0]!r} has moved to {MOVED_KEYS[moved[0]]}; "
-                         "see the README's configuration section")
+        raise ValueError(
+            f"{source}: key {moved[0]!r} has moved to {MOVED_KEYS[moved[0]]}; "
+            "see the README's configuration section"
+        )
     try:
         return config_loader.from_dict(PipelineConfig, values)
     except ValueError as e:
@@ -142,11 +144,11 @@ def load(path: str | None, **overrides: Any) -> PipelineConfig:
             try:
                 loaded = yaml.safe_load(f.read())
             except yaml.YAMLError as e:
-                raise ValueError(f"{path} is not valid YAML: "
-                                 f"{' '.join(str(e).split())}") from None
+                raise ValueError(f"{path} is not valid YAML: {' '.join(str(e).split())}") from None
         if loaded is not None and not isinstance(loaded, dict):
-            raise ValueError(f"{path}: the top level must be a mapping, "
-                             f"got {type(loaded).__name__}")
+            raise ValueError(
+                f"{path}: the top level must be a mapping, got {type(loaded).__name__}"
+            )
         values = loaded or {}
     values.update({k: v for k, v in overrides.items() if v is not None})
     return from_dict(values, source=path or "config")

@@ -71,8 +71,11 @@ def run(config: PipelineConfig) -> RunResult:
 
     tf.io.gfile.makedirs(os.path.dirname(config.local_metadata_path) or ".")
     connection = metadata.sqlite_metadata_connection_config(config.local_metadata_path)
-    pipeline = pl.create_pipeline(config, metadata_connection_config=connection,
-                                  beam_pipeline_args=local_beam_args(config.beam_args))
+    pipeline = pl.create_pipeline(
+        config,
+        metadata_connection_config=connection,
+        beam_pipeline_args=local_beam_args(config.beam_args),
+    )
     LocalDagRunner().run(pipeline)
     return latest_results(config)
 
@@ -84,12 +87,14 @@ def latest_results(config: PipelineConfig) -> RunResult:
     from tfx.orchestration import metadata
 
     store = metadata_store.MetadataStore(
-        metadata.sqlite_metadata_connection_config(config.local_metadata_path))
+        metadata.sqlite_metadata_connection_config(config.local_metadata_path)
+    )
     state_names = {v: k for k, v in metadata_store_pb2.Execution.State.items()}
     nodes = {}
     for component_id in ids.COMPONENT_IDS:
         context = store.get_context_by_type_and_name(
-            "node", f"{config.pipeline_name}.{component_id}")
+            "node", f"{config.pipeline_name}.{component_id}"
+        )
         if context is None:
             continue
         executions = store.get_executions_by_context(context.id)
@@ -98,19 +103,26 @@ def latest_results(config: PipelineConfig) -> RunResult:
         latest = max(executions, key=lambda e: e.id)
         outputs: dict[str, list[OutputArtifact]] = {}
         events = store.get_events_by_execution_ids([latest.id])
-        output_events = [e for e in events if e.type in (
-            metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)]
-        artifacts = {a.id: a for a in store.get_artifacts_by_id(
-            [e.artifact_id for e in output_events])}
+        output_events = [
+            e
+            for e in events
+            if e.type in (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)
+        ]
+        artifacts = {
+            a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in output_events])
+        }
         for event in output_events:
             key = event.path.steps[0].key if event.path.steps else ""
             artifact = artifacts[event.artifact_id]
-            properties = {name: getattr(value, value.WhichOneof("value"))
-                          for name, value in artifact.custom_properties.items()
-                          if value.WhichOneof("value")}
+            properties = {
+                name: getattr(value, value.WhichOneof("value"))
+                for name, value in artifact.custom_properties.items()
+                if value.WhichOneof("value")
+            }
             outputs.setdefault(key, []).append(OutputArtifact(artifact.uri, properties))
-        nodes[component_id] = NodeResult(state=state_names[latest.last_known_state],
-                                         outputs=outputs)
+        nodes[component_id] = NodeResult(
+            state=state_names[latest.last_known_state], outputs=outputs
+        )
     return RunResult(metadata_path=config.local_metadata_path, nodes=nodes)
 
 
@@ -125,13 +137,15 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         return report if tf.io.gfile.exists(report) else uri
 
     pushed = result.artifact(ids.PUSHER, keys.PUSHED_MODEL_KEY)
-    pushed_to = (pushed.properties.get(PUSHED_DESTINATION)
-                 if pushed and pushed.properties.get(PUSHED) else None)
+    pushed_to = (
+        pushed.properties.get(PUSHED_DESTINATION)
+        if pushed and pushed.properties.get(PUSHED)
+        else None
+    )
     lines = [
         f"model (trained)      {result.uri(ids.TRAINER, keys.MODEL_KEY) or 'not produced'}",
         f"model (served)       {pushed_to or f'not pushed (see {config.serving_dir})'}",
-        f"image report         "
-        f"{report_in(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY))}",
+        f"image report         {report_in(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY))}",
         f"evaluation           {report_in(result.uri(ids.EVALUATOR, keys.EVALUATION_KEY))}",
         f"statistics (TFDV)    {result.uri(ids.STATISTICS_GEN, keys.STATISTICS_KEY)}",
         f"statistics (images)  {result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)}",
@@ -139,7 +153,8 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         f"metadata (SQLite)    {result.metadata_path}",
     ]
     states = sorted({n.state for n in result.nodes.values()})
-    lines.append(f"executions           {', '.join(states)}"
-                 + ("  (served from TFX's cache)" if result.all_cached else ""))
+    lines.append(
+        f"executions           {', '.join(states)}"
+        + ("  (served from TFX's cache)" if result.all_cached else "")
+    )
     return lines
-

@@ -38,17 +38,20 @@ def create_components(config: PipelineConfig) -> list[base_node.BaseNode]:
     ).with_id(ids.EXAMPLE_GEN)
     examples = example_gen.outputs[keys.EXAMPLES_KEY]
     statistics_gen = tfx.components.StatisticsGen(
-        examples=examples, stats_options=image_stats_options(),
+        examples=examples,
+        stats_options=image_stats_options(),
     ).with_id(ids.STATISTICS_GEN)
     schema_gen = tfx.components.SchemaGen(
-        statistics=statistics_gen.outputs[keys.STATISTICS_KEY], infer_feature_shape=True,
+        statistics=statistics_gen.outputs[keys.STATISTICS_KEY],
+        infer_feature_shape=True,
     ).with_id(ids.SCHEMA_GEN)
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs[keys.STATISTICS_KEY],
         schema=schema_gen.outputs[keys.SCHEMA_KEY],
     ).with_id(ids.EXAMPLE_VALIDATOR)
     image_statistics = ImageStatistics(
-        examples=examples, anomalies=example_validator.outputs[keys.ANOMALIES_KEY],
+        examples=examples,
+        anomalies=example_validator.outputs[keys.ANOMALIES_KEY],
         image_size=config.trainer.image_size,
         crop_fraction=config.trainer.crop_fraction or DEFAULT_CROP_FRACTION,
         config=config.statistics,
@@ -59,24 +62,36 @@ def create_components(config: PipelineConfig) -> list[base_node.BaseNode]:
         config=config.trainer,
     ).with_id(ids.TRAINER)
     evaluator = ImageEvaluator(
-        examples=examples, model=trainer.outputs[keys.MODEL_KEY], config=config.evaluator,
+        examples=examples,
+        model=trainer.outputs[keys.MODEL_KEY],
+        config=config.evaluator,
     ).with_id(ids.EVALUATOR)
     pusher = tfx.components.Pusher(
         model=trainer.outputs[keys.MODEL_KEY],
         model_blessing=evaluator.outputs[keys.BLESSING_KEY],
         push_destination=pusher_pb2.PushDestination(
-            filesystem=pusher_pb2.PushDestination.Filesystem(
-                base_directory=config.serving_dir)),
+            filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=config.serving_dir)
+        ),
     ).with_id(ids.PUSHER)
-    return [example_gen, statistics_gen, schema_gen, example_validator, image_statistics,
-            trainer, evaluator, pusher]
+    return [
+        example_gen,
+        statistics_gen,
+        schema_gen,
+        example_validator,
+        image_statistics,
+        trainer,
+        evaluator,
+        pusher,
+    ]
 
 
-def create_pipeline(config: PipelineConfig, *,
-                    metadata_connection_config: Any = None,
-                    beam_pipeline_args: list[str] | None = None,
-                    components: list[base_node.BaseNode] | None = None,
-                    ) -> tfx_pipeline.Pipeline:
+def create_pipeline(
+    config: PipelineConfig,
+    *,
+    metadata_connection_config: Any = None,
+    beam_pipeline_args: list[str] | None = None,
+    components: list[base_node.BaseNode] | None = None,
+) -> tfx_pipeline.Pipeline:
     """Builds the TFX pipeline from a config.
 
     Args:
@@ -102,6 +117,7 @@ def create_pipeline(config: PipelineConfig, *,
         components=components if components is not None else create_components(config),
         enable_cache=config.enable_cache,
         metadata_connection_config=metadata_connection_config,
-        beam_pipeline_args=(list(config.beam_args) if beam_pipeline_args is None
-                            else beam_pipeline_args),
+        beam_pipeline_args=(
+            list(config.beam_args) if beam_pipeline_args is None else beam_pipeline_args
+        ),
     )

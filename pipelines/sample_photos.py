@@ -25,8 +25,11 @@ _PACKAGE_DATA_SUBDIR = "usr/share/doc/opencv-doc/examples/data"
 CLASSES: dict[str, tuple[str, ...]] = {
     "animal": ("baboon.jpg", "squirrel_cls.jpg", "butterfly.jpg", "HappyFish.jpg"),
     "building": ("building.jpg", "home.jpg", "leuvenA.jpg", "leuvenB.jpg"),
-    "chessboard": tuple(f"{side}{i:02d}.jpg" for side in ("left", "right")
-                        for i in (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14)),
+    "chessboard": tuple(
+        f"{side}{i:02d}.jpg"
+        for side in ("left", "right")
+        for i in (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14)
+    ),
     "fruit": ("apple.jpg", "orange.jpg", "fruits.jpg"),
 }
 DEFAULT_PER_CLASS = 80
@@ -53,8 +56,9 @@ def find_source_dir() -> str:
 
 
 def _has_sources(folder: str) -> bool:
-    return all(os.path.isfile(os.path.join(folder, name))
-               for names in CLASSES.values() for name in names)
+    return all(
+        os.path.isfile(os.path.join(folder, name)) for names in CLASSES.values() for name in names
+    )
 
 
 def _extract_package(target: str) -> None:
@@ -63,26 +67,41 @@ def _extract_package(target: str) -> None:
         raise FileNotFoundError(
             f"the demo photos need Debian's opencv-doc package ({OPENCV_DOC_DATA} is missing) "
             "and this system has no apt-get/dpkg: install opencv-doc, or pass your own "
-            "image folder to 'imgpipe run local --data DIR'")
+            "image folder to 'imgpipe run local --data DIR'"
+        )
     os.makedirs(target, exist_ok=True)
     with tempfile.TemporaryDirectory() as download_dir:
         try:
-            subprocess.run(["apt-get", "download", "opencv-doc"], cwd=download_dir,
-                           check=True, capture_output=True, text=True)
+            subprocess.run(
+                ["apt-get", "download", "opencv-doc"],
+                cwd=download_dir,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             (deb,) = [n for n in os.listdir(download_dir) if n.endswith(".deb")]
-            subprocess.run(["dpkg", "-x", os.path.join(download_dir, deb), target],
-                           check=True, capture_output=True, text=True)
+            subprocess.run(
+                ["dpkg", "-x", os.path.join(download_dir, deb), target],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
         except (subprocess.CalledProcessError, ValueError) as e:
             detail = getattr(e, "stderr", "") or str(e)
             raise FileNotFoundError(
                 f"the demo photos need Debian's opencv-doc package ({OPENCV_DOC_DATA} is "
                 f"missing) and 'apt-get download opencv-doc' failed: {detail.strip()}. "
                 "Install it with 'apt-get install opencv-doc' (as root, with network), or "
-                "pass your own image folder to 'imgpipe run local --data DIR'") from None
+                "pass your own image folder to 'imgpipe run local --data DIR'"
+            ) from None
 
 
-def crop_boxes(height: int, width: int, count: int, rng: np.random.RandomState,
-               ) -> list[tuple[int, int, int, bool]]:
+def crop_boxes(
+    height: int,
+    width: int,
+    count: int,
+    rng: np.random.RandomState,
+) -> list[tuple[int, int, int, bool]]:
     """`count` square crops (top, left, side, mirrored) inside a height x width photo."""
     short = min(height, width)
     boxes = []
@@ -94,9 +113,14 @@ def crop_boxes(height: int, width: int, count: int, rng: np.random.RandomState,
     return boxes
 
 
-def make_dataset(out_dir: str, per_class: int = DEFAULT_PER_CLASS, size: int = DEFAULT_SIZE,
-                 seed: int = 0, source_dir: str | None = None,
-                 classes: Sequence[str] | None = None) -> dict[str, int]:
+def make_dataset(
+    out_dir: str,
+    per_class: int = DEFAULT_PER_CLASS,
+    size: int = DEFAULT_SIZE,
+    seed: int = 0,
+    source_dir: str | None = None,
+    classes: Sequence[str] | None = None,
+) -> dict[str, int]:
     """Writes out_dir/<class>/<source>_<n>.jpg, size x size, and returns the counts.
 
     An existing, complete dataset with the same settings is left untouched (its files
@@ -116,8 +140,7 @@ def make_dataset(out_dir: str, per_class: int = DEFAULT_PER_CLASS, size: int = D
     stamp = f"per_class={per_class} size={size} seed={seed} classes={','.join(names)}\n"
     # Beside the root, not in it: the root holds nothing but class folders.
     stamp_path = out_dir.rstrip("/") + ".sample_photos"
-    if (os.path.isfile(stamp_path) and open(stamp_path).read() == stamp
-            and os.path.isdir(out_dir)):
+    if os.path.isfile(stamp_path) and open(stamp_path).read() == stamp and os.path.isdir(out_dir):
         return {name: len(os.listdir(os.path.join(out_dir, name))) for name in names}
     if os.path.exists(stamp_path):
         os.remove(stamp_path)
@@ -143,7 +166,7 @@ def make_dataset(out_dir: str, per_class: int = DEFAULT_PER_CLASS, size: int = D
                 (box,) = crop_boxes(height, width, 1, rng)
             used.add((source, *box))
             top, left, side, mirrored = box
-            crop = photo[top:top + side, left:left + side]
+            crop = photo[top : top + side, left : left + side]
             if mirrored:
                 crop = crop[:, ::-1]
             crop = cv2.resize(crop, (size, size), interpolation=cv2.INTER_AREA)

@@ -38,8 +38,11 @@ SYSTEM_TITLES = {
 def _generic_artifact_class() -> type:
     from tfx.types import artifact
 
-    return type("GenericArtifact", (artifact.Artifact,), {"TYPE_NAME": "system.Artifact",
-                                                          "__module__": __name__})
+    return type(
+        "GenericArtifact",
+        (artifact.Artifact,),
+        {"TYPE_NAME": "system.Artifact", "__module__": __name__},
+    )
 
 
 def __getattr__(name: str) -> Any:  # GenericArtifact, built when TFX asks for it
@@ -51,6 +54,7 @@ def __getattr__(name: str) -> Any:  # GenericArtifact, built when TFX asks for i
 
 
 # ---- compile time ----------------------------------------------------------------------
+
 
 def default_image_path_key() -> str:
     """The key of the default image in KubeflowV2DagRunnerConfig(default_image={...})."""
@@ -73,11 +77,14 @@ def project_artifact_titles() -> Iterator[None]:
 
     def get_artifact_schema(artifact_type) -> str:
         name = artifact_type.TYPE_NAME
-        if (artifact_type in compiler_utils._SUPPORTED_STANDARD_ARTIFACT_TYPES
-                or compiler_utils._SCHEMA_TITLE_RE.fullmatch(name)):
+        if (
+            artifact_type in compiler_utils._SUPPORTED_STANDARD_ARTIFACT_TYPES
+            or compiler_utils._SCHEMA_TITLE_RE.fullmatch(name)
+        ):
             return original(artifact_type)
-        renamed = type(artifact_type.__name__, (artifact_type,),
-                       {"TYPE_NAME": PROJECT_TITLE_PREFIX + name})
+        renamed = type(
+            artifact_type.__name__, (artifact_type,), {"TYPE_NAME": PROJECT_TITLE_PREFIX + name}
+        )
         return original(renamed)
 
     compiler_utils.get_artifact_schema = get_artifact_schema
@@ -88,6 +95,7 @@ def project_artifact_titles() -> Iterator[None]:
 
 
 # ---- in the pod ------------------------------------------------------------------------
+
 
 def schema_title(type_schema) -> str | None:
     """The title of an ArtifactTypeSchema; None when it is empty or null."""

@@ -28,8 +28,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if len(tiers) != 1:
             wrong.append(f"{item.nodeid}: {sorted(tiers) or 'no tier'}")
     if wrong:
-        raise pytest.UsageError("every test needs exactly one tier marker "
-                                f"({', '.join(TIERS)}):\n  " + "\n  ".join(wrong))
+        raise pytest.UsageError(
+            "every test needs exactly one tier marker "
+            f"({', '.join(TIERS)}):\n  " + "\n  ".join(wrong)
+        )
 
 
 @pytest.fixture(scope="session")

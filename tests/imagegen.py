@@ -17,16 +17,16 @@ def photo_like(height: int, width: int, seed: int = 0) -> np.ndarray:
     base = rng.uniform(0, 255, 3)
     freq = rng.uniform(0.02, 0.08, 3)
     channels = [
-        base[c] * 0.5 + 60 * np.sin(x * freq[c] + y * freq[(c + 1) % 3]) + 40
-        for c in range(3)
+        base[c] * 0.5 + 60 * np.sin(x * freq[c] + y * freq[(c + 1) % 3]) + 40 for c in range(3)
     ]
     image = np.stack(channels, axis=-1) + rng.normal(0, 6, (height, width, 3))
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
 def jpeg_bytes(rgb: np.ndarray, quality: int = 90) -> bytes:
-    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR),
-                           [cv2.IMWRITE_JPEG_QUALITY, quality])
+    ok, buf = cv2.imencode(
+        ".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality]
+    )
     assert ok
     return buf.tobytes()
 
@@ -64,8 +64,9 @@ def write(path: str, data: bytes) -> str:
     return path
 
 
-def make_image_folder(root: str, labels: dict[str, int], size: tuple[int, int] = (48, 64),
-                      seed: int = 0) -> list[str]:
+def make_image_folder(
+    root: str, labels: dict[str, int], size: tuple[int, int] = (48, 64), seed: int = 0
+) -> list[str]:
     """root/<label>/<i>.jpg for each label; returns the relative paths written."""
     written = []
     for li, (label, count) in enumerate(sorted(labels.items())):

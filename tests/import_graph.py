@@ -28,8 +28,7 @@ COMMON = f"{NAMESPACE}.components.common"
 CONTAINER = f"{NAMESPACE}.pipelines.container"
 KUBEFLOW = f"{NAMESPACE}.pipelines.kubeflow"
 CLI = f"{NAMESPACE}.pipelines.cli"
-CONTAINER_MAY_IMPORT = (f"{NAMESPACE}.pipelines.kfp_contract",
-                        f"{NAMESPACE}.pipelines.tfx_patches")
+CONTAINER_MAY_IMPORT = (f"{NAMESPACE}.pipelines.kfp_contract", f"{NAMESPACE}.pipelines.tfx_patches")
 
 
 def modules() -> dict[str, str]:
@@ -142,18 +141,21 @@ def rule_breaks(edges: dict[str, set[str]]) -> list[str]:
             why = None
             if _inside(module, COMMON) and not _inside(target, COMMON):
                 why = "the common floor imports nothing above it"
-            elif _component_of(module) and not (_inside(target, COMMON) or
-                                                _component_of(target) == _component_of(module)):
+            elif _component_of(module) and not (
+                _inside(target, COMMON) or _component_of(target) == _component_of(module)
+            ):
                 why = "a component reaches only into common and itself"
             elif _inside(module, KUBEFLOW) and _inside(target, CONTAINER):
                 why = "compile-time code never imports the pod's code"
-            elif _inside(module, CONTAINER) and not (_inside(target, CONTAINER) or
-                                                     target in CONTAINER_MAY_IMPORT):
+            elif _inside(module, CONTAINER) and not (
+                _inside(target, CONTAINER) or target in CONTAINER_MAY_IMPORT
+            ):
                 why = "the pod's code imports only the contract and the patches"
             elif _inside(target, CLI) and not _inside(module, CLI):
                 why = "nothing below the CLI imports it"
             elif module.startswith(f"{NAMESPACE}.components") and target.startswith(
-                    f"{NAMESPACE}.pipelines"):
+                f"{NAMESPACE}.pipelines"
+            ):
                 why = "components never import pipelines"
             if why:
                 bad.append(f"{module} -> {target}: {why}")
@@ -172,10 +174,14 @@ def main(argv: list[str]) -> int:
     for module, targets in sorted(edges.items()):
         for target in sorted(targets):
             print(f"{module} -> {target}")
-    problems = ([f"cycle: {' <-> '.join(c)}" for c in cycles(edges)] + rule_breaks(edges)
-                + foreign_top_level_imports())
-    print(f"{len(edges)} modules, {sum(map(len, edges.values()))} imports, "
-          f"{len(problems)} problems")
+    problems = (
+        [f"cycle: {' <-> '.join(c)}" for c in cycles(edges)]
+        + rule_breaks(edges)
+        + foreign_top_level_imports()
+    )
+    print(
+        f"{len(edges)} modules, {sum(map(len, edges.values()))} imports, {len(problems)} problems"
+    )
     for problem in problems:
         print(problem)
     return 1 if problems else 0

@@ -27,13 +27,16 @@ def test_the_import_graph_has_no_cycles_and_keeps_its_floors():
 def test_the_checks_catch_a_cycle_and_a_sideways_reach():
     edges = {
         "imgpipe.components.trainer.a": {"imgpipe.components.trainer.b"},
-        "imgpipe.components.trainer.b": {"imgpipe.components.trainer.a",
-                                         "imgpipe.components.image_statistics.x"},
+        "imgpipe.components.trainer.b": {
+            "imgpipe.components.trainer.a",
+            "imgpipe.components.image_statistics.x",
+        },
         "imgpipe.components.common.c": {"imgpipe.components.trainer.a"},
         "imgpipe.pipelines.kubeflow.compiler": {"imgpipe.pipelines.container.entrypoint"},
     }
-    assert import_graph.cycles(edges) == [["imgpipe.components.trainer.a",
-                                           "imgpipe.components.trainer.b"]]
+    assert import_graph.cycles(edges) == [
+        ["imgpipe.components.trainer.a", "imgpipe.components.trainer.b"]
+    ]
     breaks = import_graph.rule_breaks(edges)
     assert any("trainer.b -> imgpipe.components.image_statistics.x" in b for b in breaks)
     assert any("common.c -> imgpipe.components.trainer.a" in b for b in breaks)
@@ -43,24 +46,41 @@ def test_the_checks_catch_a_cycle_and_a_sideways_reach():
 def test_pyproject_lists_every_package_folder():
     with open(os.path.join(import_graph.ROOT, "pyproject.toml"), "rb") as f:
         setuptools = tomllib.load(f)["tool"]["setuptools"]
-    packages = {name for name in import_graph.modules()
-                if import_graph.modules()[name].endswith("__init__.py")}
+    packages = {
+        name
+        for name in import_graph.modules()
+        if import_graph.modules()[name].endswith("__init__.py")
+    }
     assert set(setuptools["packages"]) == packages
     assert setuptools["package-dir"] == {
-        package: folder for folder, package in import_graph.PACKAGE_DIRS.items()}
+        package: folder for folder, package in import_graph.PACKAGE_DIRS.items()
+    }
 
 
 @pytest.mark.parametrize("folder", sorted(import_graph.PACKAGE_DIRS))
 def test_no_module_imports_the_bare_folder_names(folder):
-    offenders = [m for m in import_graph.foreign_top_level_imports()
-                 if f" imports {folder}" in m]
+    offenders = [m for m in import_graph.foreign_top_level_imports() if f" imports {folder}" in m]
     assert offenders == []
 
 
 def test_the_wheel_installs_under_the_imgpipe_namespace_only(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--wheel-dir", str(tmp_path), import_graph.ROOT],
-                   check=True, capture_output=True, cwd=tmp_path)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(tmp_path),
+            import_graph.ROOT,
+        ],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names}
@@ -68,5 +88,6 @@ def test_the_wheel_installs_under_the_imgpipe_namespace_only(tmp_path):
     assert "imgpipe/components/trainer/task.py" in names
     assert "imgpipe/pipelines/container/entrypoint.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "imgpipe = imgpipe.pipelines.cli:main" in zipfile.ZipFile(wheel).read(
-        entry_points).decode()
+    assert (
+        "imgpipe = imgpipe.pipelines.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    )

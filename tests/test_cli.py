@@ -40,8 +40,24 @@ def test_convert_shows_progress_and_a_summary(tmp_path, capsys):
     imagegen.write(os.path.join(src, "notes.txt"), b"x")
     out = str(tmp_path / "out")
 
-    code = cli.main(["convert", src, out, "--resize", "16", "--center-crop", "--quality", "85",
-                     "--shards", "2", "--eval-fraction", "0.3", "--stratify", *IN_PROCESS])
+    code = cli.main(
+        [
+            "convert",
+            src,
+            out,
+            "--resize",
+            "16",
+            "--center-crop",
+            "--quality",
+            "85",
+            "--shards",
+            "2",
+            "--eval-fraction",
+            "0.3",
+            "--stratify",
+            *IN_PROCESS,
+        ]
+    )
 
     assert code == 0
     captured = capsys.readouterr()
@@ -55,7 +71,9 @@ def test_convert_shows_progress_and_a_summary(tmp_path, capsys):
     # Stratified 30%: 2 of the 6 listed "a" files (one is the broken one), 1 of the 5 "b".
     assert summary["splits"]["eval"]["labels"] == {"a": 2, "b": 1}
     assert sorted(os.listdir(os.path.join(out, "Split-train"))) == [
-        "data_tfrecord-00000-of-00002", "data_tfrecord-00001-of-00002"]
+        "data_tfrecord-00000-of-00002",
+        "data_tfrecord-00001-of-00002",
+    ]
 
 
 @pytest.mark.component
@@ -75,8 +93,7 @@ def test_convert_on_error_fail_names_the_file(tmp_path, capsys):
     imagegen.make_image_folder(src, {"a": 2})
     imagegen.write(os.path.join(src, "a", "zero.png"), b"")
     out = tmp_path / "out"
-    code = cli.main(["convert", src, str(out), "--on-error", "fail", "--no-progress",
-                     *IN_PROCESS])
+    code = cli.main(["convert", src, str(out), "--on-error", "fail", "--no-progress", *IN_PROCESS])
     assert code == 1
     assert "a/zero.png: empty file (0 bytes)" in capsys.readouterr().err
     assert not any(out.rglob("data_tfrecord-*"))

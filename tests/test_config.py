@@ -27,13 +27,30 @@ pytestmark = pytest.mark.unit
 # A non-default value for settings of every section.
 CHANGED = {
     "data_root": "/data/images",
-    "example_gen": {"image": {"resize": 128, "center_crop": True, "verify": "decode"},
-                    "output": {"splits": [["train", 0.7], ["eval", 0.3]], "stratify": False,
-                               "on_error": "fail", "num_shards": 3}},
-    "statistics": {"fail_on_anomalies": False, "leakage_threshold": 0.05,
-                   "min_supported_fraction": 0.9, "sample_thumbnails": 2},
-    "trainer": {"backbone": "tiny_cnn", "learning_rate": 0.01, "weights": "/w/notop.h5",
-                "dropout": 0.3, "image_size": 96, "crop_fraction": 0.9, "train_steps": 40},
+    "example_gen": {
+        "image": {"resize": 128, "center_crop": True, "verify": "decode"},
+        "output": {
+            "splits": [["train", 0.7], ["eval", 0.3]],
+            "stratify": False,
+            "on_error": "fail",
+            "num_shards": 3,
+        },
+    },
+    "statistics": {
+        "fail_on_anomalies": False,
+        "leakage_threshold": 0.05,
+        "min_supported_fraction": 0.9,
+        "sample_thumbnails": 2,
+    },
+    "trainer": {
+        "backbone": "tiny_cnn",
+        "learning_rate": 0.01,
+        "weights": "/w/notop.h5",
+        "dropout": 0.3,
+        "image_size": 96,
+        "crop_fraction": 0.9,
+        "train_steps": 40,
+    },
     "evaluator": {"accuracy_threshold": 0.6},
 }
 
@@ -54,17 +71,21 @@ def test_every_setting_of_every_section_reaches_its_component():
     components = _components(config)
     gen = components[ids.EXAMPLE_GEN].exec_properties
     assert json.loads(gen[gen_spec.IMAGE_OPTIONS_KEY]) == config_loader.to_dict(
-        config.example_gen.image)
+        config.example_gen.image
+    )
     assert json.loads(gen[gen_spec.OUTPUT_OPTIONS_KEY]) == config_loader.to_dict(
-        config.example_gen.output)
+        config.example_gen.output
+    )
     stats = components[ids.IMAGE_STATISTICS].exec_properties
     assert json.loads(stats[stats_spec.STATISTICS_CONFIG_KEY]) == config_loader.to_dict(
-        config.statistics)
+        config.statistics
+    )
     # The statistics are computed at the Trainer's geometry, which is set once.
     assert stats[stats_spec.IMAGE_SIZE_KEY] == 96 and stats[stats_spec.CROP_FRACTION_KEY] == 0.9
     trainer = components[ids.TRAINER].exec_properties
     assert json.loads(trainer[trainer_spec.CUSTOM_CONFIG_KEY]) == config_loader.to_dict(
-        config.trainer)
+        config.trainer
+    )
     assert json.loads(trainer[trainer_spec.TRAIN_ARGS_KEY]) == {"num_steps": 40}
     eval_config = json.loads(components[ids.EVALUATOR].exec_properties["eval_config"])
     threshold = eval_config["metrics_specs"][0]["metrics"][0]["per_slice_thresholds"][0]
@@ -75,39 +96,58 @@ def test_every_setting_of_every_section_reaches_its_component():
     assert config.example_gen.output.splits == (("train", 0.7), ("eval", 0.3))
 
 
-@pytest.mark.parametrize("section, key, allowed", [
-    ("statistics", "leakage", "leakage_threshold"),
-    ("trainer", "epoch", "epochs"),
-    ("evaluator", "threshold", "accuracy_threshold"),
-    ("kubeflow", "image", "images"),
-])
+@pytest.mark.parametrize(
+    "section, key, allowed",
+    [
+        ("statistics", "leakage", "leakage_threshold"),
+        ("trainer", "epoch", "epochs"),
+        ("evaluator", "threshold", "accuracy_threshold"),
+        ("kubeflow", "image", "images"),
+    ],
+)
 def test_unknown_keys_are_named_with_the_allowed_ones_in_every_section(section, key, allowed):
-    with pytest.raises(ValueError, match=rf"unknown key\(s\) \['{key}'\] in {section}; "
-                                         rf"allowed: .*'{allowed}'"):
+    with pytest.raises(
+        ValueError,
+        match=rf"unknown key\(s\) \['{key}'\] in {section}; "
+        rf"allowed: .*'{allowed}'",
+    ):
         cfg.from_dict({section: {key: 1}})
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['resize'\] in example_gen; "):
         cfg.from_dict({"example_gen": {"resize": 256}})
 
 
-@pytest.mark.parametrize("moved, where", [("model", "trainer"), ("data", "example_gen"),
-                                          ("num_gpus", "trainer.num_gpus"),
-                                          ("images", "kubeflow.images")])
+@pytest.mark.parametrize(
+    "moved, where",
+    [
+        ("model", "trainer"),
+        ("data", "example_gen"),
+        ("num_gpus", "trainer.num_gpus"),
+        ("images", "kubeflow.images"),
+    ],
+)
 def test_keys_of_the_first_release_say_where_they_went(moved, where):
     with pytest.raises(ValueError, match=f"'{moved}' has moved to {where}"):
         cfg.from_dict({moved: {}})
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"statistics": {"leakage_threshold": 2.0}}, r"statistics\.leakage_threshold must be"),
-    ({"trainer": {"epochs": "five"}}, r"trainer\.epochs must be int, got 'five'"),
-    ({"trainer": {"backbone": "vgg"}}, r"trainer\.backbone 'vgg' is unknown"),
-    ({"trainer": {"mean": [1, 2]}}, r"trainer\.mean needs 3 values"),
-    ({"example_gen": {"output": {"on_error": "ignore"}}},
-     r"example_gen\.output\.on_error must be skip or fail"),
-    ({"evaluator": {"accuracy_threshold": -1}}, r"evaluator\.accuracy_threshold must be"),
-    ({"kubeflow": {"resources": {"Trainer": {"cpu_request": "lots"}}}},
-     r"Trainer\.cpu_request must look like"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"statistics": {"leakage_threshold": 2.0}}, r"statistics\.leakage_threshold must be"),
+        ({"trainer": {"epochs": "five"}}, r"trainer\.epochs must be int, got 'five'"),
+        ({"trainer": {"backbone": "vgg"}}, r"trainer\.backbone 'vgg' is unknown"),
+        ({"trainer": {"mean": [1, 2]}}, r"trainer\.mean needs 3 values"),
+        (
+            {"example_gen": {"output": {"on_error": "ignore"}}},
+            r"example_gen\.output\.on_error must be skip or fail",
+        ),
+        ({"evaluator": {"accuracy_threshold": -1}}, r"evaluator\.accuracy_threshold must be"),
+        (
+            {"kubeflow": {"resources": {"Trainer": {"cpu_request": "lots"}}}},
+            r"Trainer\.cpu_request must look like",
+        ),
+    ],
+)
 def test_bad_values_fail_when_the_config_is_loaded(values, message):
     with pytest.raises(ValueError, match=message):
         cfg.from_dict(values)
@@ -126,9 +166,19 @@ def test_yaml_round_trips_and_a_broken_file_is_one_line(tmp_path):
         cfg.load(str(tmp_path / "missing.yaml"))
 
 
-@pytest.mark.parametrize("cls", [ImageOptions, OutputOptions, ExampleGenConfig,
-                                 StatisticsConfig, TrainerConfig, EvaluatorConfig,
-                                 KubeflowConfig, cfg.PipelineConfig])
+@pytest.mark.parametrize(
+    "cls",
+    [
+        ImageOptions,
+        OutputOptions,
+        ExampleGenConfig,
+        StatisticsConfig,
+        TrainerConfig,
+        EvaluatorConfig,
+        KubeflowConfig,
+        cfg.PipelineConfig,
+    ],
+)
 def test_every_settings_type_round_trips_through_json(cls):
     value = cls()
     assert config_loader.from_json(cls, config_loader.to_json(value)) == value
@@ -145,10 +195,19 @@ def test_the_cli_takes_its_defaults_from_the_types():
     assert convert_cli.options_from_args(convert_args) == (ImageOptions(), OutputOptions())
     stats_args = parser.parse_args(["stats", "examples"])
     defaults = StatisticsConfig()
-    assert (stats_args.thumbnails, stats_args.native, stats_args.leakage_threshold,
-            stats_args.min_supported_fraction, stats_args.fail_on_anomalies) == (
-        defaults.sample_thumbnails, defaults.native_resolution, defaults.leakage_threshold,
-        defaults.min_supported_fraction, defaults.fail_on_anomalies)
+    assert (
+        stats_args.thumbnails,
+        stats_args.native,
+        stats_args.leakage_threshold,
+        stats_args.min_supported_fraction,
+        stats_args.fail_on_anomalies,
+    ) == (
+        defaults.sample_thumbnails,
+        defaults.native_resolution,
+        defaults.leakage_threshold,
+        defaults.min_supported_fraction,
+        defaults.fail_on_anomalies,
+    )
     assert stats_args.image_size == TrainerConfig().image_size
 
 
@@ -161,8 +220,9 @@ def test_the_loader_coerces_yaml_scalars_and_checks_shapes():
         either: int | float = 0
         label: str = ""
 
-    built = config_loader.from_dict(Example, {"ratio": 2, "pair": [3, 4], "names": ["a"],
-                                              "either": 5, "label": 7})
+    built = config_loader.from_dict(
+        Example, {"ratio": 2, "pair": [3, 4], "names": ["a"], "either": 5, "label": 7}
+    )
     assert built == Example(2.0, (3, 4), ("a",), 5, "7")
     assert isinstance(built.ratio, float) and isinstance(built.either, int)
     with pytest.raises(ValueError, match=r"pair needs 2 values"):
@@ -189,4 +249,5 @@ def test_argparse_defaults_are_not_spelled_twice():
                     if keyword.arg == "default":
                         assert not isinstance(keyword.value, ast.Constant), (
                             f"{module.__name__}: literal default {ast.unparse(keyword.value)} "
-                            f"for {ast.unparse(node.args[0])}")
+                            f"for {ast.unparse(node.args[0])}"
+                        )

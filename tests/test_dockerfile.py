@@ -26,8 +26,11 @@ def read(name: str) -> str:
 
 def instructions(text: str) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
-    joined = re.sub(r"\\\n", " ", "\n".join(
-        line for line in text.splitlines() if not line.lstrip().startswith("#")))
+    joined = re.sub(
+        r"\\\n",
+        " ",
+        "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")),
+    )
     result = []
     for line in joined.splitlines():
         if line.strip():
@@ -73,8 +76,12 @@ def test_the_tensorflow_version_expression_reads_the_lock():
     # Run the Dockerfile's own sed expression on the real lock file.
     run = next(rest for keyword, rest in BUILD if keyword == "RUN" and "TF_VERSION" in rest)
     expression = re.search(r"sed -n '([^']+)'", run).group(1)
-    version = subprocess.run(["sed", "-n", expression, os.path.join(ROOT, "requirements.lock")],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    version = subprocess.run(
+        ["sed", "-n", expression, os.path.join(ROOT, "requirements.lock")],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert version == "2.21.0"
 
 
@@ -94,8 +101,9 @@ def test_runtime_stage_is_small_and_non_root():
 
 
 def test_dockerignore_sends_only_what_the_build_copies():
-    lines = [line for line in read(".dockerignore").splitlines()
-             if line and not line.startswith("#")]
+    lines = [
+        line for line in read(".dockerignore").splitlines() if line and not line.startswith("#")
+    ]
     assert lines[0] == "*"
     assert {"!requirements.lock", "!pyproject.toml", "!components/", "!pipelines/"} <= set(lines)
 

@@ -58,32 +58,53 @@ def test_pipeline_trains_evaluates_and_pushes(tmp_path):
     images = th.make_class_folder(str(tmp_path / "images"), per_class=24)
     stats_dir = th.write_stats(str(tmp_path / "stats"), SIZE)
     serving_dir = str(tmp_path / "serving")
-    gen = ImageExampleGen(input_base=images, output_options=OutputOptions(
-        splits=(("train", 0.75), ("eval", 0.25)), stratify=True, num_shards=2))
-    stats = tfx.dsl.Importer(source_uri=stats_dir, artifact_type=ImageStatisticsArtifact
-                             ).with_id("stats_importer")
+    gen = ImageExampleGen(
+        input_base=images,
+        output_options=OutputOptions(
+            splits=(("train", 0.75), ("eval", 0.25)), stratify=True, num_shards=2
+        ),
+    )
+    stats = tfx.dsl.Importer(source_uri=stats_dir, artifact_type=ImageStatisticsArtifact).with_id(
+        "stats_importer"
+    )
     trainer = ImageTrainer(
-        examples=gen.outputs["examples"], image_statistics=stats.outputs["result"],
-        config=TrainerConfig(backbone="tiny_cnn", epochs=2, batch_size=16, image_size=SIZE,
-                             train_steps=30, learning_rate=0.01, tensorboard_images=0))
-    evaluator = ImageEvaluator(examples=gen.outputs["examples"],
-                               model=trainer.outputs["model"],
-                               config=EvaluatorConfig(accuracy_threshold=0.8))
+        examples=gen.outputs["examples"],
+        image_statistics=stats.outputs["result"],
+        config=TrainerConfig(
+            backbone="tiny_cnn",
+            epochs=2,
+            batch_size=16,
+            image_size=SIZE,
+            train_steps=30,
+            learning_rate=0.01,
+            tensorboard_images=0,
+        ),
+    )
+    evaluator = ImageEvaluator(
+        examples=gen.outputs["examples"],
+        model=trainer.outputs["model"],
+        config=EvaluatorConfig(accuracy_threshold=0.8),
+    )
     pusher = tfx.components.Pusher(
-        model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
+        model=trainer.outputs["model"],
+        model_blessing=evaluator.outputs["blessing"],
         push_destination=pusher_pb2.PushDestination(
-            filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=serving_dir)))
+            filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=serving_dir)
+        ),
+    )
     db = str(tmp_path / "mlmd.sqlite")
     pipeline = tfx.dsl.Pipeline(
-        pipeline_name="trainer-evaluator", pipeline_root=str(tmp_path / "root"),
+        pipeline_name="trainer-evaluator",
+        pipeline_root=str(tmp_path / "root"),
         components=[gen, stats, trainer, evaluator, pusher],
-        metadata_connection_config=tfx.orchestration.metadata
-        .sqlite_metadata_connection_config(db),
-        beam_pipeline_args=["--direct_num_workers=1"])
+        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(db),
+        beam_pipeline_args=["--direct_num_workers=1"],
+    )
     tfx.orchestration.LocalDagRunner().run(pipeline)
 
-    with metadata.Metadata(tfx.orchestration.metadata.sqlite_metadata_connection_config(db)
-                           ) as store:
+    with metadata.Metadata(
+        tfx.orchestration.metadata.sqlite_metadata_connection_config(db)
+    ) as store:
         blessing = _artifacts(store, "ModelBlessing")[0]
         evaluation = _artifacts(store, "ModelEvaluation")[0]
         model = _artifacts(store, "Model")[0]
@@ -99,8 +120,7 @@ def test_pipeline_trains_evaluates_and_pushes(tmp_path):
     by_slice = {tuple(key): metrics[""][""] for key, metrics in result.slicing_metrics}
     overall = by_slice[()][ACCURACY_NAME]["doubleValue"]
     assert overall >= 0.8
-    per_class = {key[0][1]: m[ACCURACY_NAME]["doubleValue"]
-                 for key, m in by_slice.items() if key}
+    per_class = {key[0][1]: m[ACCURACY_NAME]["doubleValue"] for key, m in by_slice.items() if key}
     assert sorted(per_class) == [0, 1, 2]
     assert all(0.0 <= v <= 1.0 for v in per_class.values())
     pushed = glob.glob(os.path.join(serving_dir, "*", "saved_model.pb"))
@@ -130,17 +150,25 @@ def test_evaluator_withholds_the_blessing_below_the_threshold(tmp_path):
     examples_utils.set_file_format(examples, "tfrecords_gzip")
     model = standard_artifacts.Model()
     model.uri = str(tmp_path / "model")
-    untrained = model_lib.build_model(TrainerConfig(backbone="tiny_cnn", image_size=SIZE), 3,
-                                      ((110.0, 80.0, 110.0), (70.0, 60.0, 70.0)))
-    export.export_serving_model(untrained, os.path.join(model.uri, "Format-Serving"),
-                                th.CLASSES, SIZE, 0.875)
+    untrained = model_lib.build_model(
+        TrainerConfig(backbone="tiny_cnn", image_size=SIZE),
+        3,
+        ((110.0, 80.0, 110.0), (70.0, 60.0, 70.0)),
+    )
+    export.export_serving_model(
+        untrained, os.path.join(model.uri, "Format-Serving"), th.CLASSES, SIZE, 0.875
+    )
     evaluation, blessing = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
     evaluation.uri, blessing.uri = str(tmp_path / "evaluation"), str(tmp_path / "blessing")
-    component = ImageEvaluator(types.Channel(type=standard_artifacts.Examples),
-                               types.Channel(type=standard_artifacts.Model),
-                               EvaluatorConfig(accuracy_threshold=0.99))
-    Executor().Do({"examples": [examples], "model": [model]},
-                  {"evaluation": [evaluation], "blessing": [blessing]},
-                  component.exec_properties)
+    component = ImageEvaluator(
+        types.Channel(type=standard_artifacts.Examples),
+        types.Channel(type=standard_artifacts.Model),
+        EvaluatorConfig(accuracy_threshold=0.99),
+    )
+    Executor().Do(
+        {"examples": [examples], "model": [model]},
+        {"evaluation": [evaluation], "blessing": [blessing]},
+        component.exec_properties,
+    )
     assert blessing.get_int_custom_property("blessed") == 0
     assert os.path.exists(os.path.join(blessing.uri, "NOT_BLESSED"))

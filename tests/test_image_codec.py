@@ -21,8 +21,10 @@ def _decode_rgb(data: bytes) -> np.ndarray:
 
 
 def test_jpeg_and_png_bytes_are_kept_unchanged_by_default():
-    for data in (imagegen.jpeg_bytes(imagegen.photo_like(30, 40)),
-                 imagegen.png_bytes(imagegen.photo_like(30, 40))):
+    for data in (
+        imagegen.jpeg_bytes(imagegen.photo_like(30, 40)),
+        imagegen.png_bytes(imagegen.photo_like(30, 40)),
+    ):
         image, _ = image_codec.convert_image(data, ImageOptions())
         assert image.data is data and not image.reencoded
         assert (image.height, image.width, image.channels) == (30, 40, 3)
@@ -38,26 +40,27 @@ def test_cmyk_jpeg_becomes_rgb_jpeg():
 
 
 def test_sixteen_bit_png_becomes_eight_bit():
-    deep = (np.arange(64 * 3, dtype=np.uint16).reshape(8, 8, 3) * 300)
+    deep = np.arange(64 * 3, dtype=np.uint16).reshape(8, 8, 3) * 300
     image, _ = image_codec.convert_image(imagegen.png_bytes(deep), ImageOptions())
     header = hdr.read_header(image.data)
     assert (header.bit_depth, image.format) == (8, "png")
-    decoded = cv2.cvtColor(cv2.imdecode(np.frombuffer(image.data, np.uint8), -1),
-                           cv2.COLOR_BGR2RGB)
+    decoded = cv2.cvtColor(cv2.imdecode(np.frombuffer(image.data, np.uint8), -1), cv2.COLOR_BGR2RGB)
     np.testing.assert_array_equal(decoded, np.round(deep / 257.0).astype(np.uint8))
 
 
 def test_rgba_png_to_jpeg_composites_onto_the_background_never_black():
     rgba = np.zeros((10, 10, 4), np.uint8)  # fully transparent black
     rgba[:5, :, :] = (255, 0, 0, 255)  # top half opaque red
-    image, _ = image_codec.convert_image(imagegen.png_bytes(rgba),
-                                         ImageOptions(output_format="jpeg"))
+    image, _ = image_codec.convert_image(
+        imagegen.png_bytes(rgba), ImageOptions(output_format="jpeg")
+    )
     pixels = _decode_rgb(image.data)
     assert image.channels == 3
     assert pixels[8, 5].min() > 240  # transparent part: white, not black
     assert pixels[2, 5, 0] > 200 and pixels[2, 5, 1] < 60
     grey_bg, _ = image_codec.convert_image(
-        imagegen.png_bytes(rgba), ImageOptions(output_format="jpeg", background=(128, 128, 128)))
+        imagegen.png_bytes(rgba), ImageOptions(output_format="jpeg", background=(128, 128, 128))
+    )
     assert abs(int(_decode_rgb(grey_bg.data)[8, 5, 0]) - 128) < 8
 
 
@@ -79,8 +82,9 @@ def test_grayscale_keeps_one_channel_unless_rgb_is_asked():
 @pytest.mark.parametrize("fmt", ["GIF", "BMP", "WEBP"])
 def test_other_formats_are_reencoded(fmt):
     source = imagegen.photo_like(12, 20)
-    data = imagegen.pillow_bytes(Image.fromarray(source), fmt, **(
-        {"lossless": True} if fmt == "WEBP" else {}))
+    data = imagegen.pillow_bytes(
+        Image.fromarray(source), fmt, **({"lossless": True} if fmt == "WEBP" else {})
+    )
     as_png, _ = image_codec.convert_image(data, ImageOptions())
     assert as_png.format == "png" and (as_png.height, as_png.width) == (12, 20)
     if fmt != "GIF":  # GIF is paletted, so lossy by nature
@@ -132,13 +136,16 @@ def test_verify_decode_catches_a_corrupt_body_with_intact_markers():
         image_codec.convert_image(bytes(data), ImageOptions(verify="decode"))
 
 
-@pytest.mark.parametrize("options, decodes", [
-    (ImageOptions(), False),
-    (ImageOptions(resize=64), True),
-    (ImageOptions(quality=80), True),
-    (ImageOptions(channels=3), True),
-    (ImageOptions(verify="decode"), True),
-])
+@pytest.mark.parametrize(
+    "options, decodes",
+    [
+        (ImageOptions(), False),
+        (ImageOptions(resize=64), True),
+        (ImageOptions(quality=80), True),
+        (ImageOptions(channels=3), True),
+        (ImageOptions(verify="decode"), True),
+    ],
+)
 def test_decodes_every_image_matches_what_the_codec_does(options, decodes):
     """The converter runs its thread pool exactly when every image's pixels are decoded."""
     jpeg = imagegen.jpeg_bytes(imagegen.photo_like(24, 20))

@@ -18,8 +18,9 @@ from imgpipe.components.image_example_gen.executor import Executor
 from imgpipe.components.image_example_gen.options import OutputOptions
 from tests import imagegen
 
-OUTPUT_OPTIONS = OutputOptions(num_shards=1, splits=(("train", 0.75), ("eval", 0.25)),
-                               stratify=True)
+OUTPUT_OPTIONS = OutputOptions(
+    num_shards=1, splits=(("train", 0.75), ("eval", 0.25)), stratify=True
+)
 
 
 def _pipeline(input_base: str, root: str) -> tfx.dsl.Pipeline:
@@ -32,7 +33,8 @@ def _pipeline(input_base: str, root: str) -> tfx.dsl.Pipeline:
         components=[example_gen, statistics_gen, schema_gen],
         enable_cache=True,
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
-            os.path.join(root, "metadata.db")),
+            os.path.join(root, "metadata.db")
+        ),
         beam_pipeline_args=["--direct_num_workers=1"],
     )
 
@@ -51,13 +53,20 @@ def test_tfx_statistics_and_schema_consume_the_output_and_new_images_rerun(tmp_p
 
     (examples_dir,) = _outputs(root, "ImageExampleGen", "examples")
     assert {n.rstrip("/") for n in tf.io.gfile.listdir(examples_dir)} == {
-        "Split-train", "Split-eval", "conversion_summary.json", "ignored.json",
-        "label_map.json", "labels.txt", "skipped.json"}
+        "Split-train",
+        "Split-eval",
+        "conversion_summary.json",
+        "ignored.json",
+        "label_map.json",
+        "labels.txt",
+        "skipped.json",
+    }
     (stats_dir,) = _outputs(root, "StatisticsGen", "statistics")
     assert {"Split-train", "Split-eval"} <= {n.rstrip("/") for n in tf.io.gfile.listdir(stats_dir)}
     (schema_dir,) = _outputs(root, "SchemaGen", "schema")
-    schema = tfx.utils.parse_pbtxt_file(os.path.join(schema_dir, "schema.pbtxt"),
-                                        schema_pb2.Schema())
+    schema = tfx.utils.parse_pbtxt_file(
+        os.path.join(schema_dir, "schema.pbtxt"), schema_pb2.Schema()
+    )
     types = {f.name: f.type for f in schema.feature}
     assert types[fk.IMAGE_ENCODED_KEY] == schema_pb2.BYTES
     assert types[fk.LABEL_KEY] == schema_pb2.INT
@@ -68,8 +77,10 @@ def test_tfx_statistics_and_schema_consume_the_output_and_new_images_rerun(tmp_p
     assert len(_outputs(root, "ImageExampleGen", "examples")) == 1
 
     # A new image changes the fingerprint, so the component runs again.
-    imagegen.write(os.path.join(images, "dog", "new", "extra.jpg"),
-                   imagegen.jpeg_bytes(imagegen.photo_like(20, 20, seed=5)))
+    imagegen.write(
+        os.path.join(images, "dog", "new", "extra.jpg"),
+        imagegen.jpeg_bytes(imagegen.photo_like(20, 20, seed=5)),
+    )
     tfx.orchestration.LocalDagRunner().run(_pipeline(images, root))
     assert len(_outputs(root, "ImageExampleGen", "examples")) == 2
 
@@ -77,10 +88,12 @@ def test_tfx_statistics_and_schema_consume_the_output_and_new_images_rerun(tmp_p
 @pytest.mark.component
 def test_executor_resolves_the_latest_span_when_no_driver_ran(tmp_path):
     for span in (1, 2):
-        imagegen.make_image_folder(str(tmp_path / "data" / f"span-{span}"),
-                                   {"a": 2 + span, "b": 2}, seed=span)
-    component = ImageExampleGen(input_base=str(tmp_path / "data" / "span-{SPAN}"),
-                                output_options=OUTPUT_OPTIONS)
+        imagegen.make_image_folder(
+            str(tmp_path / "data" / f"span-{span}"), {"a": 2 + span, "b": 2}, seed=span
+        )
+    component = ImageExampleGen(
+        input_base=str(tmp_path / "data" / "span-{SPAN}"), output_options=OUTPUT_OPTIONS
+    )
     examples = standard_artifacts.Examples()
     examples.uri = str(tmp_path / "out")
     exec_properties = dict(component.exec_properties)
@@ -99,4 +112,6 @@ def test_executor_resolves_the_latest_span_when_no_driver_ran(tmp_path):
 def test_input_base_is_split_into_base_and_pattern():
     assert split_input_base("/data/flowers") == ("/data", "flowers")
     assert split_input_base("gs://b/imgs/span-{SPAN}/v{VERSION}/") == (
-        "gs://b/imgs", "span-{SPAN}/v{VERSION}")
+        "gs://b/imgs",
+        "span-{SPAN}/v{VERSION}",
+    )

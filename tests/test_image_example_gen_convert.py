@@ -15,7 +15,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from imgpipe.components.common import artifacts, conversion_summary, layout
 from imgpipe.components.common import features as fk
-from imgpipe.components.image_example_gen import transforms
+from imgpipe.components.image_example_gen import tasks, transforms
 from imgpipe.components.image_example_gen.convert import run_conversion
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
 from tests import imagegen
@@ -28,8 +28,11 @@ def in_process() -> beam.Pipeline:
 
 
 def multi_process() -> beam.Pipeline:
-    return beam.Pipeline(options=PipelineOptions(
-        ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]))
+    return beam.Pipeline(
+        options=PipelineOptions(
+            ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+        )
+    )
 
 
 def read_split(output_dir: str, split: str) -> list[tf.train.Example]:
@@ -77,16 +80,27 @@ def messy_folder(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def converted(messy_folder, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("out"))
-    result = run_conversion(messy_folder, out, ImageOptions(), OutputOptions(
-        num_shards=2, splits=(("train", 0.7), ("eval", 0.3)), stratify=True), in_process)
+    result = run_conversion(
+        messy_folder,
+        out,
+        ImageOptions(),
+        OutputOptions(num_shards=2, splits=(("train", 0.7), ("eval", 0.3)), stratify=True),
+        in_process,
+    )
     return out, result
 
 
 def test_every_bad_input_is_skipped_with_its_reason(converted):
     out, _ = converted
     skipped = {row["path"]: row["reason"] for row in artifacts.load_skipped(out)}
-    assert set(skipped) == {"cat/truncated.jpg", "cat/empty.jpg", "dog/text.jpg",
-                            "dog/bomb.png", "dog/dangling.jpg", "stray.jpg"}
+    assert set(skipped) == {
+        "cat/truncated.jpg",
+        "cat/empty.jpg",
+        "dog/text.jpg",
+        "dog/bomb.png",
+        "dog/dangling.jpg",
+        "stray.jpg",
+    }
     assert "no end-of-image marker" in skipped["cat/truncated.jpg"]
     assert skipped["cat/empty.jpg"] == "empty file (0 bytes)"
     assert skipped["dog/text.jpg"].startswith("not an image")
@@ -113,8 +127,10 @@ def test_layout_labels_and_features(converted):
     out, result = converted
     assert result.split_names == ["train", "eval"]
     assert artifacts.load_labels(out) == ["cat", "dog", "owl"]
-    examples = {feature(e, fk.FILENAME_KEY).decode(): e
-                for e in read_split(out, "train") + read_split(out, "eval")}
+    examples = {
+        feature(e, fk.FILENAME_KEY).decode(): e
+        for e in read_split(out, "train") + read_split(out, "eval")
+    }
     cmyk = examples["owl/nested/deeper/cmyk.jpg"]
     assert feature(cmyk, fk.LABEL_KEY) == 2
     assert feature(cmyk, fk.LABEL_TEXT_KEY) == b"owl"
@@ -135,8 +151,9 @@ def test_passthrough_round_trip_keeps_bytes_and_pixels(converted, messy_folder):
         stored = feature(example, fk.IMAGE_ENCODED_KEY)
         assert stored == source
         assert feature(example, fk.SHA256_KEY).decode() == hashlib.sha256(source).hexdigest()
-        np.testing.assert_array_equal(tf.io.decode_image(stored).numpy(),
-                                      tf.io.decode_image(source).numpy())
+        np.testing.assert_array_equal(
+            tf.io.decode_image(stored).numpy(), tf.io.decode_image(source).numpy()
+        )
 
 
 def test_shards_are_named_and_mixed(converted):
@@ -145,8 +162,10 @@ def test_shards_are_named_and_mixed(converted):
     assert names == ["data_tfrecord-00000-of-00002", "data_tfrecord-00001-of-00002"]
     for name in names:
         path = os.path.join(artifacts.split_dir(out, "train"), name)
-        labels_in_shard = [feature(tf.train.Example.FromString(raw.numpy()), fk.LABEL_KEY)
-                           for raw in tf.data.TFRecordDataset(path)]
+        labels_in_shard = [
+            feature(tf.train.Example.FromString(raw.numpy()), fk.LABEL_KEY)
+            for raw in tf.data.TFRecordDataset(path)
+        ]
         assert len(set(labels_in_shard)) > 1, f"{name} holds a single class"
 
 
@@ -159,8 +178,10 @@ def test_two_runs_on_different_runners_give_byte_identical_shards(messy_folder, 
         files_a = sorted(tf.io.gfile.listdir(artifacts.split_dir(a, split)))
         assert files_a == sorted(tf.io.gfile.listdir(artifacts.split_dir(b, split)))
         for name in files_a:
-            with open(os.path.join(artifacts.split_dir(a, split), name), "rb") as fa, \
-                    open(os.path.join(artifacts.split_dir(b, split), name), "rb") as fb:
+            with (
+                open(os.path.join(artifacts.split_dir(a, split), name), "rb") as fa,
+                open(os.path.join(artifacts.split_dir(b, split), name), "rb") as fb,
+            ):
                 assert fa.read() == fb.read(), f"{split}/{name} differs"
     for name in (layout.SUMMARY_FILE, layout.SKIPPED_FILE, layout.LABEL_MAP_FILE):
         assert open(os.path.join(a, name)).read() == open(os.path.join(b, name)).read()
@@ -168,10 +189,14 @@ def test_two_runs_on_different_runners_give_byte_identical_shards(messy_folder, 
 
 def test_on_error_fail_names_the_file_and_publishes_nothing(messy_folder, tmp_path):
     out = tmp_path / "out"
-    with pytest.raises(ValueError, match=r"cat/empty\.jpg: empty file|cat/truncated\.jpg|"
-                                         r"dog/.*|stray\.jpg: image outside"):
-        run_conversion(messy_folder, str(out), ImageOptions(), OutputOptions(on_error="fail"),
-                       in_process)
+    with pytest.raises(
+        ValueError,
+        match=r"cat/empty\.jpg: empty file|cat/truncated\.jpg|"
+        r"dog/.*|stray\.jpg: image outside",
+    ):
+        run_conversion(
+            messy_folder, str(out), ImageOptions(), OutputOptions(on_error="fail"), in_process
+        )
     assert not out.exists() or os.listdir(out) == []
 
 
@@ -179,9 +204,13 @@ def test_resize_crop_gzip_and_shard_size(tmp_path):
     root = str(tmp_path / "imgs")
     imagegen.make_image_folder(root, {"a": 6, "b": 6}, size=(90, 120))
     out = str(tmp_path / "out")
-    result = run_conversion(root, out, ImageOptions(resize=32, center_crop=True, quality=80),
-                            OutputOptions(gzip=True, shard_mb=0.01, splits=(("train", 1.0),)),
-                            in_process)
+    result = run_conversion(
+        root,
+        out,
+        ImageOptions(resize=32, center_crop=True, quality=80),
+        OutputOptions(gzip=True, shard_mb=0.01, splits=(("train", 1.0),)),
+        in_process,
+    )
     names = tf.io.gfile.listdir(artifacts.split_dir(out, "train"))
     assert all(n.endswith(".gz") for n in names)
     bytes_out = result.summary.splits["train"].bytes_out
@@ -190,7 +219,9 @@ def test_resize_crop_gzip_and_shard_size(tmp_path):
     assert len(examples) == 12
     for example in examples:
         assert (feature(example, fk.IMAGE_HEIGHT_KEY), feature(example, fk.IMAGE_WIDTH_KEY)) == (
-            32, 32)
+            32,
+            32,
+        )
         assert tf.io.decode_jpeg(feature(example, fk.IMAGE_ENCODED_KEY)).shape == (32, 32, 3)
 
 
@@ -216,21 +247,25 @@ def test_a_split_of_only_bad_files_is_reported_and_published_empty(tmp_path):
     assert (summary.written, summary.skipped, summary.files_seen) == (5, 2, 7)
     assert summary.splits["test"].records == 0
     assert {row["path"] for row in artifacts.load_skipped(out)} == {
-        "test/a/empty.jpg", "test/b/text.png"}
-    assert tf.io.gfile.listdir(artifacts.split_dir(out, "test")) == [
-        "data_tfrecord-00000-of-00001"]
+        "test/a/empty.jpg",
+        "test/b/text.png",
+    }
+    assert tf.io.gfile.listdir(artifacts.split_dir(out, "test")) == ["data_tfrecord-00000-of-00001"]
     assert read_split(out, "test") == [] and len(read_split(out, "train")) == 5
 
 
 def test_task_files_carry_the_plan_to_the_pipeline(tmp_path):
-    tasks = [transforms.ConversionTask(f"b/é {i}\nx.jpg", "b", 1, "eval" if i % 3 else "train")
-             for i in range(7)]
-    pattern = transforms.write_task_files(tasks, str(tmp_path / "tasks"), batch_size=2,
-                                          batches_per_file=3)
+    planned = [
+        tasks.ConversionTask(f"b/é {i}\nx.jpg", "b", 1, "eval" if i % 3 else "train")
+        for i in range(7)
+    ]
+    pattern = tasks.write_task_files(
+        planned, str(tmp_path / "tasks"), batch_size=2, batches_per_file=3
+    )
     assert len(tf.io.gfile.glob(pattern)) == 2  # 4 batches, 3 a file
     with in_process() as pipeline:
-        batches = pipeline | transforms.ReadTaskBatches(pattern)
-        assert_that(batches | beam.FlatMap(lambda batch: batch), equal_to(tasks))
+        batches = pipeline | tasks.ReadTaskBatches(pattern)
+        assert_that(batches | beam.FlatMap(lambda batch: batch), equal_to(planned))
 
 
 def test_convert_images_ptransform(tmp_path):
@@ -239,14 +274,24 @@ def test_convert_images_ptransform(tmp_path):
     imagegen.write(os.path.join(root, "a", "bad.jpg"), b"nope")
     spill = str(tmp_path / "spill")
     os.makedirs(spill)
-    tasks = [transforms.ConversionTask(rel, "a", 0, "train")
-             for rel in ("a/img_000.jpg", "a/img_001.jpg", "a/bad.jpg")]
+    planned = [
+        tasks.ConversionTask(rel, "a", 0, "train")
+        for rel in ("a/img_000.jpg", "a/img_001.jpg", "a/bad.jpg")
+    ]
     with in_process() as pipeline:
-        outputs = (pipeline | beam.Create(transforms.batch_tasks(tasks, size=2))
-                   | transforms.ConvertImages(root, spill, ImageOptions(), False))
-        assert_that(outputs[transforms.RECORDS_TAG]
-                    | beam.FlatMap(lambda pointers: [(p.relpath, p.split) for p in pointers]),
-                    equal_to([("a/img_000.jpg", "train"), ("a/img_001.jpg", "train")]),
-                    label="records")
-        assert_that(outputs[transforms.SKIPPED_TAG] | beam.Map(lambda s: s.relpath),
-                    equal_to(["a/bad.jpg"]), label="skipped")
+        outputs = (
+            pipeline
+            | beam.Create(tasks.batch_tasks(planned, size=2))
+            | transforms.ConvertImages(root, spill, ImageOptions(), False)
+        )
+        assert_that(
+            outputs[transforms.RECORDS_TAG]
+            | beam.FlatMap(lambda pointers: [(p.relpath, p.split) for p in pointers]),
+            equal_to([("a/img_000.jpg", "train"), ("a/img_001.jpg", "train")]),
+            label="records",
+        )
+        assert_that(
+            outputs[transforms.SKIPPED_TAG] | beam.Map(lambda s: s.relpath),
+            equal_to(["a/bad.jpg"]),
+            label="skipped",
+        )

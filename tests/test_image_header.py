@@ -16,7 +16,12 @@ def test_jpeg_rgb_and_gray_sizes_come_from_the_header():
     rgb = imagegen.photo_like(37, 53)
     header = hdr.read_header(imagegen.jpeg_bytes(rgb))
     assert (header.format, header.height, header.width, header.channels, header.mode) == (
-        "jpeg", 37, 53, 3, "rgb")
+        "jpeg",
+        37,
+        53,
+        3,
+        "rgb",
+    )
     gray = imagegen.pillow_bytes(Image.fromarray(rgb[:, :, 0]), "JPEG")
     assert hdr.read_header(gray).channels == 1
 
@@ -56,12 +61,15 @@ def test_format_comes_from_content_not_name():
     assert hdr.sniff_format(png) == "png"  # whatever the file is called
 
 
-@pytest.mark.parametrize("data, reason", [
-    (b"", "empty file"),
-    (b"hello, I am text pretending to be a jpeg", "not an image"),
-    (b"\xff\xd8\xff\xe0\x00\x10JFIF", "truncated jpeg"),
-    (b"\x89PNG\r\n\x1a\n\x00\x00", "truncated png"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"", "empty file"),
+        (b"hello, I am text pretending to be a jpeg", "not an image"),
+        (b"\xff\xd8\xff\xe0\x00\x10JFIF", "truncated jpeg"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "truncated png"),
+    ],
+)
 def test_bad_bytes_give_a_reason(data, reason):
     with pytest.raises(hdr.ImageHeaderError, match=reason):
         hdr.read_header(data)

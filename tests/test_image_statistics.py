@@ -87,16 +87,23 @@ def make_folder(root: str) -> None:
                 # Small images are bright, large ones dark: a mean of means is far off.
                 side = int(rng.integers(16, 40)) if i % 2 else int(rng.integers(90, 160))
                 shade = 1.0 if i % 2 else 0.35
-                rgb = textured(rng, side, int(side * rng.uniform(0.6, 1.7)),
-                               [c * shade for c in colour])
+                rgb = textured(
+                    rng, side, int(side * rng.uniform(0.6, 1.7)), [c * shade for c in colour]
+                )
                 ext = "png" if i % 3 else "jpg"
                 write_image(os.path.join(root, split, label, f"{label[0]}{i:02d}.{ext}"), rgb)
-    write_image(os.path.join(root, "train", "lime", "grey.png"),
-                textured(rng, 50, 70, (128, 128, 128))[..., 0])
-    shutil.copy(os.path.join(root, "train", "crimson", "c02.png"),
-                os.path.join(root, "eval", "lime", "leak.png"))
-    shutil.copy(os.path.join(root, "train", "lime", "l01.png"),
-                os.path.join(root, "train", "lime", "l01-copy.png"))
+    write_image(
+        os.path.join(root, "train", "lime", "grey.png"),
+        textured(rng, 50, 70, (128, 128, 128))[..., 0],
+    )
+    shutil.copy(
+        os.path.join(root, "train", "crimson", "c02.png"),
+        os.path.join(root, "eval", "lime", "leak.png"),
+    )
+    shutil.copy(
+        os.path.join(root, "train", "lime", "l01.png"),
+        os.path.join(root, "train", "lime", "l01-copy.png"),
+    )
     with open(os.path.join(root, "train", "lime", "broken.jpg"), "wb") as f:
         f.write(b"this is not a jpeg")
 
@@ -106,13 +113,22 @@ def dataset(tmp_path_factory) -> dict:
     base = tmp_path_factory.mktemp("stats")
     root, examples = str(base / "images"), str(base / "examples")
     make_folder(root)
-    run_conversion(root, examples, ImageOptions(), OutputOptions(num_shards=2, gzip=True),
-                   make_pipeline=make_pipeline)
+    run_conversion(
+        root,
+        examples,
+        ImageOptions(),
+        OutputOptions(num_shards=2, gzip=True),
+        make_pipeline=make_pipeline,
+    )
     options = AnalysisOptions(IMAGE_SIZE, CROP, keep_thumbnails=3, native_resolution=True)
     produced = produce(examples, SPLITS, str(base), options, StatisticsConfig(), make_pipeline)
     # "stats" is the image_stats.json document as a reader of the file sees it.
-    return {"base": base, "examples": examples, "produced": produced,
-            "stats": json.loads(schema.to_json_text(produced.stats))}
+    return {
+        "base": base,
+        "examples": examples,
+        "produced": produced,
+        "stats": json.loads(schema.to_json_text(produced.stats)),
+    }
 
 
 def read_split_images(examples: str, split: str) -> list[bytes]:
@@ -144,8 +160,9 @@ def test_pixel_statistics_are_exact_against_numpy_float64(dataset):
         np.testing.assert_allclose(pixels["std"], std, rtol=0, atol=1e-6)
         assert pixels["pixels_per_channel"] == len(encoded) * IMAGE_SIZE**2
 
-        native = [tf.io.decode_image(e, channels=3, expand_animations=False).numpy()
-                  for e in encoded]
+        native = [
+            tf.io.decode_image(e, channels=3, expand_animations=False).numpy() for e in encoded
+        ]
         assert len({im.shape for im in native}) > 5, "the test needs images of many sizes"
         mean, std, mean_of_means = reference_moments(native)
         got = stats["splits"][split]["native_pixels"]
@@ -170,8 +187,7 @@ def test_the_typed_schema_round_trips_and_gives_the_normalization(dataset, tmp_p
     (tmp_path / layout.IMAGE_STATS_FILE).write_text(json.dumps(broken))
     with pytest.raises(ValueError, match=r"image_stats\.json.*splits\.train"):
         schema.read(str(tmp_path))
-    (tmp_path / layout.IMAGE_STATS_FILE).write_text(json.dumps({**dataset["stats"],
-                                                                "version": 9}))
+    (tmp_path / layout.IMAGE_STATS_FILE).write_text(json.dumps({**dataset["stats"], "version": 9}))
     with pytest.raises(ValueError, match="schema version 9"):
         schema.read(str(tmp_path))
 
@@ -183,11 +199,14 @@ def test_planted_leak_and_duplicates_are_found(dataset):
     assert leakage["images_by_split"] == {"train": 1, "eval": 1}
     assert leakage["examples"][0]["files"] == [
         {"split": "eval", "path": "eval/lime/leak.png"},
-        {"split": "train", "path": "train/crimson/c02.png"}]
+        {"split": "train", "path": "train/crimson/c02.png"},
+    ]
     train_dups = stats["splits"]["train"]["duplicates"]
     assert train_dups["groups"] == 1 and train_dups["redundant_images"] == 1
     assert {f["path"] for f in train_dups["examples"][0]["files"]} == {
-        "train/lime/l01.png", "train/lime/l01-copy.png"}
+        "train/lime/l01.png",
+        "train/lime/l01-copy.png",
+    }
     assert stats["splits"]["eval"]["duplicates"]["groups"] == 0
     codes = {(a["code"], a["split"]) for a in stats["anomalies"]}
     assert (anomaly_lib.LEAKAGE, "eval") in codes
@@ -205,32 +224,49 @@ def test_duplicate_search_gives_the_same_groups_in_any_number_of_buckets(num_buc
 
     sha = {name: hashlib.sha256(name.encode()).hexdigest() for name in "abcde"}
     key_lists = [
-        [ImageKey("train", "x/1.jpg", sha["a"], 11), ImageKey("train", "x/2.jpg", sha["b"], 7),
-         ImageKey("train", "x/3.jpg", sha["e"], 5)],
+        [
+            ImageKey("train", "x/1.jpg", sha["a"], 11),
+            ImageKey("train", "x/2.jpg", sha["b"], 7),
+            ImageKey("train", "x/3.jpg", sha["e"], 5),
+        ],
         [ImageKey("eval", "y/1.jpg", sha["a"], 11), ImageKey("eval", "y/2.jpg", sha["c"], 7)],
         [ImageKey("eval", "y/3.jpg", sha["d"], 9), ImageKey("train", "x/4.jpg", sha["e"], 5)],
     ]
     DuplicateGroup = stats_transforms.DuplicateGroup
     expected = [
-        DuplicateGroup("exact", sha["a"], (("eval", "y/1.jpg"), ("train", "x/1.jpg")), 2,
-                       (("eval", 1), ("train", 1))),
-        DuplicateGroup("exact", sha["e"], (("train", "x/3.jpg"), ("train", "x/4.jpg")), 2,
-                       (("train", 2),)),
+        DuplicateGroup(
+            "exact",
+            sha["a"],
+            (("eval", "y/1.jpg"), ("train", "x/1.jpg")),
+            2,
+            (("eval", 1), ("train", 1)),
+        ),
+        DuplicateGroup(
+            "exact", sha["e"], (("train", "x/3.jpg"), ("train", "x/4.jpg")), 2, (("train", 2),)
+        ),
         # Same dHash, different content: near. Same content (a, e): exact only.
-        DuplicateGroup("near", f"{7:016x}", (("eval", "y/2.jpg"), ("train", "x/2.jpg")), 2,
-                       (("eval", 1), ("train", 1))),
+        DuplicateGroup(
+            "near",
+            f"{7:016x}",
+            (("eval", "y/2.jpg"), ("train", "x/2.jpg")),
+            2,
+            (("eval", 1), ("train", 1)),
+        ),
     ]
     with make_pipeline() as pipeline:
-        buckets = (pipeline | beam.Create(key_lists)
-                   | stats_transforms.FindDuplicates(num_buckets))
-        assert_that(buckets | beam.FlatMapTuple(lambda bucket, groups: groups),
-                    equal_to(expected), label="groups")
+        buckets = pipeline | beam.Create(key_lists) | stats_transforms.FindDuplicates(num_buckets)
+        assert_that(
+            buckets | beam.FlatMapTuple(lambda bucket, groups: groups),
+            equal_to(expected),
+            label="groups",
+        )
 
         def in_range(bucket_ids):
             assert bucket_ids and all(0 <= b < num_buckets for b in bucket_ids), bucket_ids
 
-        assert_that(buckets | beam.MapTuple(lambda bucket, groups: bucket), in_range,
-                    label="buckets")
+        assert_that(
+            buckets | beam.MapTuple(lambda bucket, groups: bucket), in_range, label="buckets"
+        )
 
 
 def test_distributions(dataset):
@@ -240,8 +276,9 @@ def test_distributions(dataset):
     assert sum(train["sizes"]["width"]["counts"]) == train["images"] == 22
     assert train["formats"]["jpeg"] + train["formats"]["png"] == 22
     assert train["color_modes"]["gray"] == 1 and train["channels"]["1"] == 1
-    assert train["bytes"]["total"] == sum(len(e) for e in read_split_images(
-        dataset["examples"], "train"))
+    assert train["bytes"]["total"] == sum(
+        len(e) for e in read_split_images(dataset["examples"], "train")
+    )
     assert sorted(train["thumbnails"]) == ["crimson", "lime"]
     assert all(len(paths) == 3 for paths in train["thumbnails"].values())
 
@@ -253,32 +290,43 @@ def test_eval_labels_differ_and_supported_fraction_anomalies(dataset):
 
     def with_labels(split: str, counts: dict[str, int]) -> schema.SplitStats:
         s = typed.splits[split]
-        return dataclasses.replace(s, images=sum(counts.values()),
-                                   labels=dataclasses.replace(s.labels, counts=counts))
+        return dataclasses.replace(
+            s, images=sum(counts.values()), labels=dataclasses.replace(s.labels, counts=counts)
+        )
 
     no_leak = dataclasses.replace(typed.leakage, fraction_by_split={"train": 0.0, "eval": 0.0})
     stats = dataclasses.replace(
-        typed, splits={"train": with_labels("train", {"a": 5, "b": 5}),
-                       "eval": with_labels("eval", {"a": 3, "b": 0})},
-        source=dataclasses.replace(typed.source, supported_fraction=0.5), leakage=no_leak)
+        typed,
+        splits={
+            "train": with_labels("train", {"a": 5, "b": 5}),
+            "eval": with_labels("eval", {"a": 3, "b": 0}),
+        },
+        source=dataclasses.replace(typed.source, supported_fraction=0.5),
+        leakage=no_leak,
+    )
     found = anomaly_lib.check(stats, StatisticsConfig())
     assert [(a.code, a.split) for a in found] == [
-        (anomaly_lib.LABELS_DIFFER, "eval"), (anomaly_lib.LOW_SUPPORTED_FRACTION, None)]
+        (anomaly_lib.LABELS_DIFFER, "eval"),
+        (anomaly_lib.LOW_SUPPORTED_FRACTION, None),
+    ]
     assert "missing ['b']" in found[0].message
     stats = dataclasses.replace(
-        stats, splits={**stats.splits, "eval": with_labels("eval", {"a": 3, "b": 1})},
-        source=dataclasses.replace(typed.source, supported_fraction=1.0))
+        stats,
+        splits={**stats.splits, "eval": with_labels("eval", {"a": 3, "b": 1})},
+        source=dataclasses.replace(typed.source, supported_fraction=1.0),
+    )
     assert anomaly_lib.check(stats, StatisticsConfig()) == []
 
 
 def test_combine_fn_is_merge_order_independent(dataset):
     records = []
-    for path in sorted(tf.io.gfile.glob(artifacts.split_shard_pattern(dataset["examples"],
-                                                                      "train"))):
+    for path in sorted(
+        tf.io.gfile.glob(artifacts.split_shard_pattern(dataset["examples"], "train"))
+    ):
         records.extend(r.numpy() for r in tf.data.TFRecordDataset(path, "GZIP"))
     options = AnalysisOptions(IMAGE_SIZE, CROP, keep_thumbnails=2, native_resolution=True)
     decoder = BatchDecoder(IMAGE_SIZE, CROP)
-    batches = [records[i:i + 3] for i in range(0, len(records), 3)]
+    batches = [records[i : i + 3] for i in range(0, len(records), 3)]
     partials = [analyze_batch(batch, "train", decoder, options)[0] for batch in batches]
     combine = acc.ImageStatsCombineFn(keep_thumbnails=2)
 
@@ -292,16 +340,25 @@ def test_combine_fn_is_merge_order_independent(dataset):
             merged.append(a)
         result = combine.extract_output(combine.merge_accumulators(merged))
         return summary.build_stats(
-            splits=["train"], accumulators={"train": result}, groups=[], labels=["c", "l"],
-            options=options, examples_uri="x", skipped=0, leakage_threshold=0.0)
+            splits=["train"],
+            accumulators={"train": result},
+            groups=[],
+            labels=["c", "l"],
+            options=options,
+            examples_uri="x",
+            skipped=0,
+            leakage_threshold=0.0,
+        )
 
     rng = np.random.default_rng(0)
     reference = combined(list(range(len(partials))), 1)
     for chunks in (2, 3, len(partials)):
         order = list(rng.permutation(len(partials)))
         assert combined(order, chunks) == reference
-    assert list(reference.splits["train"].pixels.mean) == (
-        dataset["stats"]["splits"]["train"]["pixels"]["mean"])
+    assert (
+        list(reference.splits["train"].pixels.mean)
+        == (dataset["stats"]["splits"]["train"]["pixels"]["mean"])
+    )
     # Per-chunk means averaged, as with per-worker means: not the exact mean.
     chunk_means = [acc.exact_moments(p.pixel_hist)[1] for p in partials]
     assert np.mean(chunk_means, axis=0).tolist() != list(reference.splits["train"].pixels.mean)
@@ -313,7 +370,7 @@ def test_undecodable_image_is_reported_not_fatal(tmp_path):
     good = cv2.imencode(".png", np.full((20, 30, 3), 200, np.uint8))[1].tobytes()
     jpeg = cv2.imencode(".jpg", np.full((64, 64, 3), 90, np.uint8))[1].tobytes()
     # A complete header and end marker around a corrupt body: only a decode finds it.
-    corrupt = jpeg[:len(jpeg) // 2] + b"\x00" * 64 + b"\xff\xd9"
+    corrupt = jpeg[: len(jpeg) // 2] + b"\x00" * 64 + b"\xff\xd9"
     with tf.io.TFRecordWriter(str(split_dir / "data_tfrecord-00000-of-00001")) as writer:
         for name, data in (("good.png", good), ("corrupt.jpg", corrupt), ("text.jpg", b"hi")):
             example = tf.train.Example()
@@ -323,9 +380,16 @@ def test_undecodable_image_is_reported_not_fatal(tmp_path):
             feature[fk.LABEL_KEY].int64_list.value.append(0)
             writer.write(example.SerializeToString())
     artifacts.write_json(str(tmp_path / layout.LABEL_MAP_FILE), {"labels": ["a"]})
-    stats = config_loader.to_dict(produce(str(tmp_path), ["train"], str(tmp_path),
-                                          AnalysisOptions(16, CROP), StatisticsConfig(),
-                                          make_pipeline).stats)
+    stats = config_loader.to_dict(
+        produce(
+            str(tmp_path),
+            ["train"],
+            str(tmp_path),
+            AnalysisOptions(16, CROP),
+            StatisticsConfig(),
+            make_pipeline,
+        ).stats
+    )
     train = stats["splits"]["train"]
     assert train["images"] == 1
     assert {f["path"] for f in train["undecodable_files"]} == {"corrupt.jpg", "text.jpg"}
@@ -335,12 +399,16 @@ def test_undecodable_image_is_reported_not_fatal(tmp_path):
 
 
 def test_bad_properties_are_rejected_by_name():
-    properties = {spec.IMAGE_SIZE_KEY: 224, spec.CROP_FRACTION_KEY: 1.5,
-                  spec.STATISTICS_CONFIG_KEY: config_loader.to_json(StatisticsConfig())}
+    properties = {
+        spec.IMAGE_SIZE_KEY: 224,
+        spec.CROP_FRACTION_KEY: 1.5,
+        spec.STATISTICS_CONFIG_KEY: config_loader.to_json(StatisticsConfig()),
+    }
     with pytest.raises(ValueError, match=spec.CROP_FRACTION_KEY):
         options_from_properties(properties)
-    properties.update({spec.CROP_FRACTION_KEY: 0.875,
-                       spec.STATISTICS_CONFIG_KEY: '{"leakage_threshold": 2.0}'})
+    properties.update(
+        {spec.CROP_FRACTION_KEY: 0.875, spec.STATISTICS_CONFIG_KEY: '{"leakage_threshold": 2.0}'}
+    )
     with pytest.raises(ValueError, match="leakage_threshold"):
         options_from_properties(properties)
     properties[spec.STATISTICS_CONFIG_KEY] = '{"leakage": 0.1}'
@@ -371,7 +439,8 @@ class _ReportParser(html.parser.HTMLParser):
             self.bars.setdefault(self._chart, {})[a["data-key"]] = int(a["data-value"])
         elif tag == "polyline" and self._chart:
             self.lines[(self._chart[0], a["data-channel"])] = [
-                int(c) for c in a["data-counts"].split(",")]
+                int(c) for c in a["data-counts"].split(",")
+            ]
         elif tag == "div" and a.get("class") == "thumbnails":
             self._thumb_split = a["data-split"]
         elif tag == "img" and a.get("class") == "thumb":
@@ -390,35 +459,49 @@ def test_report_figures_match_the_json(dataset):
     for split, s in stats["splits"].items():
         assert parser.bars[(split, "labels")] == s["labels"]["counts"]
         assert list(parser.bars[(split, "width")].values()) == s["sizes"]["width"]["counts"]
-        assert list(parser.bars[(split, "aspect_ratio")].values()) == (
-            s["sizes"]["aspect_ratio"]["counts"])
+        assert (
+            list(parser.bars[(split, "aspect_ratio")].values())
+            == (s["sizes"]["aspect_ratio"]["counts"])
+        )
         assert list(parser.bars[(split, "bytes")].values()) == s["bytes"]["counts"]
         for channel, name in enumerate(("red", "green", "blue")):
             assert parser.lines[(split, name)] == s["pixels"]["histogram"][channel]
         assert sorted(parser.thumbs[split]) == sorted(
-            p for paths in s["thumbnails"].values() for p in paths)
+            p for paths in s["thumbnails"].values() for p in paths
+        )
     page = dataset["produced"].html
     assert "lime/leak.png" in page and "broken.jpg" in page
 
 
 def _run_chromium(args: list[str], profile: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-         "--disable-background-networking", "--disable-component-update",
-         f"--user-data-dir={profile}", *args],
-        capture_output=True, timeout=120, check=True)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
 
 
-@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
-                    reason=f"{CHROMIUM} not found: the report cannot be rendered in a browser")
+@pytest.mark.skipif(
+    not os.access(CHROMIUM, os.X_OK),
+    reason=f"{CHROMIUM} not found: the report cannot be rendered in a browser",
+)
 def test_report_renders_in_headless_chromium(dataset):
     base = dataset["base"]
     page = base / layout.REPORT_FILE
     page.write_text(dataset["produced"].html, encoding="utf-8")
     shot = base / "report.png"
     with tempfile.TemporaryDirectory() as profile:
-        _run_chromium(["--window-size=1200,2000", f"--screenshot={shot}", page.as_uri()],
-                      profile)
+        _run_chromium(["--window-size=1200,2000", f"--screenshot={shot}", page.as_uri()], profile)
     with tempfile.TemporaryDirectory() as profile:
         dom = _run_chromium(["--dump-dom", page.as_uri()], profile).stdout.decode()
     parser = _ReportParser()
@@ -447,19 +530,26 @@ def test_executor_writes_outputs_then_gates(dataset, tmp_path):
     examples.uri = dataset["examples"]
     examples.split_names = artifact_utils.encode_split_names(SPLITS)
     for fail, uri in ((True, tmp_path / "gated"), (False, tmp_path / "warned")):
-        config = StatisticsConfig(sample_thumbnails=2, min_supported_fraction=0.5,
-                                  fail_on_anomalies=fail)
-        properties = {spec.IMAGE_SIZE_KEY: IMAGE_SIZE, spec.CROP_FRACTION_KEY: CROP,
-                      spec.STATISTICS_CONFIG_KEY: config_loader.to_json(config)}
+        config = StatisticsConfig(
+            sample_thumbnails=2, min_supported_fraction=0.5, fail_on_anomalies=fail
+        )
+        properties = {
+            spec.IMAGE_SIZE_KEY: IMAGE_SIZE,
+            spec.CROP_FRACTION_KEY: CROP,
+            spec.STATISTICS_CONFIG_KEY: config_loader.to_json(config),
+        }
         output = ImageStatisticsArtifact()
         output.uri = str(uri)
         uri.mkdir()
-        executor = Executor(Executor.Context(beam_pipeline_args=["--direct_num_workers=1"],
-                                             tmp_dir=str(tmp_path)))
+        executor = Executor(
+            Executor.Context(beam_pipeline_args=["--direct_num_workers=1"], tmp_dir=str(tmp_path))
+        )
         args = ({spec.EXAMPLES_KEY: [examples]}, {spec.STATISTICS_KEY: [output]}, properties)
         if fail:
-            with pytest.raises(anomaly_lib.AnomaliesFoundError,
-                               match=r"(?s)1 data anomaly.*leakage.*eval/lime/leak.png"):
+            with pytest.raises(
+                anomaly_lib.AnomaliesFoundError,
+                match=r"(?s)1 data anomaly.*leakage.*eval/lime/leak.png",
+            ):
                 executor.Do(*args)
         else:
             executor.Do(*args)
@@ -479,13 +569,27 @@ def test_cli_stats_writes_json_and_html(dataset, tmp_path):
     from imgpipe.pipelines import cli
 
     out_json, out_html = tmp_path / "s.json", tmp_path / "r.html"
-    code = cli.main(["stats", dataset["examples"], "--json", str(out_json), "--html",
-                     str(out_html), "--image-size", str(IMAGE_SIZE), "--fail-on-anomalies",
-                     "--direct_running_mode=in_memory", "--direct_num_workers=1"])
+    code = cli.main(
+        [
+            "stats",
+            dataset["examples"],
+            "--json",
+            str(out_json),
+            "--html",
+            str(out_html),
+            "--image-size",
+            str(IMAGE_SIZE),
+            "--fail-on-anomalies",
+            "--direct_running_mode=in_memory",
+            "--direct_num_workers=1",
+        ]
+    )
     assert code == 1  # the planted leak
     written = json.loads(out_json.read_text())
-    assert written["splits"]["train"]["pixels"]["mean"] == (
-        dataset["stats"]["splits"]["train"]["pixels"]["mean"])
+    assert (
+        written["splits"]["train"]["pixels"]["mean"]
+        == (dataset["stats"]["splits"]["train"]["pixels"]["mean"])
+    )
     assert "<svg" in out_html.read_text()
 
 
@@ -497,8 +601,10 @@ def test_resize_skips_only_an_identity_resize():
     rng = np.random.default_rng(1)
     exact = rng.integers(0, 256, (IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
     larger = rng.integers(0, 256, (IMAGE_SIZE + 8, IMAGE_SIZE + 8, 3), dtype=np.uint8)
-    encoded = [cv2.imencode(".png", cv2.cvtColor(p, cv2.COLOR_RGB2BGR))[1].tobytes()
-               for p in (exact, larger)]
+    encoded = [
+        cv2.imencode(".png", cv2.cvtColor(p, cv2.COLOR_RGB2BGR))[1].tobytes()
+        for p in (exact, larger)
+    ]
     skipped = eval_images(tf.constant(encoded[:1]), IMAGE_SIZE, 1.0).numpy()[0]
     resized = eval_images(tf.constant(encoded), IMAGE_SIZE, 1.0).numpy()
     np.testing.assert_array_equal(skipped, exact)
@@ -513,13 +619,15 @@ def test_dhash_matches_a_reencoded_copy_and_tells_images_apart():
     other = textured(rng, 120, 160, (120, 90, 60))
 
     def jpeg(rgb: np.ndarray, quality: int) -> bytes:
-        ok, data = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR),
-                                [cv2.IMWRITE_JPEG_QUALITY, quality])
+        ok, data = cv2.imencode(
+            ".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality]
+        )
         assert ok
         return data.tobytes()
 
     pixels = BatchDecoder(224, CROP).eval_pixels(  # the Trainer's default size
-        [jpeg(original, 95), jpeg(original, 70), jpeg(other, 95)])
+        [jpeg(original, 95), jpeg(original, 70), jpeg(other, 95)]
+    )
     hashes = difference_hashes(pixels)
     assert hashes[0] == hashes[1], "a re-encoded copy looks the same"
     assert bin(hashes[0] ^ hashes[2]).count("1") > 8, "different images hash apart"
@@ -528,8 +636,10 @@ def test_dhash_matches_a_reencoded_copy_and_tells_images_apart():
 @pytest.mark.parametrize("size", [224, 299, 96])
 def test_dhash_is_the_area_mean_thumbnail_whatever_the_batch(size):
     rng = np.random.default_rng(size)
-    images = np.stack([textured(rng, size, size, (120, 90, 60)) for _ in range(5)]
-                      + [np.full((size, size, 3), 77, np.uint8)])
+    images = np.stack(
+        [textured(rng, size, size, (120, 90, 60)) for _ in range(5)]
+        + [np.full((size, size, 3), 77, np.uint8)]
+    )
     hashes = difference_hashes(images)
     assert hashes == [difference_hashes(image[None])[0] for image in images]
     assert hashes[-1] == 0, "a flat image has equal cells: no cell is brighter"
@@ -539,8 +649,9 @@ def test_dhash_is_the_area_mean_thumbnail_whatever_the_batch(size):
         the grey image in float64."""
         while min(image.shape[:2]) >= 112:
             height, width = image.shape[0] // 2 * 2, image.shape[1] // 2 * 2
-            image = cv2.resize(image[:height, :width], (width // 2, height // 2),
-                               interpolation=cv2.INTER_AREA)
+            image = cv2.resize(
+                image[:height, :width], (width // 2, height // 2), interpolation=cv2.INTER_AREA
+            )
         grey = image.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
         cells = cv2.resize(grey, (9, 8), interpolation=cv2.INTER_AREA)
         bits = (cells[:, 1:] > cells[:, :-1]).reshape(-1)
@@ -553,11 +664,13 @@ def test_dhash_is_the_area_mean_thumbnail_whatever_the_batch(size):
 def test_thumbnail_keeps_the_picture(size):
     pixels = np.zeros((size, size, 3), np.uint8)
     pixels[:, : size // 2] = (200, 30, 30)  # red left half
-    pixels[:, size // 2:] = (30, 30, 200)  # blue right half
-    thumbnail = cv2.cvtColor(cv2.imdecode(np.frombuffer(thumbnail_jpeg(pixels), np.uint8),
-                                          cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    pixels[:, size // 2 :] = (30, 30, 200)  # blue right half
+    thumbnail = cv2.cvtColor(
+        cv2.imdecode(np.frombuffer(thumbnail_jpeg(pixels), np.uint8), cv2.IMREAD_COLOR),
+        cv2.COLOR_BGR2RGB,
+    )
     assert thumbnail.shape == (THUMBNAIL_SIZE, THUMBNAIL_SIZE, 3)
-    left, right = thumbnail[:, : THUMBNAIL_SIZE // 3], thumbnail[:, -THUMBNAIL_SIZE // 3:]
+    left, right = thumbnail[:, : THUMBNAIL_SIZE // 3], thumbnail[:, -THUMBNAIL_SIZE // 3 :]
     np.testing.assert_allclose(left.reshape(-1, 3).mean(0), (200, 30, 30), atol=6)
     np.testing.assert_allclose(right.reshape(-1, 3).mean(0), (30, 30, 200), atol=6)
 
@@ -574,18 +687,25 @@ def test_record_batches_read_every_record_and_name_a_truncated_shard(tmp_path, g
         with tf.io.TFRecordWriter(str(tmp_path / f"data-{shard}{suffix}"), options) as writer:
             for record in part:
                 writer.write(record)
-    shards = [("eval" if shard else "train", str(tmp_path / f"data-{shard}{suffix}"))
-              for shard in (0, 1)]
+    shards = [
+        ("eval" if shard else "train", str(tmp_path / f"data-{shard}{suffix}")) for shard in (0, 1)
+    ]
     with make_pipeline() as pipeline:
         batches = pipeline | stats_transforms.ReadRecordBatches(shards, batch_size=2)
-        assert_that(batches | beam.MapTuple(lambda split, batch: (split, len(batch))),
-                    equal_to([("train", 2), ("train", 1), ("eval", 2)]), label="sizes")
-        assert_that(batches | beam.FlatMapTuple(lambda split, batch: batch),
-                    equal_to(records), label="records")
+        assert_that(
+            batches | beam.MapTuple(lambda split, batch: (split, len(batch))),
+            equal_to([("train", 2), ("train", 1), ("eval", 2)]),
+            label="sizes",
+        )
+        assert_that(
+            batches | beam.FlatMapTuple(lambda split, batch: batch),
+            equal_to(records),
+            label="records",
+        )
 
     truncated = tmp_path / f"data-1{suffix}"
     data = truncated.read_bytes()
-    truncated.write_bytes(data[:len(data) * 2 // 3])  # mid-record, mid-stream
+    truncated.write_bytes(data[: len(data) * 2 // 3])  # mid-record, mid-stream
     with pytest.raises(Exception, match=f"data-1{suffix}: corrupt or truncated"):
         with make_pipeline() as pipeline:
             _ = pipeline | stats_transforms.ReadRecordBatches(shards, batch_size=2)
@@ -599,7 +719,14 @@ def test_a_shard_cut_at_a_record_boundary_is_caught_by_the_counts(dataset, tmp_p
     with tf.io.TFRecordWriter(shard, tf.io.TFRecordOptions(compression_type="GZIP")) as writer:
         for record in records[:-1]:  # a valid shard, one record short
             writer.write(record)
-    with pytest.raises(artifacts.ShardReadError,
-                       match=r"split 'train': read \d+ records but ImageExampleGen wrote"):
-        produce(examples, SPLITS, str(tmp_path), AnalysisOptions(IMAGE_SIZE, CROP),
-                StatisticsConfig(), make_pipeline)
+    with pytest.raises(
+        artifacts.ShardReadError, match=r"split 'train': read \d+ records but ImageExampleGen wrote"
+    ):
+        produce(
+            examples,
+            SPLITS,
+            str(tmp_path),
+            AnalysisOptions(IMAGE_SIZE, CROP),
+            StatisticsConfig(),
+            make_pipeline,
+        )

@@ -38,28 +38,38 @@ def _image_folder(root: str) -> None:
         for label in ("ant", "bee"):
             for i in range(count):
                 seed += 1
-                imagegen.write(os.path.join(root, split, label, f"{i:03d}.png"),
-                               imagegen.png_bytes(imagegen.photo_like(20, 24, seed=seed)))
-    shutil.copy(os.path.join(root, "train", "ant", "007.png"),
-                os.path.join(root, "eval", "bee", "planted.png"))
+                imagegen.write(
+                    os.path.join(root, split, label, f"{i:03d}.png"),
+                    imagegen.png_bytes(imagegen.photo_like(20, 24, seed=seed)),
+                )
+    shutil.copy(
+        os.path.join(root, "train", "ant", "007.png"),
+        os.path.join(root, "eval", "bee", "planted.png"),
+    )
 
 
 def _pipeline(images: str, root: str) -> tfx.dsl.Pipeline:
     example_gen = ImageExampleGen(input_base=images, output_options=OutputOptions(num_shards=1))
     statistics_gen = tfx.components.StatisticsGen(
-        examples=example_gen.outputs["examples"], stats_options=image_stats_options())
+        examples=example_gen.outputs["examples"], stats_options=image_stats_options()
+    )
     schema_gen = tfx.components.SchemaGen(statistics=statistics_gen.outputs["statistics"])
     validator = tfx.components.ExampleValidator(
-        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
-    stats = ImageStatistics(examples=example_gen.outputs["examples"], image_size=32,
-                            anomalies=validator.outputs["anomalies"],
-                            config=StatisticsConfig(sample_thumbnails=2))
+        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
+    )
+    stats = ImageStatistics(
+        examples=example_gen.outputs["examples"],
+        image_size=32,
+        anomalies=validator.outputs["anomalies"],
+        config=StatisticsConfig(sample_thumbnails=2),
+    )
     return tfx.dsl.Pipeline(
         pipeline_name="image-statistics",
         pipeline_root=os.path.join(root, "pipeline_root"),
         components=[example_gen, statistics_gen, schema_gen, validator, stats],
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
-            os.path.join(root, "metadata.db")),
+            os.path.join(root, "metadata.db")
+        ),
         beam_pipeline_args=["--direct_num_workers=1"],
     )
 
@@ -76,7 +86,8 @@ def test_gate_stops_the_run_on_leakage_after_writing_the_report(tmp_path):
         tfx.orchestration.LocalDagRunner().run(_pipeline(images, root))
     message = "".join(str(e) for e in (raised.value, raised.value.__cause__) if e)
     assert anomaly_lib.AnomaliesFoundError.__name__ in repr(raised.value) or (
-        "fail_on_anomalies" in message)
+        "fail_on_anomalies" in message
+    )
     assert "leakage" in message and "eval/bee/planted.png" in message
 
     # TFX removed the failed execution's output folder; the gate kept a copy beside it.
@@ -90,8 +101,9 @@ def test_gate_stops_the_run_on_leakage_after_writing_the_report(tmp_path):
     assert image_stats.read(stats_dir).normalization().image_size == 32
 
     (schema_dir,) = _outputs(root, "SchemaGen", "schema")
-    schema = tfx.utils.parse_pbtxt_file(os.path.join(schema_dir, "schema.pbtxt"),
-                                        schema_pb2.Schema())
+    schema = tfx.utils.parse_pbtxt_file(
+        os.path.join(schema_dir, "schema.pbtxt"), schema_pb2.Schema()
+    )
     encoded = next(f for f in schema.feature if f.name == fk.IMAGE_ENCODED_KEY)
     assert encoded.WhichOneof("domain_info") == "image_domain"
     # The other bytes features stay plain strings.

@@ -19,8 +19,10 @@ pytestmark = pytest.mark.unit
 K8S_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "k8s")
 PIPELINE_CONFIG = os.path.join(K8S_DIR, "pipeline-config.yaml")
 MANIFEST_FILES = sorted(
-    os.path.join(K8S_DIR, name) for name in os.listdir(K8S_DIR)
-    if name.endswith(".yaml") and os.path.join(K8S_DIR, name) != PIPELINE_CONFIG)
+    os.path.join(K8S_DIR, name)
+    for name in os.listdir(K8S_DIR)
+    if name.endswith(".yaml") and os.path.join(K8S_DIR, name) != PIPELINE_CONFIG
+)
 
 _LIST = re.compile(r"^list\[(.+)\]$")
 _DICT = re.compile(r"^dict\(([^,]+), (.+)\)$")
@@ -29,19 +31,24 @@ _PRIMITIVES = {"str": str, "int": int, "bool": bool, "float": (int, float), "obj
 
 def strict_errors(data, type_name: str, where: str) -> list[str]:
     """Fields the kubernetes client's model `type_name` does not know, recursively."""
-    if (match := _LIST.match(type_name)):
+    if match := _LIST.match(type_name):
         if not isinstance(data, list):
             return [f"{where}: expected a list, got {data!r}"]
-        return [e for i, item in enumerate(data)
-                for e in strict_errors(item, match.group(1), f"{where}[{i}]")]
-    if (match := _DICT.match(type_name)):
+        return [
+            e
+            for i, item in enumerate(data)
+            for e in strict_errors(item, match.group(1), f"{where}[{i}]")
+        ]
+    if match := _DICT.match(type_name):
         if not isinstance(data, dict):
             return [f"{where}: expected a mapping, got {data!r}"]
-        return [e for k, v in data.items()
-                for e in strict_errors(v, match.group(2), f"{where}.{k}")]
+        return [
+            e for k, v in data.items() for e in strict_errors(v, match.group(2), f"{where}.{k}")
+        ]
     if type_name in _PRIMITIVES:
         ok = isinstance(data, _PRIMITIVES[type_name]) and not (
-            type_name == "int" and isinstance(data, bool))
+            type_name == "int" and isinstance(data, bool)
+        )
         return [] if ok else [f"{where}: expected {type_name}, got {data!r}"]
     model = getattr(kubernetes.client, type_name)
     if not isinstance(data, dict):
@@ -74,13 +81,19 @@ DOCUMENTS = load_documents()
 
 def test_the_manifests_cover_the_deployment():
     kinds = {d["kind"] for _, d in DOCUMENTS}
-    assert {"Namespace", "PersistentVolumeClaim", "ConfigMap", "ServiceAccount", "Role",
-            "RoleBinding", "Pod"} <= kinds
+    assert {
+        "Namespace",
+        "PersistentVolumeClaim",
+        "ConfigMap",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "Pod",
+    } <= kinds
     assert os.path.isfile(os.path.join(K8S_DIR, "README.md"))
 
 
-@pytest.mark.parametrize("name,document", DOCUMENTS,
-                         ids=[f"{n}:{d['kind']}" for n, d in DOCUMENTS])
+@pytest.mark.parametrize("name,document", DOCUMENTS, ids=[f"{n}:{d['kind']}" for n, d in DOCUMENTS])
 def test_manifest_validates_against_the_kubernetes_models(name, document):
     type_name = model_name(document)
     assert hasattr(kubernetes.client, type_name), f"{name}: no model {type_name}"
@@ -94,10 +107,15 @@ def test_manifest_validates_against_the_kubernetes_models(name, document):
 
 
 def test_strict_validation_catches_a_misspelt_field():
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
-           "spec": {"containers": [{"name": "c", "image": "i", "resource": {}}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "x"},
+        "spec": {"containers": [{"name": "c", "image": "i", "resource": {}}]},
+    }
     assert strict_errors(pod, "V1Pod", "pod") == [
-        "pod.spec.containers[0].resource: not a field of V1Container"]
+        "pod.spec.containers[0].resource: not a field of V1Container"
+    ]
 
 
 def test_the_service_account_is_least_privilege_and_is_the_configs():
@@ -105,8 +123,9 @@ def test_the_service_account_is_least_privilege_and_is_the_configs():
     account = by_kind["ServiceAccount"]["metadata"]["name"]
     assert account == KubeflowConfig().service_account
     binding = by_kind["RoleBinding"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
-                                    "namespace": "imgpipe"}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": "imgpipe"}
+    ]
     assert binding["roleRef"]["kind"] == "Role"  # namespaced, never a ClusterRole
     for rule in by_kind["Role"]["rules"]:
         assert set(rule["verbs"]) == {"get"} and rule["resourceNames"]
@@ -117,7 +136,8 @@ def test_the_gpu_example_matches_what_the_compiler_writes():
     gpu = GpuConfig()
     assert pod["spec"]["nodeSelector"] == dict(gpu.node_selector)
     assert pod["spec"]["tolerations"] == [
-        {"key": t.key, "operator": t.operator, "effect": t.effect} for t in gpu.tolerations]
+        {"key": t.key, "operator": t.operator, "effect": t.effect} for t in gpu.tolerations
+    ]
     (container,) = pod["spec"]["containers"]
     assert container["image"] == images.RUNTIME_IMAGE
     assert container["resources"]["limits"] == {gpu.accelerator: "1"}

@@ -40,11 +40,15 @@ TEST_SETTINGS = {
     "trainer": {"image_size": 128, "epochs": 3, "batch_size": 16, "num_gpus": 2},
     "evaluator": {"accuracy_threshold": 0.5},
     "kubeflow": {
-        "pvc_name": "imgpipe-data", "mount_path": "/mnt/imgpipe",
+        "pvc_name": "imgpipe-data",
+        "mount_path": "/mnt/imgpipe",
         "resources": {"Trainer": {"cpu_request": "8", "memory_request": "30Gi"}},
-        "gpu": {"node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
-                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
-                                 "effect": "NoSchedule"}]},
+        "gpu": {
+            "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+        },
         "images": {"Trainer": GPU_IMAGE},
     },
 }
@@ -60,8 +64,7 @@ def strip_versions(text: str) -> str:
 def compiled(tmp_path_factory):
     config = cfg.from_dict(TEST_SETTINGS)
     path = str(tmp_path_factory.mktemp("kfp") / "pipeline.yaml")
-    assert cli.main(["kfp", "compile", "--config", write_config(tmp_path_factory), "-o",
-                     path]) == 0
+    assert cli.main(["kfp", "compile", "--config", write_config(tmp_path_factory), "-o", path]) == 0
     with open(path) as f:
         text = f.read()
     spec, platform = [d for d in yaml.safe_load_all(text) if d]
@@ -101,12 +104,10 @@ def test_parses_into_kfps_protos_and_loads_as_a_component(compiled):
     executors = platform_proto.platforms["kubernetes"].deployment_spec.executors
     assert set(executors) == set(compiler.executor_labels(spec).values())
     for config in executors.values():
-        json_format.ParseDict(json_format.MessageToDict(config),
-                              k8s_pb2.KubernetesExecutorConfig())
+        json_format.ParseDict(json_format.MessageToDict(config), k8s_pb2.KubernetesExecutorConfig())
     component = components.load_component_from_file(path)
     assert component.pipeline_spec.pipeline_info.name == "golden-pipeline"
-    assert component.platform_spec.platforms["kubernetes"] == platform_proto.platforms[
-        "kubernetes"]
+    assert component.platform_spec.platforms["kubernetes"] == platform_proto.platforms["kubernetes"]
 
 
 def test_the_trainer_gets_gpus_node_selector_tolerations_and_its_image(compiled):
@@ -120,8 +121,9 @@ def test_the_trainer_gets_gpus_node_selector_tolerations_and_its_image(compiled)
     label = compiler.executor_labels(spec)[ids.TRAINER]
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"][label]
     assert k8s["nodeSelector"] == {"labels": {"cloud.google.com/gke-accelerator": "nvidia-l4"}}
-    assert k8s["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists",
-                                   "effect": "NoSchedule"}]
+    assert k8s["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     assert k8s["pvcMount"][0]["mountPath"] == "/mnt/imgpipe"
 
 
@@ -180,6 +182,7 @@ def test_compile_refuses_json_output(tmp_path):
 
 # ---- config ------------------------------------------------------------------------
 
+
 def test_config_round_trips_through_yaml_and_names_bad_keys(tmp_path):
     config = cfg.from_dict(TEST_SETTINGS)
     path = tmp_path / "c.yaml"
@@ -193,6 +196,7 @@ def test_config_round_trips_through_yaml_and_names_bad_keys(tmp_path):
 
 
 # ---- submit and schedule through kfp.Client ------------------------------------------
+
 
 class FakeKfpApi(BaseHTTPRequestHandler):
     """Answers the v2beta1 calls kfp.Client makes, and records them."""
@@ -216,8 +220,11 @@ class FakeKfpApi(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
         self.requests.append(("POST", self.path, body))
-        replies = {"experiments": {"experiment_id": "exp-1"}, "runs": {"run_id": "run-1"},
-                   "recurringruns": {"recurring_run_id": "rr-1"}}
+        replies = {
+            "experiments": {"experiment_id": "exp-1"},
+            "runs": {"run_id": "run-1"},
+            "recurringruns": {"recurring_run_id": "rr-1"},
+        }
         return self._reply(replies[self.path.rsplit("/", 1)[-1]])
 
     def log_message(self, *args):
@@ -235,16 +242,32 @@ def kfp_api():
 
 
 def _posted(requests, endpoint: str) -> dict:
-    (body,) = [b for method, path, b in requests
-               if method == "POST" and path.endswith("/" + endpoint)]
+    (body,) = [
+        b for method, path, b in requests if method == "POST" and path.endswith("/" + endpoint)
+    ]
     return body
 
 
 def test_submit_posts_the_package_through_the_kfp_client(compiled, kfp_api, capsys):
     _, path, _, _, _ = compiled
     host, requests = kfp_api
-    assert cli.main(["kfp", "submit", "--host", host, "--experiment", "nightly",
-                     "--package", path, "--config", write_config_file(path)]) == 0
+    assert (
+        cli.main(
+            [
+                "kfp",
+                "submit",
+                "--host",
+                host,
+                "--experiment",
+                "nightly",
+                "--package",
+                path,
+                "--config",
+                write_config_file(path),
+            ]
+        )
+        == 0
+    )
     assert "submitted run run-1" in capsys.readouterr().out
     assert _posted(requests, "experiments")["display_name"] == "nightly"
     run = _posted(requests, "runs")
@@ -259,9 +282,25 @@ def test_submit_posts_the_package_through_the_kfp_client(compiled, kfp_api, caps
 def test_schedule_creates_a_recurring_run_without_catch_up(compiled, kfp_api, capsys):
     _, path, _, _, _ = compiled
     host, requests = kfp_api
-    assert cli.main(["kfp", "schedule", "--host", host, "--experiment", "nightly",
-                     "--cron", "0 0 3 * * *", "--package", path,
-                     "--config", write_config_file(path)]) == 0
+    assert (
+        cli.main(
+            [
+                "kfp",
+                "schedule",
+                "--host",
+                host,
+                "--experiment",
+                "nightly",
+                "--cron",
+                "0 0 3 * * *",
+                "--package",
+                path,
+                "--config",
+                write_config_file(path),
+            ]
+        )
+        == 0
+    )
     assert "max concurrency 1, no catch-up" in capsys.readouterr().out
     job = _posted(requests, "recurringruns")
     assert job["trigger"] == {"cron_schedule": {"cron": "0 0 3 * * *"}}
@@ -278,8 +317,16 @@ def write_config_file(package_path: str) -> str:
 
 
 def test_params_are_checked_against_the_package():
-    spec = {"root": {"inputDefinitions": {"parameters": {
-        "epochs": {"parameterType": "NUMBER_INTEGER"}, "tag": {"parameterType": "STRING"}}}}}
+    spec = {
+        "root": {
+            "inputDefinitions": {
+                "parameters": {
+                    "epochs": {"parameterType": "NUMBER_INTEGER"},
+                    "tag": {"parameterType": "STRING"},
+                }
+            }
+        }
+    }
     assert cli_kfp.parse_params(["epochs=3", "tag=a=b"], spec) == {"epochs": 3, "tag": "a=b"}
     with pytest.raises(ValueError, match="no parameter 'lr'"):
         cli_kfp.parse_params(["lr=0.1"], spec)
@@ -291,27 +338,62 @@ def test_params_are_checked_against_the_package():
 
 # ---- the entrypoint's fixes ------------------------------------------------------------
 
+
 def _executor_input(artifact_type: dict, metadata: dict | None = None):
-    return json_format.ParseDict({
-        "inputs": {"artifacts": {"examples": {"artifacts": [{
-            "name": "a1", "uri": "minio://mlpipeline/v2/artifacts/run/gen/examples",
-            "type": artifact_type, "metadata": metadata or {}}]}}},
-        "outputs": {"artifacts": {"statistics": {"artifacts": [{
-            "uri": "gs://bucket/run/stats/statistics",
-            "type": {"instanceSchema": "title: tfx.ExampleStatistics\n"}}]}},
-            "outputFile": "/tmp/kfp_outputs/output_metadata.json"},
-    }, pipeline_spec_pb2.ExecutorInput())
+    return json_format.ParseDict(
+        {
+            "inputs": {
+                "artifacts": {
+                    "examples": {
+                        "artifacts": [
+                            {
+                                "name": "a1",
+                                "uri": "minio://mlpipeline/v2/artifacts/run/gen/examples",
+                                "type": artifact_type,
+                                "metadata": metadata or {},
+                            }
+                        ]
+                    }
+                }
+            },
+            "outputs": {
+                "artifacts": {
+                    "statistics": {
+                        "artifacts": [
+                            {
+                                "uri": "gs://bucket/run/stats/statistics",
+                                "type": {"instanceSchema": "title: tfx.ExampleStatistics\n"},
+                            }
+                        ]
+                    }
+                },
+                "outputFile": "/tmp/kfp_outputs/output_metadata.json",
+            },
+        },
+        pipeline_spec_pb2.ExecutorInput(),
+    )
 
 
-INPUTS_SPEC = json_format.ParseDict({"artifacts": {"examples": {"artifactType": {
-    "instanceSchema": "title: tfx.Examples\ntype: object\n"}}}},
-    pipeline_spec_pb2.ComponentInputsSpec())
+INPUTS_SPEC = json_format.ParseDict(
+    {
+        "artifacts": {
+            "examples": {"artifactType": {"instanceSchema": "title: tfx.Examples\ntype: object\n"}}
+        }
+    },
+    pipeline_spec_pb2.ComponentInputsSpec(),
+)
 
 
-@pytest.mark.parametrize("artifact_type", [
-    {"schemaTitle": "system.Artifact"}, {"schemaTitle": "system.Dataset"},
-    {"instanceSchema": ""}, {}], ids=["system.Artifact", "system.Dataset", "null-schema",
-                                      "untyped"])
+@pytest.mark.parametrize(
+    "artifact_type",
+    [
+        {"schemaTitle": "system.Artifact"},
+        {"schemaTitle": "system.Dataset"},
+        {"instanceSchema": ""},
+        {},
+    ],
+    ids=["system.Artifact", "system.Dataset", "null-schema", "untyped"],
+)
 def test_inputs_get_their_declared_tfx_type_back(artifact_type):
     from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
 
@@ -326,11 +408,14 @@ def test_without_a_spec_metadata_keys_decide_and_unknowns_stay_generic():
     from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
 
     tfx_patches.patch_tfx_entrypoint()
-    executor_input = _executor_input({"schemaTitle": "system.Artifact"},
-                                     {"split_names": '["train","eval"]'})
+    executor_input = _executor_input(
+        {"schemaTitle": "system.Artifact"}, {"split_names": '["train","eval"]'}
+    )
     entrypoint.restore_input_types(executor_input, None)
-    assert type(utils.parse_raw_artifact_dict(
-        executor_input.inputs.artifacts)["examples"][0]).__name__ == "Examples"
+    assert (
+        type(utils.parse_raw_artifact_dict(executor_input.inputs.artifacts)["examples"][0]).__name__
+        == "Examples"
+    )
     # Null instance_schema (breakage 2) no longer raises TypeError in TFX's own parser.
     untyped = _executor_input({"instanceSchema": ""})
     artifact = utils.parse_raw_artifact_dict(untyped.inputs.artifacts)["examples"][0]
@@ -342,18 +427,29 @@ def test_artifact_uris_go_through_the_launchers_local_paths(tmp_path):
     remote_of = entrypoint.localize_uris(executor_input, MODE_AUTO)
     # auto: minio:// is not a TensorFlow filesystem, gs:// is.
     assert executor_input.inputs.artifacts["examples"].artifacts[0].uri == (
-        "/minio/mlpipeline/v2/artifacts/run/gen/examples")
+        "/minio/mlpipeline/v2/artifacts/run/gen/examples"
+    )
     assert executor_input.outputs.artifacts["statistics"].artifacts[0].uri == (
-        "gs://bucket/run/stats/statistics")
+        "gs://bucket/run/stats/statistics"
+    )
     local = _executor_input({})
     remote_of = entrypoint.localize_uris(local, MODE_LOCAL)
     assert remote_of["/gcs/bucket/run/stats/statistics"] == "gs://bucket/run/stats/statistics"
     output_file = tmp_path / "output_metadata.json"
-    output_file.write_text(json.dumps({"artifacts": {"statistics": {"artifacts": [
-        {"uri": "/gcs/bucket/run/stats/statistics"}]}}}))
+    output_file.write_text(
+        json.dumps(
+            {
+                "artifacts": {
+                    "statistics": {"artifacts": [{"uri": "/gcs/bucket/run/stats/statistics"}]}
+                }
+            }
+        )
+    )
     entrypoint.restore_output_uris(str(output_file), remote_of)
-    assert json.loads(output_file.read_text())["artifacts"]["statistics"]["artifacts"][0][
-        "uri"] == "gs://bucket/run/stats/statistics"
+    assert (
+        json.loads(output_file.read_text())["artifacts"]["statistics"]["artifacts"][0]["uri"]
+        == "gs://bucket/run/stats/statistics"
+    )
     with pytest.raises(ValueError, match=r"must be one of \[.auto., .direct., .local.\]"):
         entrypoint.localize_uris(_executor_input({}), "sometimes")
 
@@ -368,19 +464,22 @@ class _Blob:
 
 def test_zero_byte_directory_markers_are_deleted_under_gcs_outputs():
     deleted: list[str] = []
-    blobs = [_Blob("run/model/", 0, deleted), _Blob("run/model/Format-Serving/", 0, deleted),
-             _Blob("run/model/Format-Serving/saved_model.pb", 1234, deleted),
-             _Blob("run/model/empty.txt", 0, deleted)]
+    blobs = [
+        _Blob("run/model/", 0, deleted),
+        _Blob("run/model/Format-Serving/", 0, deleted),
+        _Blob("run/model/Format-Serving/saved_model.pb", 1234, deleted),
+        _Blob("run/model/empty.txt", 0, deleted),
+    ]
     listed = []
 
     class Client:
         def bucket(self, name):
             assert name == "bucket"
-            return type("B", (), {"list_blobs": lambda _, prefix: listed.append(prefix)
-                                  or blobs})()
+            return type("B", (), {"list_blobs": lambda _, prefix: listed.append(prefix) or blobs})()
 
     n = entrypoint.delete_gcs_directory_markers(
-        ["gs://bucket/run/model", "/local/path"], make_client=Client)
+        ["gs://bucket/run/model", "/local/path"], make_client=Client
+    )
     assert n == 2 and deleted == ["run/model/", "run/model/Format-Serving/"]
     assert listed == ["run/model/"]
 

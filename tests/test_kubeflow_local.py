@@ -52,21 +52,33 @@ def test_the_compiled_pipeline_runs_under_kfp_local(tmp_path):
     assert os.path.realpath(shutil.which("python")) == os.path.realpath(sys.executable)
     data = tmp_path / "images"
     sample_photos.make_dataset(str(data), per_class=12, size=64, classes=["animal", "fruit"])
-    config = cfg.from_dict({
-        "pipeline_name": "kfp-local-test",
-        "data_root": str(data), "pipeline_root": str(tmp_path / "unused-root"),
-        "serving_dir": str(tmp_path / "serving"),
-        "trainer": {"image_size": 32, "epochs": 1, "batch_size": 8, "train_steps": 2,
-                    "eval_steps": 1},
-        "example_gen": {"output": {"splits": [["train", 0.75], ["eval", 0.25]],
-                                   "num_shards": 1}},
-        "beam_args": ["--direct_num_workers=1", "--direct_running_mode=in_memory"],
-    })
+    config = cfg.from_dict(
+        {
+            "pipeline_name": "kfp-local-test",
+            "data_root": str(data),
+            "pipeline_root": str(tmp_path / "unused-root"),
+            "serving_dir": str(tmp_path / "serving"),
+            "trainer": {
+                "image_size": 32,
+                "epochs": 1,
+                "batch_size": 8,
+                "train_steps": 2,
+                "eval_steps": 1,
+            },
+            "example_gen": {
+                "output": {"splits": [["train", 0.75], ["eval", 0.25]], "num_shards": 1}
+            },
+            "beam_args": ["--direct_num_workers=1", "--direct_running_mode=in_memory"],
+        }
+    )
     package = compiler.compile_to_file(config, str(tmp_path / "pipeline.yaml"))
 
     pipeline_root = tmp_path / "kfp-root"
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root),
-               raise_on_error=True)
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(pipeline_root),
+        raise_on_error=True,
+    )
     with subprocess_runner_for_tfx_steps():
         components.load_component_from_file(package)()
 

@@ -14,29 +14,49 @@ pytestmark = pytest.mark.unit
 
 
 def test_flat_layout_labels_nested_files_and_ignores_the_rest():
-    result = listing.classify([
-        "cat/a.jpg", "cat/deep/er/b.JPEG", "dog/c.png", ".DS_Store", "cat/.hidden.jpg",
-        ".git/objects/x.jpg", "dog/notes.txt", "stray.jpg", "dog/d.WebP",
-    ])
+    result = listing.classify(
+        [
+            "cat/a.jpg",
+            "cat/deep/er/b.JPEG",
+            "dog/c.png",
+            ".DS_Store",
+            "cat/.hidden.jpg",
+            ".git/objects/x.jpg",
+            "dog/notes.txt",
+            "stray.jpg",
+            "dog/d.WebP",
+        ]
+    )
     assert result.layout == "flat"
     assert [(i.relpath, i.label) for i in result.images] == [
-        ("cat/a.jpg", "cat"), ("cat/deep/er/b.JPEG", "cat"), ("dog/c.png", "dog"),
-        ("dog/d.WebP", "dog")]
+        ("cat/a.jpg", "cat"),
+        ("cat/deep/er/b.JPEG", "cat"),
+        ("dog/c.png", "dog"),
+        ("dog/d.WebP", "dog"),
+    ]
     assert {f.relpath: f.reason for f in result.ignored} == {
-        ".DS_Store": "hidden file", ".git/objects/x.jpg": "hidden file",
-        "cat/.hidden.jpg": "hidden file", "dog/notes.txt": "not an image file name"}
+        ".DS_Store": "hidden file",
+        ".git/objects/x.jpg": "hidden file",
+        "cat/.hidden.jpg": "hidden file",
+        "dog/notes.txt": "not an image file name",
+    }
     assert [(f.relpath, f.reason) for f in result.unlabeled] == [
-        ("stray.jpg", "image outside a label folder")]
+        ("stray.jpg", "image outside a label folder")
+    ]
     assert result.files_seen == 9
     assert result.labels == ["cat", "dog"]
 
 
 def test_split_layout_is_detected_and_keeps_split_names():
-    result = listing.classify(["train/cat/a.jpg", "eval/dog/b.jpg", "test/cat/c.jpg",
-                               "train/loose.jpg"])
+    result = listing.classify(
+        ["train/cat/a.jpg", "eval/dog/b.jpg", "test/cat/c.jpg", "train/loose.jpg"]
+    )
     assert result.layout == "split"
     assert [(i.split, i.label) for i in result.images] == [
-        ("eval", "dog"), ("test", "cat"), ("train", "cat")]
+        ("eval", "dog"),
+        ("test", "cat"),
+        ("train", "cat"),
+    ]
     assert result.given_splits == ["eval", "test", "train"]
     assert result.unlabeled[0].relpath == "train/loose.jpg"
 

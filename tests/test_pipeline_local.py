@@ -22,7 +22,8 @@ def test_sample_photos_is_deterministic_real_photos(tmp_path):
         assert files == sorted(os.listdir(tmp_path / "b" / name))
         for file in files:
             assert (tmp_path / "a" / name / file).read_bytes() == (
-                tmp_path / "b" / name / file).read_bytes()
+                tmp_path / "b" / name / file
+            ).read_bytes()
     # A second call with the same settings leaves the files (and their mtimes) alone.
     before = os.stat(tmp_path / "a" / "fruit" / files[0]).st_mtime_ns
     sample_photos.make_dataset(str(tmp_path / "a"), per_class=5, size=48)
@@ -38,15 +39,29 @@ def test_run_local_trains_pushes_and_reruns_from_cache(tmp_path, capsys):
         "pipeline_name: local-test\n"
         "trainer: {image_size: 32, epochs: 1, batch_size: 8, train_steps: 2, eval_steps: 1}\n"
         "example_gen: {output: {splits: [[train, 0.75], [eval, 0.25]], num_shards: 1}}\n"
-        "beam_args: [--direct_num_workers=1, --direct_running_mode=in_memory]\n")
-    argv = ["run", "local", "--data", str(data), "--config", str(config_file),
-            "--pipeline-root", str(tmp_path / "root"), "--serving-dir", str(tmp_path / "serving")]
+        "beam_args: [--direct_num_workers=1, --direct_running_mode=in_memory]\n"
+    )
+    argv = [
+        "run",
+        "local",
+        "--data",
+        str(data),
+        "--config",
+        str(config_file),
+        "--pipeline-root",
+        str(tmp_path / "root"),
+        "--serving-dir",
+        str(tmp_path / "serving"),
+    ]
 
     assert cli.main(argv) == 0
     first = capsys.readouterr().out
-    config = cfg.load(str(config_file), data_root=str(data),
-                      pipeline_root=str(tmp_path / "root"),
-                      serving_dir=str(tmp_path / "serving"))
+    config = cfg.load(
+        str(config_file),
+        data_root=str(data),
+        pipeline_root=str(tmp_path / "root"),
+        serving_dir=str(tmp_path / "serving"),
+    )
     result = local_runner.latest_results(config)
     assert set(result.nodes) == set(ids.COMPONENT_IDS)
     assert {n.state for n in result.nodes.values()} == {"COMPLETE"}
@@ -54,8 +69,13 @@ def test_run_local_trains_pushes_and_reruns_from_cache(tmp_path, capsys):
     assert len(served) == 1
     assert os.path.isfile(tmp_path / "serving" / served[0] / "saved_model.pb")
     assert f"model (served)       {tmp_path / 'serving' / served[0]}" in first
-    for label in ("model (trained)", "image report", "statistics (TFDV)",
-                  "statistics (images)", "evaluation"):
+    for label in (
+        "model (trained)",
+        "image report",
+        "statistics (TFDV)",
+        "statistics (images)",
+        "evaluation",
+    ):
         assert label in first
     report = next(line for line in first.splitlines() if line.startswith("image report"))
     assert report.endswith("report.html") and os.path.isfile(report.split()[-1])

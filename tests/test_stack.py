@@ -23,12 +23,21 @@ def _write_jpeg_examples(path: str, count: int) -> None:
             pixels = rng.integers(0, 256, (16, 24, 3), dtype=np.uint8)
             ok, jpeg = cv2.imencode(".jpg", pixels)
             assert ok
-            example = tf.train.Example(features=tf.train.Features(feature={
-                fk.IMAGE_ENCODED_KEY: tf.train.Feature(
-                    bytes_list=tf.train.BytesList(value=[jpeg.tobytes()])),
-                fk.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 2])),
-                fk.IMAGE_HEIGHT_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[16])),
-            }))
+            example = tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        fk.IMAGE_ENCODED_KEY: tf.train.Feature(
+                            bytes_list=tf.train.BytesList(value=[jpeg.tobytes()])
+                        ),
+                        fk.LABEL_KEY: tf.train.Feature(
+                            int64_list=tf.train.Int64List(value=[i % 2])
+                        ),
+                        fk.IMAGE_HEIGHT_KEY: tf.train.Feature(
+                            int64_list=tf.train.Int64List(value=[16])
+                        ),
+                    }
+                )
+            )
             writer.write(example.SerializeToString())
 
 
@@ -41,7 +50,8 @@ def _stack_pipeline(data_dir: str, root: str) -> tfx.dsl.Pipeline:
         pipeline_root=os.path.join(root, "pipeline_root"),
         components=[example_gen, statistics_gen, schema_gen],
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
-            os.path.join(root, "metadata.db")),
+            os.path.join(root, "metadata.db")
+        ),
         beam_pipeline_args=["--direct_num_workers=1"],
     )
 
@@ -56,14 +66,16 @@ def test_local_dag_runner_infers_schema_of_jpeg_examples(tmp_path):
 
     schema_dirs = tf.io.gfile.glob(str(tmp_path / "pipeline_root" / "SchemaGen" / "schema" / "*"))
     assert len(schema_dirs) == 1
-    schema = tfx.utils.parse_pbtxt_file(os.path.join(schema_dirs[0], "schema.pbtxt"),
-                                        schema_pb2.Schema())
+    schema = tfx.utils.parse_pbtxt_file(
+        os.path.join(schema_dirs[0], "schema.pbtxt"), schema_pb2.Schema()
+    )
     features = {f.name: f for f in schema.feature}
     assert set(features) == {fk.IMAGE_ENCODED_KEY, fk.LABEL_KEY, fk.IMAGE_HEIGHT_KEY}
     assert features[fk.IMAGE_ENCODED_KEY].type == schema_pb2.BYTES
     assert features[fk.LABEL_KEY].type == schema_pb2.INT
     examples_dirs = tf.io.gfile.glob(
-        str(tmp_path / "pipeline_root" / "ImportExampleGen" / "examples" / "*"))
+        str(tmp_path / "pipeline_root" / "ImportExampleGen" / "examples" / "*")
+    )
     assert len(examples_dirs) == 1
     assert tf.io.gfile.exists(os.path.join(examples_dirs[0], "Split-train"))
     assert tf.io.gfile.exists(os.path.join(examples_dirs[0], "Split-eval"))
@@ -76,7 +88,8 @@ def test_kubeflow_v2_runner_compiles_the_same_pipeline_to_yaml(tmp_path):
     output = tmp_path / "pipeline.yaml"
     runner = kubeflow_v2_dag_runner.KubeflowV2DagRunner(
         config=kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(default_image="imgpipe:test"),
-        output_filename=str(output))
+        output_filename=str(output),
+    )
     runner.run(_stack_pipeline(str(data_dir), str(tmp_path)))
 
     spec = yaml.safe_load(output.read_text())

@@ -38,19 +38,35 @@ def data(tmp_path_factory):
     examples = str(root / "examples")
     summary = th.convert(images, examples)
     stats = th.write_stats(str(root / "stats"), SIZE, MEAN, STD)
-    return {"root": root, "images": images, "examples": examples, "summary": summary,
-            "stats": stats}
+    return {
+        "root": root,
+        "images": images,
+        "examples": examples,
+        "summary": summary,
+        "stats": stats,
+    }
 
 
 def fn_args(data, out: str, train_steps: int, **custom) -> FnArgs:
     examples = data["examples"]
-    config = {"backbone": "tiny_cnn", "image_size": SIZE, "batch_size": 16, "epochs": 2,
-              "learning_rate": 0.01, "image_statistics_uri": data["stats"], **custom}
-    return FnArgs(train_files=[os.path.join(examples, "Split-train", "*")],
-                  eval_files=[os.path.join(examples, "Split-eval", "*")],
-                  train_steps=train_steps, eval_steps=None,
-                  serving_model_dir=os.path.join(out, "model", "Format-Serving"),
-                  model_run_dir=os.path.join(out, "run"), custom_config=config)
+    config = {
+        "backbone": "tiny_cnn",
+        "image_size": SIZE,
+        "batch_size": 16,
+        "epochs": 2,
+        "learning_rate": 0.01,
+        "image_statistics_uri": data["stats"],
+        **custom,
+    }
+    return FnArgs(
+        train_files=[os.path.join(examples, "Split-train", "*")],
+        eval_files=[os.path.join(examples, "Split-eval", "*")],
+        train_steps=train_steps,
+        eval_steps=None,
+        serving_model_dir=os.path.join(out, "model", "Format-Serving"),
+        model_run_dir=os.path.join(out, "run"),
+        custom_config=config,
+    )
 
 
 def eval_records(examples: str) -> list[bytes]:
@@ -60,6 +76,7 @@ def eval_records(examples: str) -> list[bytes]:
 
 
 # --- configuration and decisions -----------------------------------------------------
+
 
 @pytest.mark.unit
 def test_config_rejects_unknown_keys_and_bad_values():
@@ -72,23 +89,27 @@ def test_config_rejects_unknown_keys_and_bad_values():
     with pytest.raises(ValueError, match=r"mean needs 3 values"):
         from_custom_config({"mean": [1, 2]})
     config = from_custom_config(
-        {"backbone": "resnet50", "mean": [1, 2, 3], "image_statistics_uri": "/x"})
+        {"backbone": "resnet50", "mean": [1, 2, 3], "image_statistics_uri": "/x"}
+    )
     assert config.backbone == "resnet50" and config.mean == (1.0, 2.0, 3.0)
 
 
 @pytest.mark.unit
 def test_plan_memory_caches_only_what_fits():
-    fits = memory.plan_memory(encoded_bytes=100 * memory.MB, records=10_000,
-                              available_bytes=4096 * memory.MB)
+    fits = memory.plan_memory(
+        encoded_bytes=100 * memory.MB, records=10_000, available_bytes=4096 * memory.MB
+    )
     assert fits.cache and "fits" in fits.reason
     # 20% of the 2 GB budget / 10 KB per record, bounded by the record count.
     assert fits.shuffle_buffer == 10_000
-    big = memory.plan_memory(encoded_bytes=3000 * memory.MB, records=300_000,
-                             available_bytes=4096 * memory.MB)
+    big = memory.plan_memory(
+        encoded_bytes=3000 * memory.MB, records=300_000, available_bytes=4096 * memory.MB
+    )
     assert not big.cache and "does not fit" in big.reason
     assert big.shuffle_buffer == int(2048 * memory.MB * 0.2) // (3000 * memory.MB // 300_000)
-    budgeted = memory.plan_memory(100 * memory.MB, 10_000, 4096 * memory.MB,
-                                  ram_budget_bytes=100 * memory.MB)
+    budgeted = memory.plan_memory(
+        100 * memory.MB, 10_000, 4096 * memory.MB, ram_budget_bytes=100 * memory.MB
+    )
     assert not budgeted.cache and budgeted.budget_bytes == 100 * memory.MB
     forced = memory.plan_memory(3000 * memory.MB, 10, 1, cache="on", shuffle_buffer=5)
     assert forced.cache and forced.shuffle_buffer == 5
@@ -101,10 +122,16 @@ def test_plan_devices():
     cpu = ["/device:CPU:0"]
     plan = devices.plan_devices(gpus, cpu)
     assert (plan.strategy, plan.replicas, plan.precision_policy) == (
-        devices.MIRRORED, 2, devices.MIXED_FLOAT16)
+        devices.MIRRORED,
+        2,
+        devices.MIXED_FLOAT16,
+    )
     one = devices.plan_devices(gpus, cpu, num_gpus=1)
     assert (one.strategy, one.devices, one.precision_policy) == (
-        devices.SINGLE, ("/device:GPU:0",), devices.MIXED_FLOAT16)
+        devices.SINGLE,
+        ("/device:GPU:0",),
+        devices.MIXED_FLOAT16,
+    )
     assert devices.plan_devices(gpus, cpu, mixed_precision="off").precision_policy == "float32"
     on_cpu = devices.plan_devices([], cpu)
     assert (on_cpu.strategy, on_cpu.precision_policy) == (devices.SINGLE, devices.FLOAT32)
@@ -118,27 +145,34 @@ def test_plan_devices():
 
 # --- the input_fn ----------------------------------------------------------------------
 
+
 @pytest.mark.component
 def test_input_fn_shapes_and_dtypes(data):
     source = input_lib.split_source(data["examples"], "train")
     assert source.records == data["summary"].splits["train"].records == 90
-    train = input_lib.make_dataset(source, input_lib.TRAIN, image_size=SIZE, batch_size=16,
-                                   memory=NO_CACHE)
+    train = input_lib.make_dataset(
+        source, input_lib.TRAIN, image_size=SIZE, batch_size=16, memory=NO_CACHE
+    )
     for images, labels in train.take(7):  # 7 x 16 > 90: crosses an epoch boundary
         assert images.shape == (16, SIZE, SIZE, 3) and images.dtype == tf.uint8
         assert labels.shape == (16,) and labels.dtype == tf.int32
         assert set(labels.numpy()) <= {0, 1, 2}
-    normalized = input_lib.make_dataset(source, input_lib.EVAL, image_size=SIZE,
-                                        batch_size=16, memory=NO_CACHE,
-                                        normalization=(MEAN, STD))
-    plain = input_lib.make_dataset(source, input_lib.EVAL, image_size=SIZE, batch_size=16,
-                                   memory=NO_CACHE)
+    normalized = input_lib.make_dataset(
+        source,
+        input_lib.EVAL,
+        image_size=SIZE,
+        batch_size=16,
+        memory=NO_CACHE,
+        normalization=(MEAN, STD),
+    )
+    plain = input_lib.make_dataset(
+        source, input_lib.EVAL, image_size=SIZE, batch_size=16, memory=NO_CACHE
+    )
     batches = list(normalized)
     assert [b[0].shape[0] for b in batches] == [16] * 5 + [10]
     assert batches[0][0].dtype == tf.float32
     raw = next(iter(plain))[0].numpy().astype(np.float32)
-    np.testing.assert_allclose(batches[0][0].numpy(), (raw - MEAN) / STD, rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(batches[0][0].numpy(), (raw - MEAN) / STD, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.unit
@@ -169,19 +203,23 @@ def test_train_images_crop_flip_and_formats():
         for given in (shapes, None):
             images = preprocessing.train_images(tf.constant(batch), SIZE, given).numpy()
             assert images.shape == (64, SIZE, SIZE, 3) and images.dtype == np.uint8
-            flipped = images[:, :, :4].mean(axis=(1, 2, 3)) > images[:, :, -4:].mean(
-                axis=(1, 2, 3))
+            flipped = images[:, :, :4].mean(axis=(1, 2, 3)) > images[:, :, -4:].mean(axis=(1, 2, 3))
             assert 10 < flipped.sum() < 54
     # The whole image as the window: each output is the resized PNG, or its mirror.
-    whole = preprocessing.train_images(tf.constant([png] * 16), SIZE, area_range=(1.0, 1.0),
-                                       aspect_ratio_range=(64 / 48, 64 / 48)).numpy()
-    resized = tf.cast(tf.image.resize(tf.cast(pixels, tf.float32), [SIZE, SIZE]) + 0.5,
-                      tf.uint8).numpy().astype(int)
+    whole = preprocessing.train_images(
+        tf.constant([png] * 16), SIZE, area_range=(1.0, 1.0), aspect_ratio_range=(64 / 48, 64 / 48)
+    ).numpy()
+    resized = (
+        tf.cast(tf.image.resize(tf.cast(pixels, tf.float32), [SIZE, SIZE]) + 0.5, tf.uint8)
+        .numpy()
+        .astype(int)
+    )
     for image in whole.astype(int):
         assert min(np.abs(image - resized).max(), np.abs(image - resized[:, ::-1]).max()) <= 1
     gif = imagegen.pillow_bytes(Image.fromarray(pixels), "GIF")
-    assert preprocessing.image_shapes(tf.constant([jpeg, png, gif])).numpy().tolist() == [
-        [48, 64]] * 3
+    assert (
+        preprocessing.image_shapes(tf.constant([jpeg, png, gif])).numpy().tolist() == [[48, 64]] * 3
+    )
 
 
 @pytest.mark.unit
@@ -190,8 +228,10 @@ def test_eval_images_center_crop_without_resize_at_the_output_size():
     jpeg, png = imagegen.jpeg_bytes(pixels), imagegen.png_bytes(pixels)
     fraction = SIZE / 48 + 1e-6  # the crop is exactly SIZE x SIZE: no resize
     expected_jpeg = tf.image.decode_and_crop_jpeg(jpeg, [8, 16, SIZE, SIZE], channels=3)
-    for batch, expected in (([jpeg, jpeg], [expected_jpeg] * 2),
-                            ([jpeg, png], [expected_jpeg, pixels[8:40, 16:48]])):
+    for batch, expected in (
+        ([jpeg, jpeg], [expected_jpeg] * 2),
+        ([jpeg, png], [expected_jpeg, pixels[8:40, 16:48]]),
+    ):
         images = preprocessing.eval_images(tf.constant(batch), SIZE, fraction).numpy()
         np.testing.assert_array_equal(images, np.stack(expected))
 
@@ -202,8 +242,9 @@ def test_eval_is_deterministic_and_matches_eval_image(data):
     cached = memory.plan_memory(1, 1, 1 << 30, cache="on", shuffle_buffer=1)
 
     def run(plan):
-        dataset = input_lib.make_dataset(source, input_lib.EVAL, image_size=SIZE,
-                                         batch_size=8, memory=plan)
+        dataset = input_lib.make_dataset(
+            source, input_lib.EVAL, image_size=SIZE, batch_size=8, memory=plan
+        )
         return [(x.numpy(), y.numpy()) for x, y in dataset]
 
     first, second, from_cache = run(NO_CACHE), run(NO_CACHE), run(cached)
@@ -231,20 +272,39 @@ def test_gzip_shards_in_tfds_layout(data, tmp_path):
         with tf.io.TFRecordWriter(path, "GZIP") as writer:
             for record in records[shard::2]:
                 feature = tf.train.Example.FromString(record).features.feature
-                writer.write(tf.train.Example(features=tf.train.Features(feature={
-                    "image": feature["image/encoded"],
-                    "label": feature["image/class/label"]})).SerializeToString())
+                writer.write(
+                    tf.train.Example(
+                        features=tf.train.Features(
+                            feature={
+                                "image": feature["image/encoded"],
+                                "label": feature["image/class/label"],
+                            }
+                        )
+                    ).SerializeToString()
+                )
         paths.append(path)
     source = input_lib.SplitSource(tuple(paths), records=len(records), name="tfds")
     assert source.compression == layout.GZIP
-    dataset = input_lib.make_dataset(source, input_lib.EVAL, image_size=SIZE, batch_size=64,
-                                     memory=NO_CACHE, key_map=TFDS_KEY_MAP)
+    dataset = input_lib.make_dataset(
+        source,
+        input_lib.EVAL,
+        image_size=SIZE,
+        batch_size=64,
+        memory=NO_CACHE,
+        key_map=TFDS_KEY_MAP,
+    )
     images, labels = next(iter(dataset))
     assert images.shape == (len(records), SIZE, SIZE, 3)
     assert sorted(np.bincount(labels.numpy())) == [10, 10, 10]
     # No size features in this layout: TRAIN reads the sizes from the images.
-    train = input_lib.make_dataset(source, input_lib.TRAIN, image_size=SIZE, batch_size=16,
-                                   memory=NO_CACHE, key_map=TFDS_KEY_MAP)
+    train = input_lib.make_dataset(
+        source,
+        input_lib.TRAIN,
+        image_size=SIZE,
+        batch_size=16,
+        memory=NO_CACHE,
+        key_map=TFDS_KEY_MAP,
+    )
     for images, _ in train.take(3):
         assert images.shape == (16, SIZE, SIZE, 3) and images.dtype == tf.uint8
 
@@ -263,8 +323,9 @@ def test_truncated_shard_error_names_the_file(data, tmp_path, cut):
     boundary = sum(len(r) + 16 for r in records[: len(records) // 2])
     with open(victim, "wb") as f:
         f.write(content[: boundary + 40] if cut == "mid_record" else content[:boundary])
-    dataset = input_lib.make_dataset(source, input_lib.TRAIN, image_size=SIZE, batch_size=16,
-                                     memory=NO_CACHE)
+    dataset = input_lib.make_dataset(
+        source, input_lib.TRAIN, image_size=SIZE, batch_size=16, memory=NO_CACHE
+    )
     message = victim if cut == "mid_record" else os.path.basename(victim)
     with pytest.raises(input_lib.ShardReadError, match=message):
         with input_lib.named_read_errors(source):
@@ -272,8 +333,10 @@ def test_truncated_shard_error_names_the_file(data, tmp_path, cut):
                 pass
     if cut == "record_boundary":
         error = input_lib.find_read_error(source)
-        assert f"the shards hold {90 - len(records) + len(records) // 2} records but " \
+        assert (
+            f"the shards hold {90 - len(records) + len(records) // 2} records but "
             "ImageExampleGen wrote 90" in str(error)
+        )
 
 
 @pytest.mark.component
@@ -283,6 +346,7 @@ def test_missing_split_names_the_pattern(data):
 
 
 # --- the model and the export ----------------------------------------------------------
+
 
 @pytest.mark.component
 @pytest.mark.parametrize("backbone", ["mobilenet_v3_small", "efficientnet_v2_b0", "resnet50"])
@@ -301,7 +365,8 @@ def test_backbone_weights_from_a_local_file(tmp_path):
     path = str(tmp_path / "notop.weights.h5")
     source.save_weights(path)
     loaded = model_lib.build_model(
-        TrainerConfig(**{**config.__dict__, "weights": path, "seed": 7}), 3, (MEAN, STD))
+        TrainerConfig(**{**config.__dict__, "weights": path, "seed": 7}), 3, (MEAN, STD)
+    )
     backbone = loaded.get_layer(source.name)
     for a, b in zip(source.weights, backbone.weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
@@ -311,8 +376,9 @@ def test_backbone_weights_from_a_local_file(tmp_path):
 def test_mixed_precision_keeps_the_head_float32():
     keras.mixed_precision.set_global_policy(devices.MIXED_FLOAT16)
     try:
-        model = model_lib.build_model(TrainerConfig(backbone="tiny_cnn", image_size=SIZE), 3,
-                                      (MEAN, STD))
+        model = model_lib.build_model(
+            TrainerConfig(backbone="tiny_cnn", image_size=SIZE), 3, (MEAN, STD)
+        )
         assert model.get_layer("tiny_cnn").layers[1].compute_dtype == "float16"
         assert model.get_layer(model_lib.PROBABILITIES).dtype_policy.name == "float32"
         assert model(np.zeros((1, SIZE, SIZE, 3), np.uint8)).dtype == "float32"
@@ -325,32 +391,42 @@ def test_mixed_precision_keeps_the_head_float32():
 def test_serving_signature_matches_the_eval_pipeline(data, tmp_path, on_host):
     labels = artifacts.load_labels(data["examples"])
     norm = (MEAN, STD)
-    model = model_lib.build_model(TrainerConfig(backbone="tiny_cnn", image_size=SIZE),
-                                  len(labels), None if on_host else norm)
-    export_dir = export.export_serving_model(model, str(tmp_path / "serving"), labels, SIZE,
-                                             0.875, norm if on_host else None)
+    model = model_lib.build_model(
+        TrainerConfig(backbone="tiny_cnn", image_size=SIZE), len(labels), None if on_host else norm
+    )
+    export_dir = export.export_serving_model(
+        model, str(tmp_path / "serving"), labels, SIZE, 0.875, norm if on_host else None
+    )
     source = input_lib.split_source(data["examples"], "eval")
-    dataset = input_lib.make_dataset(source, input_lib.EVAL, image_size=SIZE, batch_size=8,
-                                     memory=NO_CACHE, normalization=norm if on_host else None)
+    dataset = input_lib.make_dataset(
+        source,
+        input_lib.EVAL,
+        image_size=SIZE,
+        batch_size=8,
+        memory=NO_CACHE,
+        normalization=norm if on_host else None,
+    )
     expected = np.concatenate([model.predict_on_batch(x) for x, _ in dataset])
     # An untrained net whose outputs still depend on the pixels: parity is not trivial.
     assert np.ptp(expected, axis=0).max() > 1e-4
 
     loaded = tf.saved_model.load(export_dir)
     records = eval_records(data["examples"])
-    encoded = [tf.train.Example.FromString(r).features.feature["image/encoded"]
-               .bytes_list.value[0] for r in records]
+    encoded = [
+        tf.train.Example.FromString(r).features.feature["image/encoded"].bytes_list.value[0]
+        for r in records
+    ]
     served = loaded.signatures[export.SERVING_DEFAULT](images=tf.constant(encoded))
     np.testing.assert_allclose(served[export.PROBABILITIES].numpy(), expected, atol=1e-6)
     assert served[export.CLASS_NAMES].numpy()[0].tolist() == [s.encode() for s in labels]
     by_examples = loaded.signatures[export.SERVING_EXAMPLES](examples=tf.constant(records))
-    np.testing.assert_allclose(by_examples[export.PROBABILITIES].numpy(), expected,
-                               atol=1e-6)
+    np.testing.assert_allclose(by_examples[export.PROBABILITIES].numpy(), expected, atol=1e-6)
     with open(os.path.join(export_dir, "assets.extra", "labels.txt")) as f:
         assert f.read().split() == labels
 
 
 # --- run_fn ------------------------------------------------------------------------------
+
 
 @pytest.mark.component
 def test_run_fn_learns_separable_classes(data, tmp_path):
@@ -359,8 +435,10 @@ def test_run_fn_learns_separable_classes(data, tmp_path):
     loaded = tf.saved_model.load(args.serving_model_dir)
     records = eval_records(data["examples"])
     out = loaded.signatures[export.SERVING_EXAMPLES](examples=tf.constant(records))
-    truth = [tf.train.Example.FromString(r).features.feature["image/class/label"]
-             .int64_list.value[0] for r in records]
+    truth = [
+        tf.train.Example.FromString(r).features.feature["image/class/label"].int64_list.value[0]
+        for r in records
+    ]
     accuracy = np.mean(np.argmax(out[export.PROBABILITIES].numpy(), axis=-1) == truth)
     assert accuracy > 0.9, accuracy
     assert keras.mixed_precision.global_policy().name == "float32"
@@ -375,8 +453,11 @@ def test_run_fn_learns_separable_classes(data, tmp_path):
 def test_batch_norm_momentum_follows_the_run_length():
     config = TrainerConfig(backbone="mobilenet_v3_small", image_size=SIZE)
     model = model_lib.build_model(config, num_classes=3, normalization=(MEAN, STD))
-    norms = [layer for layer in model_lib._all_layers(model)
-             if isinstance(layer, keras.layers.BatchNormalization)]
+    norms = [
+        layer
+        for layer in model_lib._all_layers(model)
+        if isinstance(layer, keras.layers.BatchNormalization)
+    ]
     assert norms and {layer.momentum for layer in norms} == {0.999}  # Keras' MobileNetV3
     assert model_lib.fit_batch_norm_to_run(model, total_steps=1_000_000) == 0
     assert model_lib.fit_batch_norm_to_run(model, total_steps=40) == len(norms)
@@ -408,18 +489,30 @@ def test_preempted_run_resumes_from_its_checkpoint(data, tmp_path, monkeypatch):
 
     original = task._callbacks
     monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Preempt()])
-    args = fn_args(data, str(tmp_path / "first"), train_steps=16, epochs=4,
-                   checkpoint_dir=checkpoint_dir, tensorboard_images=0,
-                   early_stopping_patience=0)
+    args = fn_args(
+        data,
+        str(tmp_path / "first"),
+        train_steps=16,
+        epochs=4,
+        checkpoint_dir=checkpoint_dir,
+        tensorboard_images=0,
+        early_stopping_patience=0,
+    )
     with pytest.raises(_Preempted):
         task.run_fn(args)
     assert keras.mixed_precision.global_policy().name == "float32"
     assert os.path.exists(os.path.join(checkpoint_dir, "training_metadata.json"))
 
     monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Record()])
-    args = fn_args(data, str(tmp_path / "second"), train_steps=16, epochs=4,
-                   checkpoint_dir=checkpoint_dir, tensorboard_images=0,
-                   early_stopping_patience=0)
+    args = fn_args(
+        data,
+        str(tmp_path / "second"),
+        train_steps=16,
+        epochs=4,
+        checkpoint_dir=checkpoint_dir,
+        tensorboard_images=0,
+        early_stopping_patience=0,
+    )
     task.run_fn(args)
     assert seen["epochs"] == [2, 3]
     for restored, saved in zip(seen["start_weights"], saved_at_preemption, strict=True):
@@ -458,9 +551,14 @@ def test_mirrored_strategy_on_two_logical_cpus(data, tmp_path):
     out = str(tmp_path / "mirrored")
     result = subprocess.run(
         [sys.executable, "-c", MIRRORED_SCRIPT, data["examples"], data["stats"], out],
-        capture_output=True, text=True, timeout=240,
-        env={**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep +
-             os.environ.get("PYTHONPATH", "")})
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        },
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "REPLICAS 2" in result.stdout
     assert "Trainer devices: mirrored" in result.stderr

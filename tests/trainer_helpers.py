@@ -46,38 +46,69 @@ def make_class_folder(root: str, per_class: int, size: int = 40, png_every: int 
     return root
 
 
-def convert(image_root: str, examples_dir: str, gzip: bool = False,
-            num_shards: int = 2) -> ConversionSummary:
+def convert(
+    image_root: str, examples_dir: str, gzip: bool = False, num_shards: int = 2
+) -> ConversionSummary:
     result = run_conversion(
-        image_root, examples_dir, ImageOptions(),
-        OutputOptions(splits=(("train", 0.75), ("eval", 0.25)), stratify=True,
-                      num_shards=num_shards, gzip=gzip),
-        make_pipeline=lambda: beam.Pipeline())
+        image_root,
+        examples_dir,
+        ImageOptions(),
+        OutputOptions(
+            splits=(("train", 0.75), ("eval", 0.25)),
+            stratify=True,
+            num_shards=num_shards,
+            gzip=gzip,
+        ),
+        make_pipeline=lambda: beam.Pipeline(),
+    )
     return result.summary
 
 
-def write_stats(statistics_dir: str, image_size: int, mean=(110.0, 80.0, 110.0),
-                std=(70.0, 60.0, 70.0), crop_fraction: float = 0.875) -> str:
+def write_stats(
+    statistics_dir: str,
+    image_size: int,
+    mean=(110.0, 80.0, 110.0),
+    std=(70.0, 60.0, 70.0),
+    crop_fraction: float = 0.875,
+) -> str:
     """An image_stats.json whose train and eval pixels have this mean and std."""
     from imgpipe.components.common import image_stats as schema
 
     empty = schema.Histogram(edges=(), counts=())
-    pixels = schema.PixelStats(mean=tuple(mean), std=tuple(std), pixels_per_channel=1,
-                               image_weighted_mean=tuple(mean), histogram=())
+    pixels = schema.PixelStats(
+        mean=tuple(mean),
+        std=tuple(std),
+        pixels_per_channel=1,
+        image_weighted_mean=tuple(mean),
+        histogram=(),
+    )
     split = schema.SplitStats(
-        images=1, undecodable=0, undecodable_files=(), pixels=pixels, native_pixels=None,
+        images=1,
+        undecodable=0,
+        undecodable_files=(),
+        pixels=pixels,
+        native_pixels=None,
         sizes=schema.Sizes(empty, empty, empty),
-        bytes=schema.ByteStats(edges=(), counts=(), total=0, mean=None), formats={},
-        channels={}, color_modes={},
+        bytes=schema.ByteStats(edges=(), counts=(), total=0, mean=None),
+        formats={},
+        channels={},
+        color_modes={},
         labels=schema.LabelStats(counts={}, imbalance_ratio=None, missing=(), unknown_ids={}),
-        duplicates=schema.Duplicates(0, 0, ()), near_duplicates=schema.NearDuplicates(0, ()),
-        thumbnails={})
+        duplicates=schema.Duplicates(0, 0, ()),
+        near_duplicates=schema.NearDuplicates(0, ()),
+        thumbnails={},
+    )
     os.makedirs(statistics_dir, exist_ok=True)
-    schema.write(statistics_dir, schema.ImageStats(
-        version=schema.SCHEMA_VERSION,
-        preprocessing=schema.Preprocessing(image_size, crop_fraction, "test", "test"),
-        notes={}, labels=(),
-        source=schema.Source("test", 1, 0, 0, 1.0, False),
-        splits={"train": split, "eval": split},
-        leakage=schema.Leakage(0, {}, {}, 0.0, ())))
+    schema.write(
+        statistics_dir,
+        schema.ImageStats(
+            version=schema.SCHEMA_VERSION,
+            preprocessing=schema.Preprocessing(image_size, crop_fraction, "test", "test"),
+            notes={},
+            labels=(),
+            source=schema.Source("test", 1, 0, 0, 1.0, False),
+            splits={"train": split, "eval": split},
+            leakage=schema.Leakage(0, {}, {}, 0.0, ()),
+        ),
+    )
     return statistics_dir

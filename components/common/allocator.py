@@ -41,9 +41,14 @@ def tune_malloc() -> bool:
     if mallopt is None:
         logging.info("malloc is not glibc's: allocator thresholds left as they are")
         return False
-    ok = all(mallopt(param, value) == 1 for param, value in (
-        (M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD),
-        (M_TOP_PAD, TOP_PAD)))
+    ok = all(
+        mallopt(param, value) == 1
+        for param, value in (
+            (M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+            (M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+            (M_TOP_PAD, TOP_PAD),
+        )
+    )
     _tuned = ok
     logging.info("glibc malloc thresholds %s", "raised" if ok else "could not be set")
     return ok

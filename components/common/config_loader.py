@@ -61,6 +61,34 @@ def to_json(value: Any) -> str:
     return json.dumps(to_dict(value), sort_keys=True)
 
 
+def to_document(value: Any) -> str:
+    """Indented JSON with sorted keys and a final newline: a file's text, byte-identical
+    for equal values."""
+    return json.dumps(to_dict(value), indent=2, sort_keys=True) + "\n"
+
+
+def from_document(cls: type[T], text: str, where: str, version: int) -> T:
+    """`cls` from a file's JSON text whose "version" must be `version`.
+
+    Raises:
+      ValueError: not JSON, another version, or a field that does not fit; the message
+        starts with `where` (the file).
+    """
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where} is not JSON: {e}") from None
+    found = values.get("version") if isinstance(values, dict) else None
+    if found != version:
+        raise ValueError(
+            f"{where} has schema version {found!r}; this release reads version {version}"
+        )
+    try:
+        return from_dict(cls, values)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
 def field_default(cls: type, name: str) -> Any:
     """The default of one field of a dataclass, for a CLI flag that mirrors it."""
     for field in dataclasses.fields(cls):
@@ -84,10 +112,8 @@ def _build(cls: type[T], values: Any, where: str) -> T:
     fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(str(k) for k in set(values) - fields)
     if unknown:
-        raise ValueError(f"unknown key(s) {unknown} in {_name(where)}; "
-                         f"allowed: {sorted(fields)}")
-    kwargs = {name: _coerce(hints[name], value, f"{where}{name}")
-              for name, value in values.items()}
+        raise ValueError(f"unknown key(s) {unknown} in {_name(where)}; allowed: {sorted(fields)}")
+    kwargs = {name: _coerce(hints[name], value, f"{where}{name}") for name, value in values.items()}
     try:
         built = cls(**kwargs)
     except TypeError as e:  # a required field is missing
@@ -101,8 +127,9 @@ def _build(cls: type[T], values: Any, where: str) -> T:
             # of the section goes in front; other messages get it as a prefix.
             message = str(e)
             named = message.split(" ")[0] in fields
-            raise ValueError(f"{where}{message}" if named or not where
-                             else f"{_name(where)}: {message}") from None
+            raise ValueError(
+                f"{where}{message}" if named or not where else f"{_name(where)}: {message}"
+            ) from None
     return built
 
 
@@ -115,8 +142,9 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         choices = [a for a in args if a is not type(None)]
         if len(choices) > 1:  # scalars only, e.g. int | float: kept as they are
             if type(value) not in choices and not (float in choices and type(value) is int):
-                raise ValueError(f"{where} must be one of "
-                                 f"{[c.__name__ for c in choices]}, got {value!r}")
+                raise ValueError(
+                    f"{where} must be one of {[c.__name__ for c in choices]}, got {value!r}"
+                )
             return value
         return _coerce(choices[0], value, where)
     if dataclasses.is_dataclass(hint):
@@ -128,8 +156,9 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             return tuple(_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
         if len(value) != len(args):
             raise ValueError(f"{where} needs {len(args)} values, got {value!r}")
-        return tuple(_coerce(a, v, f"{where}[{i}]")
-                     for i, (a, v) in enumerate(zip(args, value, strict=True)))
+        return tuple(
+            _coerce(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
+        )
     if origin in (Mapping, dict):
         if not isinstance(value, Mapping):
             raise ValueError(f"{where} must be a mapping, got {value!r}")

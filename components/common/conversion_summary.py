@@ -12,7 +12,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any
 
@@ -57,10 +56,10 @@ class ConversionSummary:
 
 
 def write(folder: str, summary: ConversionSummary) -> str:
-    """Writes folder/conversion_summary.json (sorted keys, indented); returns its path."""
+    """Writes folder/conversion_summary.json; returns its path."""
     path = os.path.join(folder, SUMMARY_FILE)
     with fileio.open_file(path, "w") as f:
-        f.write(json.dumps(config_loader.to_dict(summary), indent=2, sort_keys=True) + "\n")
+        f.write(config_loader.to_document(summary))
     return path
 
 
@@ -73,18 +72,11 @@ def read(folder: str) -> ConversionSummary:
     """
     path = os.path.join(folder, SUMMARY_FILE)
     if not fileio.exists(path):
-        raise FileNotFoundError(f"{path} not found: was {folder} written by ImageExampleGen "
-                                "or `imgpipe convert`?")
+        raise FileNotFoundError(
+            f"{path} not found: was {folder} written by ImageExampleGen or `imgpipe convert`?"
+        )
     with fileio.open_file(path, "r") as f:
-        values = json.loads(f.read())
-    version = values.get("version") if isinstance(values, dict) else None
-    if version != SCHEMA_VERSION:
-        raise ValueError(f"{path} has schema version {version!r}; this release reads "
-                         f"version {SCHEMA_VERSION}")
-    try:
-        return config_loader.from_dict(ConversionSummary, values)
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
+        return config_loader.from_document(ConversionSummary, f.read(), path, SCHEMA_VERSION)
 
 
 def read_if_present(folder: str) -> ConversionSummary | None:

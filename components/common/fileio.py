@@ -19,7 +19,7 @@ def is_local(path: str) -> bool:
 
 
 def _local(path: str) -> str:
-    return path[len("file://"):] if path.startswith("file://") else path
+    return path[len("file://") :] if path.startswith("file://") else path
 
 
 def open_file(path: str, mode: str = "rb") -> IO:

@@ -70,8 +70,13 @@ def read_header(data: bytes) -> ImageHeader:
     fmt = sniff_format(data)
     if fmt is None:
         raise ImageHeaderError(f"not an image: unrecognised content starting {data[:8]!r}")
-    parser = {JPEG: _jpeg_header, PNG: _png_header, GIF: _gif_header,
-              BMP: _bmp_header, WEBP: _webp_header}[fmt]
+    parser = {
+        JPEG: _jpeg_header,
+        PNG: _png_header,
+        GIF: _gif_header,
+        BMP: _bmp_header,
+        WEBP: _webp_header,
+    }[fmt]
     try:
         header = parser(data)
     except (struct.error, IndexError) as e:
@@ -120,8 +125,8 @@ def _jpeg_header(data: bytes) -> ImageHeader:
             continue
         if marker == 0xD9 or marker == 0xDA:
             break
-        (length,) = struct.unpack(">H", data[pos:pos + 2])
-        segment = data[pos + 2:pos + length]
+        (length,) = struct.unpack(">H", data[pos : pos + 2])
+        segment = data[pos + 2 : pos + length]
         if marker == 0xE1 and segment[:6] == b"Exif\x00\x00":
             orientation = _exif_orientation(segment[6:])
         elif marker == 0xEE and segment[:5] == b"Adobe" and len(segment) >= 12:
@@ -151,9 +156,9 @@ def _exif_orientation(tiff: bytes) -> int:
         return 1
     try:
         (ifd_offset,) = struct.unpack(endian + "I", tiff[4:8])
-        (count,) = struct.unpack(endian + "H", tiff[ifd_offset:ifd_offset + 2])
+        (count,) = struct.unpack(endian + "H", tiff[ifd_offset : ifd_offset + 2])
         for i in range(count):
-            entry = tiff[ifd_offset + 2 + 12 * i:ifd_offset + 14 + 12 * i]
+            entry = tiff[ifd_offset + 2 + 12 * i : ifd_offset + 14 + 12 * i]
             tag, _, _, value = struct.unpack(endian + "HHIH", entry[:10])
             if tag == 0x0112:
                 return value if 1 <= value <= 8 else 1
@@ -162,8 +167,13 @@ def _exif_orientation(tiff: bytes) -> int:
     return 1
 
 
-_PNG_MODES = {0: (MODE_GRAY, 1), 2: (MODE_RGB, 3), 3: (MODE_PALETTE, 3),
-              4: (MODE_GRAY_ALPHA, 2), 6: (MODE_RGBA, 4)}
+_PNG_MODES = {
+    0: (MODE_GRAY, 1),
+    2: (MODE_RGB, 3),
+    3: (MODE_PALETTE, 3),
+    4: (MODE_GRAY_ALPHA, 2),
+    6: (MODE_RGBA, 4),
+}
 
 
 def _png_header(data: bytes) -> ImageHeader:
@@ -183,8 +193,8 @@ def _png_header(data: bytes) -> ImageHeader:
 def _png_has_chunk_before_idat(data: bytes, name: bytes) -> bool:
     pos = 8
     while pos + 8 <= len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind = data[pos + 4:pos + 8]
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
         if kind == name:
             return True
         if kind == b"IDAT":
@@ -202,8 +212,7 @@ def _bmp_header(data: bytes) -> ImageHeader:
     width, height = struct.unpack("<ii", data[18:26])
     (bits,) = struct.unpack("<H", data[28:30])
     channels = 4 if bits == 32 else 3
-    return ImageHeader(BMP, width, abs(height), channels,
-                       MODE_RGBA if channels == 4 else MODE_RGB)
+    return ImageHeader(BMP, width, abs(height), channels, MODE_RGBA if channels == 4 else MODE_RGB)
 
 
 def _webp_header(data: bytes) -> ImageHeader:
@@ -216,13 +225,15 @@ def _webp_header(data: bytes) -> ImageHeader:
         width = 1 + (((b[1] & 0x3F) << 8) | b[0])
         height = 1 + (((b[3] & 0x0F) << 10) | (b[2] << 2) | ((b[1] & 0xC0) >> 6))
         has_alpha = bool(b[3] & 0x10)
-        return ImageHeader(WEBP, width, height, 4 if has_alpha else 3,
-                           MODE_RGBA if has_alpha else MODE_RGB)
+        return ImageHeader(
+            WEBP, width, height, 4 if has_alpha else 3, MODE_RGBA if has_alpha else MODE_RGB
+        )
     if chunk == b"VP8X":
         flags = data[20]
         width = 1 + int.from_bytes(data[24:27], "little")
         height = 1 + int.from_bytes(data[27:30], "little")
         has_alpha = bool(flags & 0x10)
-        return ImageHeader(WEBP, width, height, 4 if has_alpha else 3,
-                           MODE_RGBA if has_alpha else MODE_RGB)
+        return ImageHeader(
+            WEBP, width, height, 4 if has_alpha else 3, MODE_RGBA if has_alpha else MODE_RGB
+        )
     raise ImageHeaderError(f"unsupported webp chunk {chunk!r}")

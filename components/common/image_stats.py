@@ -13,7 +13,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 from imgpipe.components.common import config_loader, fileio
@@ -203,19 +202,26 @@ class ImageStats:
           KeyError: the split is missing or has no decodable image.
         """
         if split not in self.splits:
-            raise KeyError(f"{IMAGE_STATS_FILE} has no split {split!r}; "
-                           f"it has {sorted(self.splits)}")
+            raise KeyError(
+                f"{IMAGE_STATS_FILE} has no split {split!r}; it has {sorted(self.splits)}"
+            )
         pixels = self.splits[split].pixels
         if pixels is None:
-            raise KeyError(f"{IMAGE_STATS_FILE}: split {split!r} has no decodable image, "
-                           "so no normalization constants")
-        return Normalization(tuple(pixels.mean), tuple(pixels.std),
-                             self.preprocessing.image_size, self.preprocessing.crop_fraction)
+            raise KeyError(
+                f"{IMAGE_STATS_FILE}: split {split!r} has no decodable image, "
+                "so no normalization constants"
+            )
+        return Normalization(
+            tuple(pixels.mean),
+            tuple(pixels.std),
+            self.preprocessing.image_size,
+            self.preprocessing.crop_fraction,
+        )
 
 
 def to_json_text(stats: ImageStats) -> str:
     """The file's text: sorted keys, indented, so equal statistics give equal bytes."""
-    return json.dumps(config_loader.to_dict(stats), indent=2, sort_keys=True) + "\n"
+    return config_loader.to_document(stats)
 
 
 def from_json_text(text: str, where: str = IMAGE_STATS_FILE) -> ImageStats:
@@ -224,18 +230,7 @@ def from_json_text(text: str, where: str = IMAGE_STATS_FILE) -> ImageStats:
     Raises:
       ValueError: not JSON, another schema version, or a field that does not fit.
     """
-    try:
-        values = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{where} is not JSON: {e}") from None
-    version = values.get("version") if isinstance(values, dict) else None
-    if version != SCHEMA_VERSION:
-        raise ValueError(f"{where} has schema version {version!r}; this release reads "
-                         f"version {SCHEMA_VERSION}")
-    try:
-        return config_loader.from_dict(ImageStats, values)
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
+    return config_loader.from_document(ImageStats, text, where, SCHEMA_VERSION)
 
 
 def write(folder: str, stats: ImageStats) -> str:

@@ -67,11 +67,15 @@ def eval_images(
         return _map_to_images(one, (encoded, windows), image_size)
 
     def decode(crop: Callable) -> tf.Tensor:
-        return tf.cond(same_size, lambda: map_images(crop, resize=False),
-                       lambda: map_images(crop, resize=True))
+        return tf.cond(
+            same_size, lambda: map_images(crop, resize=False), lambda: map_images(crop, resize=True)
+        )
 
-    return tf.cond(all_jpeg, lambda: decode(_crop_decoder(jpeg_only=True)),
-                   lambda: decode(_crop_decoder(jpeg_only=False)))
+    return tf.cond(
+        all_jpeg,
+        lambda: decode(_crop_decoder(jpeg_only=True)),
+        lambda: decode(_crop_decoder(jpeg_only=False)),
+    )
 
 
 def eval_image(
@@ -84,8 +88,9 @@ def eval_image(
 
 
 def _map_to_images(fn: Callable, elements: tuple, image_size: int) -> tf.Tensor:
-    return tf.map_fn(fn, elements,
-                     fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.uint8))
+    return tf.map_fn(
+        fn, elements, fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.uint8)
+    )
 
 
 def _crop_decoder(jpeg_only: bool, dct_method: str = "") -> Callable:
@@ -115,8 +120,7 @@ def _round_to_uint8(image: tf.Tensor) -> tf.Tensor:
 def _resize_bilinear(image: tf.Tensor, image_size: int) -> tf.Tensor:
     """Float32 bilinear resize. The input is cast first: the same values, but TF's
     float32 kernel runs in about two thirds of the time of its uint8 one."""
-    return tf.image.resize(tf.cast(image, tf.float32), [image_size, image_size],
-                           method="bilinear")
+    return tf.image.resize(tf.cast(image, tf.float32), [image_size, image_size], method="bilinear")
 
 
 def random_crop_windows(
@@ -158,23 +162,31 @@ def image_shapes(encoded: tf.Tensor, all_jpeg: tf.Tensor | None = None) -> tf.Te
 
     def any_format(e: tf.Tensor) -> tf.Tensor:
         def png() -> tf.Tensor:  # IHDR: big-endian width, then height, at byte 16
-            width_height = tf.io.decode_raw(tf.strings.substr(e, 16, 8), tf.int32,
-                                            little_endian=False)
+            width_height = tf.io.decode_raw(
+                tf.strings.substr(e, 16, 8), tf.int32, little_endian=False
+            )
             return tf.reverse(width_height, [0])
 
         def other() -> tf.Tensor:
             return tf.shape(tf.io.decode_image(e, expand_animations=False))[:2]
 
-        return tf.case([(tf.io.is_jpeg(e), lambda: jpeg(e)),
-                        (tf.strings.substr(e, 0, 8) == _PNG_SIGNATURE, png)],
-                       default=other, exclusive=True)
+        return tf.case(
+            [
+                (tf.io.is_jpeg(e), lambda: jpeg(e)),
+                (tf.strings.substr(e, 0, 8) == _PNG_SIGNATURE, png),
+            ],
+            default=other,
+            exclusive=True,
+        )
 
     if all_jpeg is None:
         all_jpeg = tf.reduce_all(tf.io.is_jpeg(encoded))
     signature = tf.TensorSpec([2], tf.int32)
-    return tf.cond(all_jpeg,
-                   lambda: tf.map_fn(jpeg, encoded, fn_output_signature=signature),
-                   lambda: tf.map_fn(any_format, encoded, fn_output_signature=signature))
+    return tf.cond(
+        all_jpeg,
+        lambda: tf.map_fn(jpeg, encoded, fn_output_signature=signature),
+        lambda: tf.map_fn(any_format, encoded, fn_output_signature=signature),
+    )
 
 
 def train_images(
@@ -214,6 +226,8 @@ def train_images(
 
         return _map_to_images(one, (encoded, windows, flips), image_size)
 
-    return tf.cond(all_jpeg,
-                   lambda: map_images(_crop_decoder(True, TRAIN_DCT_METHOD)),
-                   lambda: map_images(_crop_decoder(False, TRAIN_DCT_METHOD)))
+    return tf.cond(
+        all_jpeg,
+        lambda: map_images(_crop_decoder(True, TRAIN_DCT_METHOD)),
+        lambda: map_images(_crop_decoder(False, TRAIN_DCT_METHOD)),
+    )

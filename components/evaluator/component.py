@@ -38,18 +38,30 @@ def eval_config(
     per_class = config_pb2.SlicingSpec(feature_keys=[label_key])
     accuracy = config_pb2.MetricConfig(
         class_name=ACCURACY_METRIC,
-        per_slice_thresholds=[config_pb2.PerSliceMetricThreshold(
-            slicing_specs=[overall],
-            threshold=config_pb2.MetricThreshold(
-                value_threshold=config_pb2.GenericValueThreshold(
-                    lower_bound={"value": accuracy_threshold})))])
+        per_slice_thresholds=[
+            config_pb2.PerSliceMetricThreshold(
+                slicing_specs=[overall],
+                threshold=config_pb2.MetricThreshold(
+                    value_threshold=config_pb2.GenericValueThreshold(
+                        lower_bound={"value": accuracy_threshold}
+                    )
+                ),
+            )
+        ],
+    )
     return config_pb2.EvalConfig(
-        model_specs=[config_pb2.ModelSpec(signature_name=SERVING_EXAMPLES,
-                                          label_key=label_key,
-                                          prediction_key=PROBABILITIES)],
+        model_specs=[
+            config_pb2.ModelSpec(
+                signature_name=SERVING_EXAMPLES, label_key=label_key, prediction_key=PROBABILITIES
+            )
+        ],
         slicing_specs=[overall, per_class],
-        metrics_specs=[config_pb2.MetricsSpec(metrics=[
-            accuracy, config_pb2.MetricConfig(class_name=EXAMPLE_COUNT_METRIC)])])
+        metrics_specs=[
+            config_pb2.MetricsSpec(
+                metrics=[accuracy, config_pb2.MetricConfig(class_name=EXAMPLE_COUNT_METRIC)]
+            )
+        ],
+    )
 
 
 def ImageEvaluator(  # noqa: N802 - reads as the component it builds
@@ -66,6 +78,9 @@ def ImageEvaluator(  # noqa: N802 - reads as the component it builds
       Pusher(model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
              push_destination=...)
     """
-    return Evaluator(examples=examples, model=model,
-                     example_splits=example_splits or [EVAL_SPLIT],
-                     eval_config=eval_config(config))
+    return Evaluator(
+        examples=examples,
+        model=model,
+        example_splits=example_splits or [EVAL_SPLIT],
+        eval_config=eval_config(config),
+    )

@@ -18,5 +18,4 @@ class EvaluatorConfig:
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
         if not 0.0 <= self.accuracy_threshold <= 1.0:
-            raise ValueError(f"accuracy_threshold must be in [0, 1], "
-                             f"got {self.accuracy_threshold}")
+            raise ValueError(f"accuracy_threshold must be in [0, 1], got {self.accuracy_threshold}")

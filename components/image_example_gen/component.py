@@ -25,7 +25,7 @@ def split_input_base(input_base: str) -> tuple[str, str]:
     slash = head.rfind("/")
     if slash < 0:
         raise ValueError(f"input_base {input_base!r} must be a path with at least one folder")
-    return path[:slash] or "/", path[slash + 1:]
+    return path[:slash] or "/", path[slash + 1 :]
 
 
 class ImageExampleGen(base_beam_component.BaseBeamComponent):
@@ -53,27 +53,32 @@ class ImageExampleGen(base_beam_component.BaseBeamComponent):
         range_config: range_config_pb2.RangeConfig | None = None,
     ):
         """Args:
-          input_base: the image folder; may hold TFX's {SPAN} and {VERSION} patterns.
-          image_options: what is done to each image (default: bytes kept).
-          output_options: layout, splits, shards and error policy.
-          range_config: which spans to take, as for FileBasedExampleGen.
+        input_base: the image folder; may hold TFX's {SPAN} and {VERSION} patterns.
+        image_options: what is done to each image (default: bytes kept).
+        output_options: layout, splits, shards and error policy.
+        range_config: which spans to take, as for FileBasedExampleGen.
         """
         image_options = image_options or opts.ImageOptions()
         output_options = output_options or opts.OutputOptions()
         image_options.validate()
         output_options.validate()
         base, pattern = split_input_base(input_base)
-        input_config = example_gen_pb2.Input(splits=[
-            example_gen_pb2.Input.Split(name=spec.IMAGES_INPUT_SPLIT, pattern=pattern)])
+        input_config = example_gen_pb2.Input(
+            splits=[example_gen_pb2.Input.Split(name=spec.IMAGES_INPUT_SPLIT, pattern=pattern)]
+        )
         from tfx import types
 
-        super().__init__(spec=spec.ImageExampleGenSpec(
-            **{
-                spec.INPUT_BASE_KEY: base,
-                spec.INPUT_CONFIG_KEY: proto_utils.proto_to_json(input_config),
-                spec.RANGE_CONFIG_KEY: (proto_utils.proto_to_json(range_config)
-                                        if range_config else None),
-                spec.IMAGE_OPTIONS_KEY: config_loader.to_json(image_options),
-                spec.OUTPUT_OPTIONS_KEY: config_loader.to_json(output_options),
-                spec.EXAMPLES_KEY: types.Channel(type=types.standard_artifacts.Examples),
-            }))
+        super().__init__(
+            spec=spec.ImageExampleGenSpec(
+                **{
+                    spec.INPUT_BASE_KEY: base,
+                    spec.INPUT_CONFIG_KEY: proto_utils.proto_to_json(input_config),
+                    spec.RANGE_CONFIG_KEY: (
+                        proto_utils.proto_to_json(range_config) if range_config else None
+                    ),
+                    spec.IMAGE_OPTIONS_KEY: config_loader.to_json(image_options),
+                    spec.OUTPUT_OPTIONS_KEY: config_loader.to_json(output_options),
+                    spec.EXAMPLES_KEY: types.Channel(type=types.standard_artifacts.Examples),
+                }
+            )
+        )

@@ -21,7 +21,7 @@ from imgpipe.components.common import artifacts, config_loader, conversion_summa
 from imgpipe.components.common.conversion_summary import ConversionSummary, SplitSummary
 from imgpipe.components.image_example_gen import labels as label_lib
 from imgpipe.components.image_example_gen import listing as listing_lib
-from imgpipe.components.image_example_gen import splitting, transforms
+from imgpipe.components.image_example_gen import shards, splitting, tasks, transforms
 from imgpipe.components.image_example_gen.options import (
     LAYOUT_SPLIT,
     ON_ERROR_FAIL,
@@ -44,25 +44,30 @@ class ConversionResult:
     summary: ConversionSummary
 
 
-def plan_tasks(listing: listing_lib.Listing, labels: list[str],
-               options: OutputOptions) -> list[transforms.ConversionTask]:
+def plan_tasks(
+    listing: listing_lib.Listing, labels: list[str], options: OutputOptions
+) -> list[tasks.ConversionTask]:
     """Decides label id and split of every image, in sorted path order."""
     ids = {label: i for i, label in enumerate(labels)}
     decided: dict[str, str]
     if listing.layout == LAYOUT_SPLIT:
-        decided = {image.relpath: image.split for image in listing.images
-                   if image.split is not None}
+        decided = {
+            image.relpath: image.split for image in listing.images if image.split is not None
+        }
     elif options.stratify:
         by_label: dict[str, list[str]] = {}
         for image in listing.images:
             by_label.setdefault(image.label, []).append(image.relpath)
         decided = splitting.stratified_split(by_label, options.splits)
     else:
-        decided = {image.relpath: splitting.hash_split(image.relpath, options.splits)
-                   for image in listing.images}
-    return [transforms.ConversionTask(image.relpath, image.label, ids[image.label],
-                                      decided[image.relpath])
-            for image in listing.images]
+        decided = {
+            image.relpath: splitting.hash_split(image.relpath, options.splits)
+            for image in listing.images
+        }
+    return [
+        tasks.ConversionTask(image.relpath, image.label, ids[image.label], decided[image.relpath])
+        for image in listing.images
+    ]
 
 
 def build_pipeline(
@@ -77,15 +82,27 @@ def build_pipeline(
     """Converts into work_dir: shards under `shards/`, result rows under `results/`."""
     converted = (
         pipeline
-        | "ListedImages" >> transforms.ReadTaskBatches(task_pattern)
-        | "Convert" >> transforms.ConvertImages(
-            root, os.path.join(work_dir, "spill"), image_options,
-            output_options.on_error == ON_ERROR_FAIL, progress_dir))
-    _ = ((converted[transforms.RECORDS_TAG], converted[transforms.SKIPPED_TAG])
-         | "WriteShards" >> transforms.WriteShards(
-             os.path.join(work_dir, "shards"), os.path.join(work_dir, "results"),
-             output_options.num_shards, output_options.shard_mb, output_options.gzip,
-             output_options.seed))
+        | "ListedImages" >> tasks.ReadTaskBatches(task_pattern)
+        | "Convert"
+        >> transforms.ConvertImages(
+            root,
+            os.path.join(work_dir, "spill"),
+            image_options,
+            output_options.on_error == ON_ERROR_FAIL,
+            progress_dir,
+        )
+    )
+    _ = (
+        converted[transforms.RECORDS_TAG],
+        converted[transforms.SKIPPED_TAG],
+    ) | "WriteShards" >> shards.WriteShards(
+        os.path.join(work_dir, "shards"),
+        os.path.join(work_dir, "results"),
+        output_options.num_shards,
+        output_options.shard_mb,
+        output_options.gzip,
+        output_options.seed,
+    )
 
 
 def _conversion_error_message(error: Exception) -> str | None:
@@ -119,16 +136,23 @@ def run_conversion(
         raise ValueError(
             f"no labelled images under {input_root!r}: expected root/<label>/<image> or "
             f"root/<split>/<label>/<image> ({listing.files_seen} files seen, "
-            f"{len(listing.ignored)} ignored, {len(listing.unlabeled)} outside label folders)")
+            f"{len(listing.ignored)} ignored, {len(listing.unlabeled)} outside label folders)"
+        )
     if output_options.on_error == ON_ERROR_FAIL and listing.unlabeled:
         first = listing.unlabeled[0]
         raise ValueError(f"{first.relpath}: {first.reason}")
-    existing = (label_lib.read_label_map(output_options.label_map_uri)
-                if output_options.label_map_uri else None)
+    existing = (
+        label_lib.read_label_map(output_options.label_map_uri)
+        if output_options.label_map_uri
+        else None
+    )
     labels = label_lib.build_labels(listing.labels, existing, output_options.on_new_label)
-    tasks = plan_tasks(listing, labels, output_options)
-    split_names = (listing.given_splits if listing.layout == LAYOUT_SPLIT
-                   else [name for name, _ in output_options.splits])
+    planned = plan_tasks(listing, labels, output_options)
+    split_names = (
+        listing.given_splits
+        if listing.layout == LAYOUT_SPLIT
+        else [name for name, _ in output_options.splits]
+    )
 
     work_dir = os.path.join(output_dir, WORK_DIR_PREFIX + uuid.uuid4().hex)
     for sub in ("spill", "results"):
@@ -137,12 +161,20 @@ def run_conversion(
         progress_dir = None
         if progress is not None:
             import tempfile
+
             progress_dir = tempfile.mkdtemp(prefix="imgpipe-progress-")
-            progress(len(tasks), progress_dir)
-        task_pattern = transforms.write_task_files(tasks, os.path.join(work_dir, "tasks"))
+            progress(len(planned), progress_dir)
+        task_pattern = tasks.write_task_files(planned, os.path.join(work_dir, "tasks"))
         pipeline = make_pipeline()
-        build_pipeline(pipeline, task_pattern, input_root, work_dir, image_options,
-                       output_options, progress_dir)
+        build_pipeline(
+            pipeline,
+            task_pattern,
+            input_root,
+            work_dir,
+            image_options,
+            output_options,
+            progress_dir,
+        )
         try:
             pipeline.run().wait_until_finish()
         except Exception as e:  # Beam wraps worker errors; surface ours plainly.
@@ -150,11 +182,19 @@ def run_conversion(
             if message is None:
                 raise
             raise transforms.ImageConversionError(message) from e
-        shard_results = transforms.read_shard_results(os.path.join(work_dir, "results"))
-        skipped_files = [(relpath, reason) for result in shard_results
-                         for relpath, reason in result.skipped]
-        summary = _summarize(listing, shard_results, skipped_files, split_names, labels,
-                             image_options, output_options)
+        shard_results = shards.read_shard_results(os.path.join(work_dir, "results"))
+        skipped_files = [
+            (relpath, reason) for result in shard_results for relpath, reason in result.skipped
+        ]
+        summary = _summarize(
+            listing,
+            shard_results,
+            skipped_files,
+            split_names,
+            labels,
+            image_options,
+            output_options,
+        )
         _publish(work_dir, output_dir, split_names, shard_results, output_options)
     finally:
         if tf.io.gfile.exists(work_dir):
@@ -163,24 +203,29 @@ def run_conversion(
     skipped = sorted(
         [{"path": f.relpath, "reason": f.reason} for f in listing.unlabeled]
         + [{"path": relpath, "reason": reason} for relpath, reason in skipped_files],
-        key=lambda row: row["path"])
+        key=lambda row: row["path"],
+    )
     label_lib.write_label_files(output_dir, labels)
     artifacts.write_json(os.path.join(output_dir, layout.SKIPPED_FILE), skipped)
-    artifacts.write_json(os.path.join(output_dir, layout.IGNORED_FILE),
-                         [{"path": f.relpath, "reason": f.reason} for f in listing.ignored])
+    artifacts.write_json(
+        os.path.join(output_dir, layout.IGNORED_FILE),
+        [{"path": f.relpath, "reason": f.reason} for f in listing.ignored],
+    )
     conversion_summary.write(output_dir, summary)
     return ConversionResult(output_dir, split_names, labels, summary)
 
 
-def _summarize(listing, shard_results, skipped_files, split_names, labels,
-               image_options, output_options) -> ConversionSummary:
+def _summarize(
+    listing, shard_results, skipped_files, split_names, labels, image_options, output_options
+) -> ConversionSummary:
     written = sum(result.records for result in shard_results)
     skipped = len(skipped_files) + len(listing.unlabeled)
     ignored = len(listing.ignored)
     if listing.files_seen != written + skipped + ignored:
         raise CountMismatchError(
             f"{listing.files_seen} files seen but {written} written + {skipped} skipped + "
-            f"{ignored} ignored = {written + skipped + ignored}; nothing was published")
+            f"{ignored} ignored = {written + skipped + ignored}; nothing was published"
+        )
     splits = {}
     for split in split_names:
         results = [result for result in shard_results if result.split == split]
@@ -219,9 +264,13 @@ def _summarize(listing, shard_results, skipped_files, split_names, labels,
     )
 
 
-def _publish(work_dir: str, output_dir: str, split_names: list[str],
-             shard_results: list[transforms.ShardResult], output_options: OutputOptions
-             ) -> None:
+def _publish(
+    work_dir: str,
+    output_dir: str,
+    split_names: list[str],
+    shard_results: list[shards.ShardResult],
+    output_options: OutputOptions,
+) -> None:
     """Moves shards into Split-<name>/, adding empty shards so every split has -of-N complete."""
     staged = os.path.join(work_dir, "shards")
     for split in split_names:
@@ -232,12 +281,14 @@ def _publish(work_dir: str, output_dir: str, split_names: list[str],
         tf.io.gfile.makedirs(split_staged)
         for shard in range(num_shards):
             if shard not in written:
-                name = transforms.shard_file_name(shard, num_shards, output_options.gzip)
-                transforms.write_tfrecord(os.path.join(split_staged, name), [],
-                                          output_options.gzip)
+                name = shards.shard_file_name(shard, num_shards, output_options.gzip)
+                shards.write_tfrecord(os.path.join(split_staged, name), [], output_options.gzip)
     for split in split_names:
         target = artifacts.split_dir(output_dir, split)
         tf.io.gfile.makedirs(target)
         for name in sorted(tf.io.gfile.listdir(artifacts.split_dir(staged, split))):
-            tf.io.gfile.rename(os.path.join(artifacts.split_dir(staged, split), name),
-                               os.path.join(target, name), overwrite=False)
+            tf.io.gfile.rename(
+                os.path.join(artifacts.split_dir(staged, split), name),
+                os.path.join(target, name),
+                overwrite=False,
+            )

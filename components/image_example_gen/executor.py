@@ -38,15 +38,22 @@ class Executor(base_beam_executor.BaseBeamExecutor):
     ) -> None:
         del input_dict
         image_options = config_loader.from_json(
-            opts.ImageOptions, exec_properties[spec.IMAGE_OPTIONS_KEY])
+            opts.ImageOptions, exec_properties[spec.IMAGE_OPTIONS_KEY]
+        )
         output_options = config_loader.from_json(
-            opts.OutputOptions, exec_properties[spec.OUTPUT_OPTIONS_KEY])
+            opts.OutputOptions, exec_properties[spec.OUTPUT_OPTIONS_KEY]
+        )
         examples = artifact_utils.get_single_instance(output_dict[spec.EXAMPLES_KEY])
         input_root = self._resolve_input_root(exec_properties, examples)
         logging.info("ImageExampleGen: %s -> %s", input_root, examples.uri)
 
-        result = run_conversion(input_root, examples.uri, image_options, output_options,
-                                make_pipeline=self._make_beam_pipeline)
+        result = run_conversion(
+            input_root,
+            examples.uri,
+            image_options,
+            output_options,
+            make_pipeline=self._make_beam_pipeline,
+        )
 
         examples.split_names = artifact_utils.encode_split_names(result.split_names)
         examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
@@ -54,8 +61,13 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         summary = result.summary
         for key in ("written", "skipped", "ignored", "files_seen", "bytes_in", "bytes_out"):
             examples.set_int_custom_property(f"images_{key}", int(getattr(summary, key)))
-        logging.info("ImageExampleGen: %d written, %d skipped, %d ignored of %d files",
-                     summary.written, summary.skipped, summary.ignored, summary.files_seen)
+        logging.info(
+            "ImageExampleGen: %d written, %d skipped, %d ignored of %d files",
+            summary.written,
+            summary.skipped,
+            summary.ignored,
+            summary.files_seen,
+        )
 
     @staticmethod
     def _resolve_input_root(exec_properties: dict[str, Any], examples: types.Artifact) -> str:
@@ -83,5 +95,6 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                 examples.version = version
             examples.set_string_custom_property(
                 example_gen_utils.FINGERPRINT_PROPERTY_NAME,
-                processor.get_input_fingerprint(span, version))
+                processor.get_input_fingerprint(span, version),
+            )
         return os.path.join(input_base, pattern)

@@ -26,8 +26,12 @@ from imgpipe.components.image_example_gen.options import (
 # OpenCV must not rotate by EXIF itself: orientation is applied once, below, for every
 # decoder alike.
 _CV2_UNCHANGED = cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION
-_CV2_REDUCED_COLOR = {1: cv2.IMREAD_COLOR, 2: cv2.IMREAD_REDUCED_COLOR_2,
-                      4: cv2.IMREAD_REDUCED_COLOR_4, 8: cv2.IMREAD_REDUCED_COLOR_8}
+_CV2_REDUCED_COLOR = {
+    1: cv2.IMREAD_COLOR,
+    2: cv2.IMREAD_REDUCED_COLOR_2,
+    4: cv2.IMREAD_REDUCED_COLOR_4,
+    8: cv2.IMREAD_REDUCED_COLOR_8,
+}
 
 
 class ImageDecodeError(ValueError):
@@ -54,19 +58,24 @@ def convert_image(data: bytes, options: ImageOptions) -> tuple[EncodedImage, hdr
     if header.pixels > options.max_pixels:
         raise hdr.ImageHeaderError(
             f"decompression bomb: {header.width}x{header.height} = {header.pixels} pixels "
-            f"exceeds max_pixels={options.max_pixels}")
+            f"exceeds max_pixels={options.max_pixels}"
+        )
     if header.format in (hdr.JPEG, hdr.PNG):
         hdr.check_complete(data, header.format)
     if not needs_pixels(header, options):
         if options.verify == VERIFY_DECODE:
             decode(data, header, min_side=None)
-        return EncodedImage(data, header.format, header.height, header.width,
-                            header.channels, reencoded=False), header
+        return EncodedImage(
+            data, header.format, header.height, header.width, header.channels, reencoded=False
+        ), header
     pixels = decode(data, header, min_side=options.resize)
     pixels = _fit_channels(pixels, header, options)
     if options.resize is not None:
-        upright = ((header.width, header.height) if header.exif_orientation >= 5
-                   else (header.height, header.width))
+        upright = (
+            (header.width, header.height)
+            if header.exif_orientation >= 5
+            else (header.height, header.width)
+        )
         pixels = resize_shorter_side(pixels, options.resize, options.center_crop, upright)
     fmt = target_format(header, options, has_alpha=pixels.ndim == 3 and pixels.shape[2] == 4)
     encoded = encode(pixels, fmt, options.jpeg_quality)
@@ -108,8 +117,12 @@ def decode(data: bytes, header: hdr.ImageHeader, min_side: int | None) -> np.nda
             factor = reduction_factor(header, min_side)
             # fastdct: the integer-fast IDCT, TensorFlow's decode_jpeg default.
             pixels = simplejpeg.decode_jpeg(
-                data, colorspace=colorspace, fastdct=True,
-                min_height=-(-header.height // factor), min_width=-(-header.width // factor))
+                data,
+                colorspace=colorspace,
+                fastdct=True,
+                min_height=-(-header.height // factor),
+                min_width=-(-header.width // factor),
+            )
             if pixels.ndim == 3 and pixels.shape[2] == 1:
                 pixels = pixels[:, :, 0]
         else:
@@ -136,13 +149,13 @@ def reduction_factor(header: hdr.ImageHeader, min_side: int | None) -> int:
     return factor
 
 
-def _decode_cv2(data: bytes, header: hdr.ImageHeader, min_side: int | None
-                ) -> np.ndarray | None:
+def _decode_cv2(data: bytes, header: hdr.ImageHeader, min_side: int | None) -> np.ndarray | None:
     """The pixels in RGB(A) order, or None when OpenCV cannot decode them."""
     buffer = np.frombuffer(data, np.uint8)
     if header.format == hdr.JPEG:  # CMYK / YCCK: OpenCV converts to BGR
-        flags = (_CV2_REDUCED_COLOR[reduction_factor(header, min_side)]
-                 | cv2.IMREAD_IGNORE_ORIENTATION)
+        flags = (
+            _CV2_REDUCED_COLOR[reduction_factor(header, min_side)] | cv2.IMREAD_IGNORE_ORIENTATION
+        )
         return _bgr_to_rgb(cv2.imdecode(buffer, flags))
     pixels = cv2.imdecode(buffer, _CV2_UNCHANGED)
     if pixels is None and header.format == hdr.GIF:
@@ -190,8 +203,7 @@ def apply_orientation(pixels: np.ndarray, orientation: int) -> np.ndarray:
     return np.ascontiguousarray(pixels)
 
 
-def _fit_channels(pixels: np.ndarray, header: hdr.ImageHeader,
-                  options: ImageOptions) -> np.ndarray:
+def _fit_channels(pixels: np.ndarray, header: hdr.ImageHeader, options: ImageOptions) -> np.ndarray:
     has_alpha = pixels.ndim == 3 and pixels.shape[2] in (2, 4)
     to_jpeg = target_format(header, options, has_alpha) == OUTPUT_JPEG
     if has_alpha and (to_jpeg or options.channels == 3):
@@ -214,8 +226,9 @@ def composite_alpha(pixels: np.ndarray, background: tuple[int, int, int]) -> np.
     return out.astype(np.uint8)
 
 
-def resize_shorter_side(pixels: np.ndarray, side: int, center_crop: bool,
-                        source_shape: tuple[int, int] | None = None) -> np.ndarray:
+def resize_shorter_side(
+    pixels: np.ndarray, side: int, center_crop: bool, source_shape: tuple[int, int] | None = None
+) -> np.ndarray:
     """Scales so the shorter side is `side`; with `center_crop`, keeps the centre square.
 
     The crop is taken before scaling, so only the kept pixels are resampled.
@@ -229,7 +242,7 @@ def resize_shorter_side(pixels: np.ndarray, side: int, center_crop: bool,
         height, width = pixels.shape[:2]
         short = min(height, width)
         top, left = (height - short) // 2, (width - short) // 2
-        pixels = pixels[top:top + short, left:left + short]
+        pixels = pixels[top : top + short, left : left + short]
         new_height = new_width = side
     elif height <= width:
         new_height, new_width = side, max(1, round(width * side / height))
@@ -246,17 +259,18 @@ def resize_shorter_side(pixels: np.ndarray, side: int, center_crop: bool,
         interpolation = cv2.INTER_LINEAR
     else:
         interpolation = cv2.INTER_CUBIC
-    return cv2.resize(np.ascontiguousarray(pixels), (new_width, new_height),
-                      interpolation=interpolation)
+    return cv2.resize(
+        np.ascontiguousarray(pixels), (new_width, new_height), interpolation=interpolation
+    )
 
 
 def encode(pixels: np.ndarray, fmt: str, quality: int) -> bytes:
     if fmt == OUTPUT_JPEG:
         if pixels.ndim == 2:
-            return simplejpeg.encode_jpeg(pixels[:, :, None], quality=quality,
-                                          colorspace="GRAY")
-        return simplejpeg.encode_jpeg(np.ascontiguousarray(pixels), quality=quality,
-                                      colorspace="RGB", colorsubsampling="420")
+            return simplejpeg.encode_jpeg(pixels[:, :, None], quality=quality, colorspace="GRAY")
+        return simplejpeg.encode_jpeg(
+            np.ascontiguousarray(pixels), quality=quality, colorspace="RGB", colorsubsampling="420"
+        )
     if fmt == OUTPUT_PNG:
         if pixels.ndim == 3:
             code = cv2.COLOR_RGB2BGR if pixels.shape[2] == 3 else cv2.COLOR_RGBA2BGRA

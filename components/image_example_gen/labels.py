@@ -44,12 +44,12 @@ def build_labels(found: list[str], existing: list[str] | None, on_new_label: str
     if new and on_new_label != NEW_LABEL_APPEND:
         raise ValueError(
             f"classes {new} are not in the given label map ({len(existing)} classes); "
-            "pass on_new_label='append' to give them new ids at the end")
+            "pass on_new_label='append' to give them new ids at the end"
+        )
     return list(existing) + new
 
 
 def write_label_files(output_dir: str, labels: list[str]) -> None:
-    artifacts.write_json(f"{output_dir}/{layout.LABEL_MAP_FILE}",
-                         {"version": 1, "labels": labels})
+    artifacts.write_json(f"{output_dir}/{layout.LABEL_MAP_FILE}", {"version": 1, "labels": labels})
     with tf.io.gfile.GFile(f"{output_dir}/{layout.LABELS_TXT_FILE}", "w") as f:
         f.write("".join(f"{label}\n" for label in labels))

@@ -18,8 +18,20 @@ import tensorflow as tf
 from imgpipe.components.image_example_gen.options import LAYOUT_AUTO, LAYOUT_FLAT, LAYOUT_SPLIT
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp"})
-KNOWN_SPLIT_NAMES = frozenset({"train", "training", "eval", "evaluation", "val", "valid",
-                               "validation", "test", "testing", "dev"})
+KNOWN_SPLIT_NAMES = frozenset(
+    {
+        "train",
+        "training",
+        "eval",
+        "evaluation",
+        "val",
+        "valid",
+        "validation",
+        "test",
+        "testing",
+        "dev",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +93,11 @@ def has_image_extension(relpath: str) -> bool:
 
 def detect_layout(relpaths: list[str]) -> str:
     """`split` when every top-level folder holding images is a known split name."""
-    top_dirs = {p.split("/")[0] for p in relpaths
-                if "/" in p and not is_hidden(p) and has_image_extension(p)}
+    top_dirs = {
+        p.split("/")[0]
+        for p in relpaths
+        if "/" in p and not is_hidden(p) and has_image_extension(p)
+    }
     if top_dirs and all(d.lower() in KNOWN_SPLIT_NAMES for d in top_dirs):
         return LAYOUT_SPLIT
     return LAYOUT_FLAT

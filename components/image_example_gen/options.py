@@ -91,8 +91,12 @@ class ImageOptions:
 
     @property
     def transforms_pixels(self) -> bool:
-        return (self.resize is not None or self.quality is not None
-                or self.output_format != OUTPUT_KEEP or self.channels != 0)
+        return (
+            self.resize is not None
+            or self.quality is not None
+            or self.output_format != OUTPUT_KEEP
+            or self.channels != 0
+        )
 
     @property
     def jpeg_quality(self) -> int:
@@ -139,8 +143,9 @@ class OutputOptions:
             raise ValueError(f"splits need distinct names, got {names}")
         for name, weight in self.splits:
             if not name or "/" in name or weight <= 0:
-                raise ValueError(f"split {name!r} needs a plain name and a positive weight, "
-                                 f"got {weight}")
+                raise ValueError(
+                    f"split {name!r} needs a plain name and a positive weight, got {weight}"
+                )
         if self.num_shards is not None and self.num_shards < 1:
             raise ValueError(f"num_shards must be at least 1, got {self.num_shards}")
         if self.shard_mb <= 0:

@@ -63,22 +63,30 @@ class SplitAccumulator:
     failed: int = 0
     failures: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     pixel_hist: np.ndarray = dataclasses.field(
-        default_factory=lambda: np.zeros((CHANNELS, LEVELS), np.int64))
+        default_factory=lambda: np.zeros((CHANNELS, LEVELS), np.int64)
+    )
     image_mean_partials: list[list[float]] = dataclasses.field(
-        default_factory=lambda: [[] for _ in range(CHANNELS)])
+        default_factory=lambda: [[] for _ in range(CHANNELS)]
+    )
     native_images: int = 0
     native_hist: np.ndarray = dataclasses.field(
-        default_factory=lambda: np.zeros((CHANNELS, LEVELS), np.int64))
+        default_factory=lambda: np.zeros((CHANNELS, LEVELS), np.int64)
+    )
     native_image_mean_partials: list[list[float]] = dataclasses.field(
-        default_factory=lambda: [[] for _ in range(CHANNELS)])
+        default_factory=lambda: [[] for _ in range(CHANNELS)]
+    )
     width_hist: np.ndarray = dataclasses.field(
-        default_factory=lambda: np.zeros(len(SIDE_EDGES), np.int64))
+        default_factory=lambda: np.zeros(len(SIDE_EDGES), np.int64)
+    )
     height_hist: np.ndarray = dataclasses.field(
-        default_factory=lambda: np.zeros(len(SIDE_EDGES), np.int64))
+        default_factory=lambda: np.zeros(len(SIDE_EDGES), np.int64)
+    )
     aspect_hist: np.ndarray = dataclasses.field(
-        default_factory=lambda: np.zeros(len(ASPECT_EDGES), np.int64))
+        default_factory=lambda: np.zeros(len(ASPECT_EDGES), np.int64)
+    )
     bytes_hist: np.ndarray = dataclasses.field(
-        default_factory=lambda: np.zeros(len(BYTES_EDGES), np.int64))
+        default_factory=lambda: np.zeros(len(BYTES_EDGES), np.int64)
+    )
     bytes_total: int = 0
     min_width: int | None = None
     max_width: int | None = None
@@ -90,9 +98,18 @@ class SplitAccumulator:
     labels: dict[int, int] = dataclasses.field(default_factory=dict)
     thumbnails: dict[int, list[Thumbnail]] = dataclasses.field(default_factory=dict)
 
-    def add_images(self, *, labels: Sequence[int], formats: Sequence[str],
-                   widths: Sequence[int], heights: Sequence[int], channels: Sequence[int],
-                   modes: Sequence[str], num_bytes: Sequence[int], hists: np.ndarray) -> None:
+    def add_images(
+        self,
+        *,
+        labels: Sequence[int],
+        formats: Sequence[str],
+        widths: Sequence[int],
+        heights: Sequence[int],
+        channels: Sequence[int],
+        modes: Sequence[str],
+        num_bytes: Sequence[int],
+        hists: np.ndarray,
+    ) -> None:
         """Adds a batch of images: per-image header facts and [B, 3, 256] histograms."""
         width_array = np.asarray(widths, np.int64)
         height_array = np.asarray(heights, np.int64)
@@ -105,14 +122,20 @@ class SplitAccumulator:
         self.aspect_hist += _bin_counts(ASPECT_EDGES, width_array / height_array)
         self.bytes_hist += _bin_counts(BYTES_EDGES, bytes_array)
         self.bytes_total += int(bytes_array.sum())
-        for name, pick, values in (("min_width", min, width_array.min()),
-                                   ("max_width", max, width_array.max()),
-                                   ("min_height", min, height_array.min()),
-                                   ("max_height", max, height_array.max())):
+        for name, pick, values in (
+            ("min_width", min, width_array.min()),
+            ("max_width", max, width_array.max()),
+            ("min_height", min, height_array.min()),
+            ("max_height", max, height_array.max()),
+        ):
             current = getattr(self, name)
             setattr(self, name, int(values) if current is None else pick(current, int(values)))
-        for counts, keys in ((self.formats, formats), (self.channels, channels),
-                             (self.modes, modes), (self.labels, labels)):
+        for counts, keys in (
+            (self.formats, formats),
+            (self.channels, channels),
+            (self.modes, modes),
+            (self.labels, labels),
+        ):
             for key, n in collections.Counter(keys).items():
                 _count(counts, key, n)
 
@@ -145,17 +168,22 @@ class SplitAccumulator:
         self.pixel_hist += other.pixel_hist
         self.native_images += other.native_images
         self.native_hist += other.native_hist
-        for mine, theirs in ((self.image_mean_partials, other.image_mean_partials),
-                             (self.native_image_mean_partials,
-                              other.native_image_mean_partials)):
+        for mine, theirs in (
+            (self.image_mean_partials, other.image_mean_partials),
+            (self.native_image_mean_partials, other.native_image_mean_partials),
+        ):
             for channel in range(CHANNELS):
                 for x in theirs[channel]:
                     exact_add(mine[channel], x)
         for name in ("width_hist", "height_hist", "aspect_hist", "bytes_hist"):
             getattr(self, name).__iadd__(getattr(other, name))
         self.bytes_total += other.bytes_total
-        for name, pick in (("min_width", min), ("max_width", max),
-                           ("min_height", min), ("max_height", max)):
+        for name, pick in (
+            ("min_width", min),
+            ("max_width", max),
+            ("min_height", min),
+            ("max_height", max),
+        ):
             values = [v for v in (getattr(self, name), getattr(other, name)) if v is not None]
             setattr(self, name, pick(values) if values else None)
         for name in ("formats", "channels", "modes", "labels"):
@@ -226,8 +254,9 @@ class ImageStatsCombineFn(beam.CombineFn):
     def create_accumulator(self) -> SplitAccumulator:
         return SplitAccumulator()
 
-    def add_input(self, accumulator: SplitAccumulator, partial: SplitAccumulator
-                  ) -> SplitAccumulator:
+    def add_input(
+        self, accumulator: SplitAccumulator, partial: SplitAccumulator
+    ) -> SplitAccumulator:
         accumulator.merge(partial, self._keep)
         return accumulator
 

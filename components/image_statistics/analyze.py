@@ -92,27 +92,36 @@ def parse_record(record: bytes) -> ParsedImage:
     """Reads the fields the statistics need from one serialized tf.train.Example."""
     feature = example_pb2.Example.FromString(record).features.feature
     if fk.IMAGE_ENCODED_KEY not in feature or not feature[fk.IMAGE_ENCODED_KEY].bytes_list.value:
-        raise ValueError(f"an Example has no {fk.IMAGE_ENCODED_KEY} bytes; "
-                         "ImageStatistics reads Examples written by ImageExampleGen")
+        raise ValueError(
+            f"an Example has no {fk.IMAGE_ENCODED_KEY} bytes; "
+            "ImageStatistics reads Examples written by ImageExampleGen"
+        )
     encoded = feature[fk.IMAGE_ENCODED_KEY].bytes_list.value[0]
     # The source file's hash, when ImageExampleGen stored it, finds copies even when
     # one copy was re-encoded differently.
-    sha256 = (feature[fk.SHA256_KEY].bytes_list.value[0].decode()
-              if fk.SHA256_KEY in feature else hashlib.sha256(encoded).hexdigest())
-    path = (feature[fk.FILENAME_KEY].bytes_list.value[0].decode()
-            if fk.FILENAME_KEY in feature else f"sha256:{sha256}")
-    label = (feature[fk.LABEL_KEY].int64_list.value[0]
-             if fk.LABEL_KEY in feature else -1)
+    sha256 = (
+        feature[fk.SHA256_KEY].bytes_list.value[0].decode()
+        if fk.SHA256_KEY in feature
+        else hashlib.sha256(encoded).hexdigest()
+    )
+    path = (
+        feature[fk.FILENAME_KEY].bytes_list.value[0].decode()
+        if fk.FILENAME_KEY in feature
+        else f"sha256:{sha256}"
+    )
+    label = feature[fk.LABEL_KEY].int64_list.value[0] if fk.LABEL_KEY in feature else -1
     return ParsedImage(path, int(label), encoded, sha256)
 
 
 def channel_histograms(pixels: np.ndarray) -> np.ndarray:
     """[3, 256] int64 pixel counts per channel of an HxWx3 uint8 image."""
     if pixels.shape[0] * pixels.shape[1] < _CALCHIST_EXACT_PIXELS:
-        return np.stack([cv2.calcHist([pixels], [c], None, [LEVELS], [0, LEVELS]).reshape(-1)
-                         for c in range(3)]).astype(np.int64)
-    return np.stack([np.bincount(pixels[..., c].ravel(), minlength=LEVELS)
-                     for c in range(3)]).astype(np.int64)
+        return np.stack(
+            [cv2.calcHist([pixels], [c], None, [LEVELS], [0, LEVELS]).reshape(-1) for c in range(3)]
+        ).astype(np.int64)
+    return np.stack(
+        [np.bincount(pixels[..., c].ravel(), minlength=LEVELS) for c in range(3)]
+    ).astype(np.int64)
 
 
 def difference_hashes(pixels: np.ndarray) -> list[int]:
@@ -143,8 +152,9 @@ def _area_weights(source: int, target: int) -> np.ndarray:
     every weight is an integer (a cell's weights sum to `source`)."""
     cell_start: np.ndarray = np.arange(target)[:, None] * source
     pixel_start: np.ndarray = np.arange(source)[None, :] * target
-    overlap = (np.minimum(cell_start + source, pixel_start + target)
-               - np.maximum(cell_start, pixel_start))
+    overlap = np.minimum(cell_start + source, pixel_start + target) - np.maximum(
+        cell_start, pixel_start
+    )
     return np.clip(overlap, 0, None).astype(np.float64)
 
 
@@ -162,10 +172,11 @@ def _halve_down_to(pixels: np.ndarray, side: int) -> np.ndarray:
         count, height, width, channels = pixels.shape
         height, width = height - height % 2, width - width % 2
         stacked = np.ascontiguousarray(pixels[:, :height, :width]).reshape(
-            count * height, width, channels)
-        pixels = cv2.resize(stacked, (width // 2, count * height // 2),
-                            interpolation=cv2.INTER_AREA).reshape(
-                                count, height // 2, width // 2, channels)
+            count * height, width, channels
+        )
+        pixels = cv2.resize(
+            stacked, (width // 2, count * height // 2), interpolation=cv2.INTER_AREA
+        ).reshape(count, height // 2, width // 2, channels)
     return pixels
 
 
@@ -178,8 +189,11 @@ def thumbnail_jpeg(pixels: np.ndarray) -> bytes:
     halved = _halve_down_to(pixels[None], THUMBNAIL_SIZE)[0]
     interpolation = cv2.INTER_LINEAR if halved.shape != pixels.shape else cv2.INTER_AREA
     small = cv2.resize(halved, (THUMBNAIL_SIZE, THUMBNAIL_SIZE), interpolation=interpolation)
-    ok, data = cv2.imencode(".jpg", cv2.cvtColor(small, cv2.COLOR_RGB2BGR),
-                            [cv2.IMWRITE_JPEG_QUALITY, THUMBNAIL_QUALITY])
+    ok, data = cv2.imencode(
+        ".jpg",
+        cv2.cvtColor(small, cv2.COLOR_RGB2BGR),
+        [cv2.IMWRITE_JPEG_QUALITY, THUMBNAIL_QUALITY],
+    )
     if not ok:
         raise RuntimeError("OpenCV could not encode a thumbnail")
     return data.tobytes()
@@ -221,8 +235,13 @@ class BatchDecoder:
         self._threads: ThreadPoolExecutor | None = None
 
     def __getstate__(self) -> dict:
-        return {"_image_size": self._image_size, "_crop_fraction": self._crop_fraction,
-                "_eval": None, "_native": None, "_threads": None}
+        return {
+            "_image_size": self._image_size,
+            "_crop_fraction": self._crop_fraction,
+            "_eval": None,
+            "_native": None,
+            "_threads": None,
+        }
 
     def reduce_in_background(self, images: Sequence[ParsedImage], native: bool) -> Future:
         """A future of `_reduce_chunk(images)`. TF and OpenCV release the GIL, so
@@ -230,14 +249,14 @@ class BatchDecoder:
         self._functions()  # built here, before the threads that call them
         with _BUILD_LOCK:  # two batches may start at once
             if self._threads is None:
-                self._threads = ThreadPoolExecutor(max_workers=REDUCING_THREADS,
-                                                   thread_name_prefix="image-stats")
+                self._threads = ThreadPoolExecutor(
+                    max_workers=REDUCING_THREADS, thread_name_prefix="image-stats"
+                )
         return self._threads.submit(_reduce_chunk, self, images, native)
 
     def _functions(self) -> tuple[Callable, Callable]:
         if self._eval is None or self._native is None:
-            self._eval, self._native = _decoder_functions(self._image_size,
-                                                          self._crop_fraction)
+            self._eval, self._native = _decoder_functions(self._image_size, self._crop_fraction)
         return self._eval, self._native
 
     def eval_pixels(self, encoded: Sequence[bytes]) -> np.ndarray:
@@ -253,8 +272,9 @@ class BatchDecoder:
         return self._functions()[1](tf.constant(encoded, tf.string)).numpy()
 
 
-def _decode_chunk(decoder: BatchDecoder, images: Sequence[ParsedImage]
-                  ) -> tuple[np.ndarray, dict[int, str]]:
+def _decode_chunk(
+    decoder: BatchDecoder, images: Sequence[ParsedImage]
+) -> tuple[np.ndarray, dict[int, str]]:
     """The eval pixels [N, S, S, 3] of the images that decode, in order, and why each
     other one did not, by its index: the chunk decoded at once, or one by one to single
     out the images that fail."""
@@ -284,8 +304,9 @@ class ReducedImage:
     dhash: int = 0
 
 
-def _reduce_chunk(decoder: BatchDecoder, images: Sequence[ParsedImage], native: bool
-                  ) -> list[ReducedImage]:
+def _reduce_chunk(
+    decoder: BatchDecoder, images: Sequence[ParsedImage], native: bool
+) -> list[ReducedImage]:
     pixels, errors = _decode_chunk(decoder, images)
     decoded = iter(zip(pixels, difference_hashes(pixels), strict=True))
     reduced = []
@@ -294,24 +315,30 @@ def _reduce_chunk(decoder: BatchDecoder, images: Sequence[ParsedImage], native: 
             reduced.append(ReducedImage(image, None, errors[index]))
             continue
         image_pixels, dhash = next(decoded)
-        native_hist = (channel_histograms(decoder.native_pixels(image.encoded))
-                       if native else None)
-        reduced.append(ReducedImage(image, image_pixels, None, channel_histograms(image_pixels),
-                                    native_hist, dhash))
+        native_hist = channel_histograms(decoder.native_pixels(image.encoded)) if native else None
+        reduced.append(
+            ReducedImage(
+                image, image_pixels, None, channel_histograms(image_pixels), native_hist, dhash
+            )
+        )
     return reduced
 
 
-def _reduce_pipelined(decoder: BatchDecoder, images: Sequence[ParsedImage], native: bool
-                      ) -> Iterator[ReducedImage]:
+def _reduce_pipelined(
+    decoder: BatchDecoder, images: Sequence[ParsedImage], native: bool
+) -> Iterator[ReducedImage]:
     """`_reduce_chunk` over the images, in order, with the worker threads running ahead."""
-    pending = [decoder.reduce_in_background(images[i:i + DECODE_CHUNK], native)
-               for i in range(0, len(images), DECODE_CHUNK)]
+    pending = [
+        decoder.reduce_in_background(images[i : i + DECODE_CHUNK], native)
+        for i in range(0, len(images), DECODE_CHUNK)
+    ]
     for chunk in pending:
         yield from chunk.result()
 
 
-def analyze_batch(records: Sequence[bytes], split: str, decoder: BatchDecoder,
-                  options: AnalysisOptions) -> tuple[SplitAccumulator, list[ImageKey]]:
+def analyze_batch(
+    records: Sequence[bytes], split: str, decoder: BatchDecoder, options: AnalysisOptions
+) -> tuple[SplitAccumulator, list[ImageKey]]:
     """One accumulator and one ImageKey per decodable image, for a batch of records."""
     accumulator = SplitAccumulator()
     parsed: list[tuple[ParsedImage, image_header.ImageHeader]] = []
@@ -324,21 +351,27 @@ def analyze_batch(records: Sequence[bytes], split: str, decoder: BatchDecoder,
     headers = {id(image): header for image, header in parsed}
     keys = []
     batch = ImageBatch()
-    for result in _reduce_pipelined(decoder, [image for image, _ in parsed],
-                                    options.native_resolution):
+    for result in _reduce_pipelined(
+        decoder, [image for image, _ in parsed], options.native_resolution
+    ):
         image = result.image
         if result.pixels is None or result.hist is None:
             accumulator.add_failure(image.path, result.error or "undecodable")
             continue
-        batch.append(image.label, headers[id(image)], len(image.encoded), result.hist,
-                     result.native_hist)
+        batch.append(
+            image.label, headers[id(image)], len(image.encoded), result.hist, result.native_hist
+        )
         keys.append(ImageKey(split, image.path, image.sha256, result.dhash))
-        if (hash_fraction(image.sha256) < options.thumbnail_fraction
-                and accumulator.would_keep_thumbnail(image.label, image.sha256, image.path,
-                                                     options.keep_thumbnails)):
+        if hash_fraction(
+            image.sha256
+        ) < options.thumbnail_fraction and accumulator.would_keep_thumbnail(
+            image.label, image.sha256, image.path, options.keep_thumbnails
+        ):
             accumulator.offer_thumbnail(
-                image.label, Thumbnail(image.sha256, image.path, thumbnail_jpeg(result.pixels)),
-                options.keep_thumbnails)
+                image.label,
+                Thumbnail(image.sha256, image.path, thumbnail_jpeg(result.pixels)),
+                options.keep_thumbnails,
+            )
     batch.add_to(accumulator)
     return accumulator, keys
 
@@ -357,8 +390,14 @@ class ImageBatch:
     hists: list[np.ndarray] = dataclasses.field(default_factory=list)
     native_hists: list[np.ndarray] = dataclasses.field(default_factory=list)
 
-    def append(self, label: int, header: image_header.ImageHeader, num_bytes: int,
-               hist: np.ndarray, native_hist: np.ndarray | None) -> None:
+    def append(
+        self,
+        label: int,
+        header: image_header.ImageHeader,
+        num_bytes: int,
+        hist: np.ndarray,
+        native_hist: np.ndarray | None,
+    ) -> None:
         self.labels.append(label)
         self.formats.append(header.format)
         self.widths.append(header.width)
@@ -374,8 +413,14 @@ class ImageBatch:
         if not self.labels:
             return
         accumulator.add_images(
-            labels=self.labels, formats=self.formats, widths=self.widths,
-            heights=self.heights, channels=self.channels, modes=self.modes,
-            num_bytes=self.num_bytes, hists=np.stack(self.hists))
+            labels=self.labels,
+            formats=self.formats,
+            widths=self.widths,
+            heights=self.heights,
+            channels=self.channels,
+            modes=self.modes,
+            num_bytes=self.num_bytes,
+            hists=np.stack(self.hists),
+        )
         if self.native_hists:
             accumulator.add_native(np.stack(self.native_hists))

@@ -46,24 +46,32 @@ def check(stats: ImageStats, config: StatisticsConfig) -> list[Anomaly]:
     for split in splits:
         if split == reference or not stats.splits[split].images:
             continue
-        missing = sorted(stats.splits[reference].labels.present
-                         - stats.splits[split].labels.present)
-        extra = sorted(stats.splits[split].labels.present
-                       - stats.splits[reference].labels.present)
+        missing = sorted(
+            stats.splits[reference].labels.present - stats.splits[split].labels.present
+        )
+        extra = sorted(stats.splits[split].labels.present - stats.splits[reference].labels.present)
         if missing or extra:
-            found.append(Anomaly(
-                LABELS_DIFFER, split,
-                f"split {split!r} has different labels from {reference!r}: "
-                f"missing {missing or 'none'}, not in {reference!r} {extra or 'none'}"))
+            found.append(
+                Anomaly(
+                    LABELS_DIFFER,
+                    split,
+                    f"split {split!r} has different labels from {reference!r}: "
+                    f"missing {missing or 'none'}, not in {reference!r} {extra or 'none'}",
+                )
+            )
 
     source = stats.source
     if source.supported_fraction < config.min_supported_fraction:
-        found.append(Anomaly(
-            LOW_SUPPORTED_FRACTION, None,
-            f"only {source.supported_fraction:.2%} of the images are usable "
-            f"(min_supported_fraction {config.min_supported_fraction:.2%}): "
-            f"{source.skipped_by_example_gen} skipped by ImageExampleGen, "
-            f"{source.undecodable} undecodable"))
+        found.append(
+            Anomaly(
+                LOW_SUPPORTED_FRACTION,
+                None,
+                f"only {source.supported_fraction:.2%} of the images are usable "
+                f"(min_supported_fraction {config.min_supported_fraction:.2%}): "
+                f"{source.skipped_by_example_gen} skipped by ImageExampleGen, "
+                f"{source.undecodable} undecodable",
+            )
+        )
 
     leakage = stats.leakage
     for split in splits:
@@ -71,13 +79,18 @@ def check(stats: ImageStats, config: StatisticsConfig) -> list[Anomaly]:
         if split == reference or fraction <= config.leakage_threshold:
             continue
         files = [f"{f.path} ({f.split})" for g in leakage.examples for f in g.files]
-        shown = ", ".join(files[:MAX_LISTED_FILES]) + (" ..." if len(files) > MAX_LISTED_FILES
-                                                      else "")
-        found.append(Anomaly(
-            LEAKAGE, split,
-            f"train/eval leakage: {leakage.images_by_split[split]} images of split "
-            f"{split!r} ({fraction:.2%}, threshold {config.leakage_threshold:.2%}) have an "
-            f"exact copy in another split: {shown}"))
+        shown = ", ".join(files[:MAX_LISTED_FILES]) + (
+            " ..." if len(files) > MAX_LISTED_FILES else ""
+        )
+        found.append(
+            Anomaly(
+                LEAKAGE,
+                split,
+                f"train/eval leakage: {leakage.images_by_split[split]} images of split "
+                f"{split!r} ({fraction:.2%}, threshold {config.leakage_threshold:.2%}) have an "
+                f"exact copy in another split: {shown}",
+            )
+        )
     return found
 
 
@@ -85,8 +98,9 @@ def validator_anomalies(anomalies_uri: str, split_names: Sequence[str]) -> list[
     """ExampleValidator's anomalies, one entry per split and feature."""
     found = []
     for split in split_names:
-        path = os.path.join(artifacts.split_dir(anomalies_uri, split),
-                            layout.VALIDATOR_ANOMALIES_FILE)
+        path = os.path.join(
+            artifacts.split_dir(anomalies_uri, split), layout.VALIDATOR_ANOMALIES_FILE
+        )
         if not tf.io.gfile.exists(path):
             continue
         proto = anomalies_pb2.Anomalies()
@@ -94,26 +108,41 @@ def validator_anomalies(anomalies_uri: str, split_names: Sequence[str]) -> list[
             proto.ParseFromString(f.read())
         for feature, info in sorted(proto.anomaly_info.items()):
             description = info.short_description or info.description
-            found.append(Anomaly(EXAMPLE_VALIDATOR, split,
-                                 f"ExampleValidator: feature {feature!r}: {description}"))
+            found.append(
+                Anomaly(
+                    EXAMPLE_VALIDATOR,
+                    split,
+                    f"ExampleValidator: feature {feature!r}: {description}",
+                )
+            )
         if proto.HasField("dataset_anomaly_info"):
             info = proto.dataset_anomaly_info
-            found.append(Anomaly(EXAMPLE_VALIDATOR, split,
-                                 f"ExampleValidator: dataset: "
-                                 f"{info.short_description or info.description}"))
+            found.append(
+                Anomaly(
+                    EXAMPLE_VALIDATOR,
+                    split,
+                    f"ExampleValidator: dataset: {info.short_description or info.description}",
+                )
+            )
     return found
 
 
 def gate_message(anomalies: Sequence[Anomaly], output_uri: str, failing: bool = True) -> str:
     """The anomalies, one a line, and where the report is."""
-    outcome = ("the run stops before training (statistics.fail_on_anomalies: true)" if failing
-               else "training goes on (statistics.fail_on_anomalies: false)")
-    lines = [f"ImageStatistics found {len(anomalies)} data anomal"
-             f"{'y' if len(anomalies) == 1 else 'ies'}; {outcome}:"]
-    lines += [f"  - [{a.code}{'/' + a.split if a.split else ''}] {a.message}"
-              for a in anomalies]
-    lines.append(f"Inspect {os.path.join(output_uri, layout.REPORT_FILE)} and "
-                 f"{layout.IMAGE_STATS_FILE}, then fix the data, or set "
-                 "statistics.fail_on_anomalies: false (or raise statistics.leakage_threshold "
-                 "or lower statistics.min_supported_fraction) in the pipeline config.")
+    outcome = (
+        "the run stops before training (statistics.fail_on_anomalies: true)"
+        if failing
+        else "training goes on (statistics.fail_on_anomalies: false)"
+    )
+    lines = [
+        f"ImageStatistics found {len(anomalies)} data anomal"
+        f"{'y' if len(anomalies) == 1 else 'ies'}; {outcome}:"
+    ]
+    lines += [f"  - [{a.code}{'/' + a.split if a.split else ''}] {a.message}" for a in anomalies]
+    lines.append(
+        f"Inspect {os.path.join(output_uri, layout.REPORT_FILE)} and "
+        f"{layout.IMAGE_STATS_FILE}, then fix the data, or set "
+        "statistics.fail_on_anomalies: false (or raise statistics.leakage_threshold "
+        "or lower statistics.min_supported_fraction) in the pipeline config."
+    )
     return "\n".join(lines)

@@ -54,11 +54,15 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
         config = config or StatisticsConfig()
         config.validate()
         spec.validate_geometry(image_size, crop_fraction)
-        super().__init__(spec=spec.ImageStatisticsSpec(**{
-            spec.EXAMPLES_KEY: examples,
-            spec.ANOMALIES_KEY: anomalies,
-            spec.IMAGE_SIZE_KEY: image_size,
-            spec.CROP_FRACTION_KEY: crop_fraction,
-            spec.STATISTICS_CONFIG_KEY: config_loader.to_json(config),
-            spec.STATISTICS_KEY: types.Channel(type=ImageStatisticsArtifact),
-        }))
+        super().__init__(
+            spec=spec.ImageStatisticsSpec(
+                **{
+                    spec.EXAMPLES_KEY: examples,
+                    spec.ANOMALIES_KEY: anomalies,
+                    spec.IMAGE_SIZE_KEY: image_size,
+                    spec.CROP_FRACTION_KEY: crop_fraction,
+                    spec.STATISTICS_CONFIG_KEY: config_loader.to_json(config),
+                    spec.STATISTICS_KEY: types.Channel(type=ImageStatisticsArtifact),
+                }
+            )
+        )

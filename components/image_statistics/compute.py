@@ -55,35 +55,46 @@ def _read_results(results_dir: str, prefix: str) -> dict[str, Any]:
     """{key: value} of the result files `_write_result` wrote with `prefix`."""
     values = {}
     start = len(prefix) + 1
-    for path in sorted(tf.io.gfile.glob(os.path.join(results_dir,
-                                                     f"{prefix}-*{_RESULT_SUFFIX}"))):
+    for path in sorted(tf.io.gfile.glob(os.path.join(results_dir, f"{prefix}-*{_RESULT_SUFFIX}"))):
         with tf.io.gfile.GFile(path, "rb") as f:
-            values[os.path.basename(path)[start:-len(_RESULT_SUFFIX)]] = pickle.loads(f.read())
+            values[os.path.basename(path)[start : -len(_RESULT_SUFFIX)]] = pickle.loads(f.read())
     return values
 
 
-def build_pipeline(pipeline: beam.Pipeline, examples_uri: str,
-                   shards: Sequence[tuple[str, str]], options: AnalysisOptions,
-                   results_dir: str) -> None:
+def build_pipeline(
+    pipeline: beam.Pipeline,
+    examples_uri: str,
+    shards: Sequence[tuple[str, str]],
+    options: AnalysisOptions,
+    results_dir: str,
+) -> None:
     """Writes each split's SplitAccumulator and the duplicate groups into results_dir.
 
     Args:
       shards: (split, path) of every shard to analyse.
     """
     options_by_split = {
-        split: dataclasses.replace(options, thumbnail_fraction=thumbnail_fraction(
-            examples_uri, options.keep_thumbnails, split))
-        for split in sorted({split for split, _ in shards})}
-    analyzed = (pipeline
-                | "Read" >> transforms.ReadRecordBatches(list(shards))
-                | "Analyze" >> transforms.AnalyzeBatches(options_by_split))
-    _ = (analyzed[transforms.STATS_TAG]
-         | "CombineSplits" >> transforms.CombineSplits(options.keep_thumbnails)
-         | "WriteStats" >> beam.Map(_write_result, results_dir, _STATS_PREFIX))
-    _ = (analyzed[transforms.KEYS_TAG]
-         | "FindDuplicates" >> transforms.FindDuplicates(
-             transforms.duplicate_buckets(len(shards)))
-         | "WriteGroups" >> beam.Map(_write_result, results_dir, _GROUPS_PREFIX))
+        split: dataclasses.replace(
+            options,
+            thumbnail_fraction=thumbnail_fraction(examples_uri, options.keep_thumbnails, split),
+        )
+        for split in sorted({split for split, _ in shards})
+    }
+    analyzed = (
+        pipeline
+        | "Read" >> transforms.ReadRecordBatches(list(shards))
+        | "Analyze" >> transforms.AnalyzeBatches(options_by_split)
+    )
+    _ = (
+        analyzed[transforms.STATS_TAG]
+        | "CombineSplits" >> transforms.CombineSplits(options.keep_thumbnails)
+        | "WriteStats" >> beam.Map(_write_result, results_dir, _STATS_PREFIX)
+    )
+    _ = (
+        analyzed[transforms.KEYS_TAG]
+        | "FindDuplicates" >> transforms.FindDuplicates(transforms.duplicate_buckets(len(shards)))
+        | "WriteGroups" >> beam.Map(_write_result, results_dir, _GROUPS_PREFIX)
+    )
 
 
 # Thumbnail candidates per class, as a multiple of the thumbnails kept: with 4x, a
@@ -106,9 +117,13 @@ def thumbnail_fraction(examples_uri: str, keep: int, split: str) -> float:
     return min(1.0, _THUMBNAIL_OVERSAMPLING * keep / min(counts))
 
 
-def run_statistics(examples_uri: str, splits: Sequence[str], work_parent: str,
-                   options: AnalysisOptions, make_pipeline: Callable[[], beam.Pipeline]
-                   ) -> StatisticsRun:
+def run_statistics(
+    examples_uri: str,
+    splits: Sequence[str],
+    work_parent: str,
+    options: AnalysisOptions,
+    make_pipeline: Callable[[], beam.Pipeline],
+) -> StatisticsRun:
     """Computes the statistics of `splits` of `examples_uri`.
 
     Args:
@@ -134,10 +149,14 @@ def run_statistics(examples_uri: str, splits: Sequence[str], work_parent: str,
         build_pipeline(pipeline, examples_uri, shards, options, results_dir)
         pipeline.run().wait_until_finish()
         combined = _read_results(results_dir, _STATS_PREFIX)
-        groups = sorted((group for bucket_groups in
-                         _read_results(results_dir, _GROUPS_PREFIX).values()
-                         for group in bucket_groups),
-                        key=lambda g: (g.kind, g.files, g.key))
+        groups = sorted(
+            (
+                group
+                for bucket_groups in _read_results(results_dir, _GROUPS_PREFIX).values()
+                for group in bucket_groups
+            ),
+            key=lambda g: (g.kind, g.files, g.key),
+        )
     finally:
         if tf.io.gfile.exists(results_dir):
             tf.io.gfile.rmtree(results_dir)
@@ -147,8 +166,7 @@ def run_statistics(examples_uri: str, splits: Sequence[str], work_parent: str,
     return StatisticsRun(splits, accumulators, groups)
 
 
-def _check_record_counts(examples_uri: str, accumulators: dict[str, SplitAccumulator]
-                         ) -> None:
+def _check_record_counts(examples_uri: str, accumulators: dict[str, SplitAccumulator]) -> None:
     """Records read must equal the records ImageExampleGen wrote, when it recorded them:
     a GZIP shard cut at a record boundary reads as a shorter, valid one."""
     summary = conversion_summary.read_if_present(examples_uri)
@@ -162,4 +180,5 @@ def _check_record_counts(examples_uri: str, accumulators: dict[str, SplitAccumul
         if read != written:
             raise artifacts.ShardReadError(
                 f"{examples_uri} split {split!r}: read {read} records but ImageExampleGen "
-                f"wrote {written}; a shard was truncated or replaced")
+                f"wrote {written}; a shard was truncated or replaced"
+            )

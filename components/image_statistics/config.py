@@ -34,8 +34,8 @@ class StatisticsConfig:
         if self.sample_thumbnails < 0:
             raise ValueError(f"sample_thumbnails must be >= 0, got {self.sample_thumbnails}")
         if not 0.0 <= self.leakage_threshold < 1.0:
-            raise ValueError(f"leakage_threshold must be in [0, 1), "
-                             f"got {self.leakage_threshold}")
+            raise ValueError(f"leakage_threshold must be in [0, 1), got {self.leakage_threshold}")
         if not 0.0 <= self.min_supported_fraction <= 1.0:
-            raise ValueError("min_supported_fraction must be in [0, 1], "
-                             f"got {self.min_supported_fraction}")
+            raise ValueError(
+                f"min_supported_fraction must be in [0, 1], got {self.min_supported_fraction}"
+            )

@@ -22,8 +22,9 @@ from imgpipe.components.image_statistics.produce import Produced, produce, write
 REJECTED_SUFFIX = ".rejected"
 
 
-def options_from_properties(exec_properties: dict[str, Any]
-                            ) -> tuple[AnalysisOptions, StatisticsConfig]:
+def options_from_properties(
+    exec_properties: dict[str, Any],
+) -> tuple[AnalysisOptions, StatisticsConfig]:
     """Reads and validates the execution properties.
 
     Raises:
@@ -32,16 +33,19 @@ def options_from_properties(exec_properties: dict[str, Any]
     image_size = int(exec_properties[spec.IMAGE_SIZE_KEY])
     crop_fraction = float(exec_properties[spec.CROP_FRACTION_KEY])
     spec.validate_geometry(image_size, crop_fraction)
-    config = config_loader.from_json(StatisticsConfig,
-                                     exec_properties[spec.STATISTICS_CONFIG_KEY])
+    config = config_loader.from_json(StatisticsConfig, exec_properties[spec.STATISTICS_CONFIG_KEY])
     return analysis_options(image_size, crop_fraction, config), config
 
 
-def analysis_options(image_size: int, crop_fraction: float,
-                     config: StatisticsConfig) -> AnalysisOptions:
-    return AnalysisOptions(image_size=image_size, crop_fraction=crop_fraction,
-                           keep_thumbnails=config.sample_thumbnails,
-                           native_resolution=config.native_resolution)
+def analysis_options(
+    image_size: int, crop_fraction: float, config: StatisticsConfig
+) -> AnalysisOptions:
+    return AnalysisOptions(
+        image_size=image_size,
+        crop_fraction=crop_fraction,
+        keep_thumbnails=config.sample_thumbnails,
+        native_resolution=config.native_resolution,
+    )
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
@@ -61,31 +65,33 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         splits = artifact_utils.decode_split_names(examples.split_names)
         validator = []
         if input_dict.get(spec.ANOMALIES_KEY):
-            anomalies_artifact = artifact_utils.get_single_instance(
-                input_dict[spec.ANOMALIES_KEY])
+            anomalies_artifact = artifact_utils.get_single_instance(input_dict[spec.ANOMALIES_KEY])
             validator = anomaly_lib.validator_anomalies(
                 anomalies_artifact.uri,
-                artifact_utils.decode_split_names(anomalies_artifact.split_names))
+                artifact_utils.decode_split_names(anomalies_artifact.split_names),
+            )
         logging.info("ImageStatistics: %s %s -> %s", examples.uri, splits, output.uri)
 
-        produced = produce(examples.uri, splits, output.uri, options, config,
-                           self._make_beam_pipeline, validator)
+        produced = produce(
+            examples.uri, splits, output.uri, options, config, self._make_beam_pipeline, validator
+        )
         _write(output.uri, produced)
         output.set_int_custom_property(spec.ANOMALY_COUNT_PROPERTY, len(produced.anomalies))
-        output.set_int_custom_property(spec.IMAGES_PROPERTY,
-                                       produced.stats.source.images_decoded)
+        output.set_int_custom_property(spec.IMAGES_PROPERTY, produced.stats.source.images_decoded)
         if not produced.anomalies:
             return
         if not config.fail_on_anomalies:
-            logging.warning("%s", anomaly_lib.gate_message(produced.anomalies, output.uri,
-                                                           failing=False))
+            logging.warning(
+                "%s", anomaly_lib.gate_message(produced.anomalies, output.uri, failing=False)
+            )
             return
         # TFX deletes the output folder of a failed execution; this copy stays for the
         # user to inspect.
         rejected = output.uri.rstrip("/") + REJECTED_SUFFIX
         _write(rejected, produced)
         raise anomaly_lib.AnomaliesFoundError(
-            anomaly_lib.gate_message(produced.anomalies, rejected))
+            anomaly_lib.gate_message(produced.anomalies, rejected)
+        )
 
 
 def _write(folder: str, produced: Produced) -> None:

@@ -50,19 +50,31 @@ def produce(
       extra_anomalies: anomalies found elsewhere (ExampleValidator), listed with ours.
     """
     labels = artifacts.load_labels(examples_uri)
-    skipped = [image_stats.FileReason(path=row["path"], reason=row["reason"])
-               for row in artifacts.load_skipped(examples_uri)]
+    skipped = [
+        image_stats.FileReason(path=row["path"], reason=row["reason"])
+        for row in artifacts.load_skipped(examples_uri)
+    ]
     run = run_statistics(examples_uri, splits, work_parent, options, make_pipeline)
     stats = summary.build_stats(
-        splits=run.splits, accumulators=run.accumulators, groups=run.groups, labels=labels,
-        options=options, examples_uri=examples_uri, skipped=len(skipped),
-        leakage_threshold=config.leakage_threshold)
-    stats = dataclasses.replace(stats, anomalies=tuple(
-        anomaly_lib.check(stats, config) + list(extra_anomalies)))
+        splits=run.splits,
+        accumulators=run.accumulators,
+        groups=run.groups,
+        labels=labels,
+        options=options,
+        examples_uri=examples_uri,
+        skipped=len(skipped),
+        leakage_threshold=config.leakage_threshold,
+    )
+    stats = dataclasses.replace(
+        stats, anomalies=tuple(anomaly_lib.check(stats, config) + list(extra_anomalies))
+    )
     thumbnails = {
-        split: {summary.label_name(label, labels): [(t.path, t.jpeg) for t in kept]
-                for label, kept in accumulator.thumbnails.items()}
-        for split, accumulator in run.accumulators.items()}
+        split: {
+            summary.label_name(label, labels): [(t.path, t.jpeg) for t in kept]
+            for label, kept in accumulator.thumbnails.items()
+        }
+        for split, accumulator in run.accumulators.items()
+    }
     return Produced(stats, report.render(stats, thumbnails, skipped))
 
 

@@ -57,21 +57,27 @@ def bar_chart(chart: str, split: str, title: str, items: Sequence[tuple[str, int
     """An SVG bar chart; each bar is a <rect data-key=... data-value=...>."""
     peak = max([v for _, v in items] + [1])
     width = (_W - 2 * _PAD) / max(len(items), 1)
-    parts = [f'<svg class="chart" data-chart="{_e(chart)}" data-split="{_e(split)}" '
-             f'width="{_W}" height="{_H}" xmlns="http://www.w3.org/2000/svg">',
-             f'<text x="{_PAD}" y="16" font-size="13">{_e(title)}</text>',
-             f'<text x="{_PAD}" y="30" font-size="10" fill="#666">max {peak}</text>']
+    parts = [
+        f'<svg class="chart" data-chart="{_e(chart)}" data-split="{_e(split)}" '
+        f'width="{_W}" height="{_H}" xmlns="http://www.w3.org/2000/svg">',
+        f'<text x="{_PAD}" y="16" font-size="13">{_e(title)}</text>',
+        f'<text x="{_PAD}" y="30" font-size="10" fill="#666">max {peak}</text>',
+    ]
     base = _H - _PAD
     for i, (key, value) in enumerate(items):
         height = (base - 36) * value / peak
         x = _PAD + i * width
-        parts.append(f'<rect data-key="{_e(key)}" data-value="{value}" x="{x:.1f}" '
-                     f'y="{base - height:.1f}" width="{max(width - 1, 0.5):.1f}" '
-                     f'height="{height:.1f}" fill="{BAR_COLOUR}"><title>{_e(key)}: {value}'
-                     '</title></rect>')
+        parts.append(
+            f'<rect data-key="{_e(key)}" data-value="{value}" x="{x:.1f}" '
+            f'y="{base - height:.1f}" width="{max(width - 1, 0.5):.1f}" '
+            f'height="{height:.1f}" fill="{BAR_COLOUR}"><title>{_e(key)}: {value}'
+            "</title></rect>"
+        )
         if len(items) <= 30:
-            parts.append(f'<text x="{x + width / 2:.1f}" y="{base + 12}" font-size="9" '
-                         f'text-anchor="middle">{_e(str(key)[:10])}</text>')
+            parts.append(
+                f'<text x="{x + width / 2:.1f}" y="{base + 12}" font-size="9" '
+                f'text-anchor="middle">{_e(str(key)[:10])}</text>'
+            )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -84,19 +90,27 @@ def pixel_chart(split: str, histogram: Sequence[Sequence[int]], title: str) -> s
     """
     peak = math.sqrt(max(max(channel) for channel in histogram) or 1)
     base, top = _H - _PAD, 36
-    parts = [f'<svg class="chart" data-chart="pixels" data-split="{_e(split)}" width="{_W}" '
-             f'height="{_H}" xmlns="http://www.w3.org/2000/svg">',
-             f'<text x="{_PAD}" y="16" font-size="13">{_e(title)}</text>']
+    parts = [
+        f'<svg class="chart" data-chart="pixels" data-split="{_e(split)}" width="{_W}" '
+        f'height="{_H}" xmlns="http://www.w3.org/2000/svg">',
+        f'<text x="{_PAD}" y="16" font-size="13">{_e(title)}</text>',
+    ]
     for channel, counts in enumerate(histogram):
         points = " ".join(
             f"{_PAD + (_W - 2 * _PAD) * level / 255:.1f},"
-            f"{base - (base - top) * math.sqrt(c) / peak:.1f}" for level, c in enumerate(counts))
-        parts.append(f'<polyline data-channel="{CHANNEL_NAMES[channel]}" '
-                     f'data-counts="{",".join(str(c) for c in counts)}" points="{points}" '
-                     f'fill="none" stroke="{CHANNEL_COLOURS[channel]}" stroke-width="1.2"/>')
-    parts.append(f'<text x="{_PAD}" y="{base + 14}" font-size="9">0</text>'
-                 f'<text x="{_W - _PAD}" y="{base + 14}" font-size="9" '
-                 'text-anchor="end">255</text></svg>')
+            f"{base - (base - top) * math.sqrt(c) / peak:.1f}"
+            for level, c in enumerate(counts)
+        )
+        parts.append(
+            f'<polyline data-channel="{CHANNEL_NAMES[channel]}" '
+            f'data-counts="{",".join(str(c) for c in counts)}" points="{points}" '
+            f'fill="none" stroke="{CHANNEL_COLOURS[channel]}" stroke-width="1.2"/>'
+        )
+    parts.append(
+        f'<text x="{_PAD}" y="{base + 14}" font-size="9">0</text>'
+        f'<text x="{_W - _PAD}" y="{base + 14}" font-size="9" '
+        'text-anchor="end">255</text></svg>'
+    )
     return "".join(parts)
 
 
@@ -108,19 +122,27 @@ def _size(num_bytes: float) -> str:
     return f"{num_bytes:g}G"
 
 
-def _histogram_items(hist: schema.Histogram | schema.ByteStats, bytes_scale: bool = False
-                     ) -> list[tuple[str, int]]:
+def _histogram_items(
+    hist: schema.Histogram | schema.ByteStats, bytes_scale: bool = False
+) -> list[tuple[str, int]]:
     """Bars labelled by their bin's lower edge."""
-    return [(f"≥{_size(edge) if bytes_scale else f'{edge:g}'}", count)
-            for edge, count in zip(hist.edges, hist.counts, strict=True)]
+    return [
+        (f"≥{_size(edge) if bytes_scale else f'{edge:g}'}", count)
+        for edge, count in zip(hist.edges, hist.counts, strict=True)
+    ]
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], css: str = "") -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{_e(_fmt(c))}</td>" for c in row) + "</tr>"
-                   for row in rows[:MAX_LISTED_ROWS])
-    more = (f"<p>{len(rows) - MAX_LISTED_ROWS} more rows in {IMAGE_STATS_FILE}</p>"
-            if len(rows) > MAX_LISTED_ROWS else "")
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_e(_fmt(c))}</td>" for c in row) + "</tr>"
+        for row in rows[:MAX_LISTED_ROWS]
+    )
+    more = (
+        f"<p>{len(rows) - MAX_LISTED_ROWS} more rows in {IMAGE_STATS_FILE}</p>"
+        if len(rows) > MAX_LISTED_ROWS
+        else ""
+    )
     return f'<table class="{css}"><tr>{head}</tr>{body}</table>{more}'
 
 
@@ -130,7 +152,8 @@ def _thumbnail_grid(split: str, by_label: dict[str, list[tuple[str, bytes]]]) ->
         images = "".join(
             f'<img class="thumb" data-label="{_e(label)}" title="{_e(path)}" alt="{_e(path)}" '
             f'src="data:image/jpeg;base64,{base64.b64encode(jpeg).decode("ascii")}">'
-            for path, jpeg in by_label[label])
+            for path, jpeg in by_label[label]
+        )
         rows.append(f'<div class="class-row"><span class="name">{_e(label)}</span>{images}</div>')
     return f'<div class="thumbnails" data-split="{_e(split)}">{"".join(rows)}</div>'
 
@@ -140,42 +163,66 @@ def _split_section(split: str, s: schema.SplitStats, thumbnails: dict[str, list]
     pixels, native = s.pixels, s.native_pixels
     rows: list[list[Any]] = [["images", s.images], ["undecodable", s.undecodable]]
     if pixels:
-        rows += [["mean (RGB, 0..255)", pixels.mean], ["std", pixels.std],
-                 ["image-weighted mean", pixels.image_weighted_mean]]
+        rows += [
+            ["mean (RGB, 0..255)", pixels.mean],
+            ["std", pixels.std],
+            ["image-weighted mean", pixels.image_weighted_mean],
+        ]
     if native:
-        rows += [["native mean", native.mean], ["native std", native.std],
-                 ["native image-weighted mean", native.image_weighted_mean]]
+        rows += [
+            ["native mean", native.mean],
+            ["native std", native.std],
+            ["native image-weighted mean", native.image_weighted_mean],
+        ]
     labels = s.labels
-    rows += [["imbalance ratio (max/min)", labels.imbalance_ratio],
-             ["missing labels", ", ".join(labels.missing) or "none"],
-             ["formats", s.formats], ["channels", s.channels],
-             ["colour modes", s.color_modes], ["mean bytes", s.bytes.mean],
-             ["exact duplicate groups", s.duplicates.groups],
-             ["near-duplicate groups", s.near_duplicates.groups]]
+    rows += [
+        ["imbalance ratio (max/min)", labels.imbalance_ratio],
+        ["missing labels", ", ".join(labels.missing) or "none"],
+        ["formats", s.formats],
+        ["channels", s.channels],
+        ["colour modes", s.color_modes],
+        ["mean bytes", s.bytes.mean],
+        ["exact duplicate groups", s.duplicates.groups],
+        ["near-duplicate groups", s.near_duplicates.groups],
+    ]
     parts.append(_table(["", ""], rows, "summary"))
     charts = [bar_chart("labels", split, "Label distribution", list(labels.counts.items()))]
     if pixels:
         charts.append(pixel_chart(split, pixels.histogram, "Pixel values per channel (√ count)"))
-    for name, hist in (("width", s.sizes.width), ("height", s.sizes.height),
-                       ("aspect_ratio", s.sizes.aspect_ratio)):
-        charts.append(bar_chart(name, split, f"{name.replace('_', ' ').capitalize()} "
-                                "(stored image)", _histogram_items(hist)))
+    for name, hist in (
+        ("width", s.sizes.width),
+        ("height", s.sizes.height),
+        ("aspect_ratio", s.sizes.aspect_ratio),
+    ):
+        charts.append(
+            bar_chart(
+                name,
+                split,
+                f"{name.replace('_', ' ').capitalize()} (stored image)",
+                _histogram_items(hist),
+            )
+        )
     charts.append(bar_chart("bytes", split, "Bytes per image", _histogram_items(s.bytes, True)))
     parts.append(f'<div class="charts">{"".join(charts)}</div>')
     parts.append("<h3>Sample thumbnails per class (as the model sees them)</h3>")
     parts.append(_thumbnail_grid(split, thumbnails))
     groups: tuple[schema.ExactGroup | schema.NearGroup, ...]
     for key, title, groups in (
-            ("duplicates", "Exact duplicates within the split", s.duplicates.examples),
-            ("near_duplicates", "Near duplicates (same dHash)", s.near_duplicates.examples)):
+        ("duplicates", "Exact duplicates within the split", s.duplicates.examples),
+        ("near_duplicates", "Near duplicates (same dHash)", s.near_duplicates.examples),
+    ):
         if groups:
             parts.append(f"<h3>{title}</h3>")
-            parts.append(_table(["group", "files"], [
-                [_group_key(g)[:16], ", ".join(f.path for f in g.files)] for g in groups], key))
+            parts.append(
+                _table(
+                    ["group", "files"],
+                    [[_group_key(g)[:16], ", ".join(f.path for f in g.files)] for g in groups],
+                    key,
+                )
+            )
     if s.undecodable_files:
         parts.append("<h3>Undecodable images</h3>")
-        parts.append(_table(["path", "reason"], [[f.path, f.reason]
-                                                 for f in s.undecodable_files]))
+        parts.append(_table(["path", "reason"], [[f.path, f.reason] for f in s.undecodable_files]))
     parts.append("</section>")
     return "".join(parts)
 
@@ -184,33 +231,61 @@ def _group_key(group: schema.ExactGroup | schema.NearGroup) -> str:
     return group.sha256 if isinstance(group, schema.ExactGroup) else group.dhash
 
 
-def render(stats: schema.ImageStats, thumbnails: Thumbnails,
-           skipped: Sequence[schema.FileReason]) -> str:
+def render(
+    stats: schema.ImageStats, thumbnails: Thumbnails, skipped: Sequence[schema.FileReason]
+) -> str:
     """The report page for the statistics."""
     leakage = stats.leakage
     prep = stats.preprocessing
-    body = [f"<h1>Image statistics</h1><p>{_e(stats.source.examples_uri)}<br>"
-            f"Pixels as the model sees them: {_e(prep.description)} "
-            f"({_e(prep.function)}).</p>"]
+    body = [
+        f"<h1>Image statistics</h1><p>{_e(stats.source.examples_uri)}<br>"
+        f"Pixels as the model sees them: {_e(prep.description)} "
+        f"({_e(prep.function)}).</p>"
+    ]
     if stats.anomalies:
-        body.append('<h2 class="anomaly">Anomalies</h2><ul class="anomalies">' + "".join(
-            f'<li class="anomaly" data-code="{_e(a.code)}">{_e(a.message)}</li>'
-            for a in stats.anomalies) + "</ul>")
+        body.append(
+            '<h2 class="anomaly">Anomalies</h2><ul class="anomalies">'
+            + "".join(
+                f'<li class="anomaly" data-code="{_e(a.code)}">{_e(a.message)}</li>'
+                for a in stats.anomalies
+            )
+            + "</ul>"
+        )
     else:
         body.append('<p class="ok">No anomalies.</p>')
-    body.extend(_split_section(split, s, thumbnails.get(split, {}))
-                for split, s in stats.splits.items())
-    body.append(f'<section><h2>Leakage across splits</h2><p>{leakage.groups} groups of '
-                f'identical images in more than one split; images per split: '
-                f'{_e(leakage.images_by_split)}.</p>')
-    body.append(_table(["sha256", "files"], [
-        [g.sha256[:16], ", ".join(f"{f.path} ({f.split})" for f in g.files)]
-        for g in leakage.examples], "leakage") + "</section>")
-    body.append(f"<section><h2>Files skipped by ImageExampleGen</h2><p>{len(skipped)} files."
-                "</p>" + _table(["path", "reason"], [[r.path, r.reason] for r in skipped],
-                                "skipped") + "</section>")
-    body.append('<section><h2>Notes</h2><dl>' + "".join(
-        f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in stats.notes.items()) + "</dl></section>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>Image statistics</title><style>{_CSS}</style></head><body>"
-            + "".join(body) + "</body></html>\n")
+    body.extend(
+        _split_section(split, s, thumbnails.get(split, {})) for split, s in stats.splits.items()
+    )
+    body.append(
+        f"<section><h2>Leakage across splits</h2><p>{leakage.groups} groups of "
+        f"identical images in more than one split; images per split: "
+        f"{_e(leakage.images_by_split)}.</p>"
+    )
+    body.append(
+        _table(
+            ["sha256", "files"],
+            [
+                [g.sha256[:16], ", ".join(f"{f.path} ({f.split})" for f in g.files)]
+                for g in leakage.examples
+            ],
+            "leakage",
+        )
+        + "</section>"
+    )
+    body.append(
+        f"<section><h2>Files skipped by ImageExampleGen</h2><p>{len(skipped)} files."
+        "</p>"
+        + _table(["path", "reason"], [[r.path, r.reason] for r in skipped], "skipped")
+        + "</section>"
+    )
+    body.append(
+        "<section><h2>Notes</h2><dl>"
+        + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in stats.notes.items())
+        + "</dl></section>"
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Image statistics</title><style>{_CSS}</style></head><body>"
+        + "".join(body)
+        + "</body></html>\n"
+    )

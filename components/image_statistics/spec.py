@@ -32,7 +32,8 @@ class ImageStatisticsSpec(component_spec.ComponentSpec):
     INPUTS = {
         EXAMPLES_KEY: component_spec.ChannelParameter(type=standard_artifacts.Examples),
         ANOMALIES_KEY: component_spec.ChannelParameter(
-            type=standard_artifacts.ExampleAnomalies, optional=True),
+            type=standard_artifacts.ExampleAnomalies, optional=True
+        ),
     }
     OUTPUTS = {
         STATISTICS_KEY: component_spec.ChannelParameter(type=ImageStatisticsArtifact),

@@ -72,8 +72,9 @@ class AnalyzeBatchFn(beam.DoFn):
 
     def setup(self) -> None:
         allocator.tune_malloc()
-        self._batches = ThreadPoolExecutor(max_workers=BATCHES_IN_FLIGHT,
-                                           thread_name_prefix="image-stats-batch")
+        self._batches = ThreadPoolExecutor(
+            max_workers=BATCHES_IN_FLIGHT, thread_name_prefix="image-stats-batch"
+        )
 
     def teardown(self) -> None:
         self._batches.shutdown()
@@ -81,11 +82,16 @@ class AnalyzeBatchFn(beam.DoFn):
     def start_bundle(self) -> None:
         self._in_flight: collections.deque = collections.deque()
 
-    def process(self, split_records: tuple[str, list[bytes]], window=beam.DoFn.WindowParam,
-                timestamp=beam.DoFn.TimestampParam) -> Iterator:
+    def process(
+        self,
+        split_records: tuple[str, list[bytes]],
+        window=beam.DoFn.WindowParam,
+        timestamp=beam.DoFn.TimestampParam,
+    ) -> Iterator:
         split, records = split_records
-        future = self._batches.submit(analyze_batch, records, split, self._decoder,
-                                      self._options_by_split[split])
+        future = self._batches.submit(
+            analyze_batch, records, split, self._decoder, self._options_by_split[split]
+        )
         self._in_flight.append((split, future, window, timestamp))
         while len(self._in_flight) > BATCHES_IN_FLIGHT:
             yield from self._outputs(*self._in_flight.popleft())
@@ -107,8 +113,9 @@ def AnalyzeBatches(  # noqa: N802 - Beam transforms are named like classes
 ) -> beam.pvalue.DoOutputsTuple:
     """(split, list of serialized Examples) -> STATS_TAG (split, accumulator) and
     KEYS_TAG list[ImageKey], one of each per list."""
-    return record_batches | "Analyze" >> beam.ParDo(
-        AnalyzeBatchFn(options_by_split)).with_outputs(KEYS_TAG, main=STATS_TAG)
+    return record_batches | "Analyze" >> beam.ParDo(AnalyzeBatchFn(options_by_split)).with_outputs(
+        KEYS_TAG, main=STATS_TAG
+    )
 
 
 class ReadRecordBatchesFn(beam.DoFn):
@@ -135,7 +142,8 @@ class ReadRecordBatchesFn(beam.DoFn):
                     batch = []
         except tf.errors.OpError as e:
             raise artifacts.ShardReadError(
-                f"{path}: corrupt or truncated TFRecord shard ({e.message.strip()})") from e
+                f"{path}: corrupt or truncated TFRecord shard ({e.message.strip()})"
+            ) from e
         if batch:
             yield split, batch
 
@@ -150,9 +158,11 @@ def ReadRecordBatches(  # noqa: N802
     a local run about 0.1 s."""
     if not shards:
         raise FileNotFoundError("no shards to read")
-    return (pipeline
-            | "Shards" >> beam.Create(sorted(shards))
-            | "Read" >> beam.ParDo(ReadRecordBatchesFn(batch_size)))
+    return (
+        pipeline
+        | "Shards" >> beam.Create(sorted(shards))
+        | "Read" >> beam.ParDo(ReadRecordBatchesFn(batch_size))
+    )
 
 
 @beam.ptransform_fn
@@ -163,8 +173,9 @@ def CombineSplits(  # noqa: N802
     return partials | beam.CombinePerKey(ImageStatsCombineFn(keep_thumbnails))
 
 
-def _groups(kind: str, key: str, members: Iterable[tuple[str, str, str]]
-            ) -> Iterator[DuplicateGroup]:
+def _groups(
+    kind: str, key: str, members: Iterable[tuple[str, str, str]]
+) -> Iterator[DuplicateGroup]:
     members = sorted(set(members))
     if kind == schema.EXACT:
         duplicate = len(members) > 1
@@ -187,8 +198,9 @@ def duplicate_buckets(num_shards: int) -> int:
 _Entry = tuple[str, str, tuple[str, str, str]]
 
 
-def _bucket_entries(keys: list[ImageKey], num_buckets: int, near: bool
-                    ) -> Iterator[tuple[int, list[_Entry]]]:
+def _bucket_entries(
+    keys: list[ImageKey], num_buckets: int, near: bool
+) -> Iterator[tuple[int, list[_Entry]]]:
     buckets: dict[int, list[_Entry]] = {}
     for key in keys:
         member = (key.split, key.path, key.sha256)
@@ -202,14 +214,18 @@ def _bucket_entries(keys: list[ImageKey], num_buckets: int, near: bool
     yield from buckets.items()
 
 
-def _bucket_groups(bucket: int, entry_lists: Iterable[list[_Entry]]
-                   ) -> tuple[int, list[DuplicateGroup]]:
+def _bucket_groups(
+    bucket: int, entry_lists: Iterable[list[_Entry]]
+) -> tuple[int, list[DuplicateGroup]]:
     members: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
     for entries in entry_lists:
         for kind, value, member in entries:
             members.setdefault((kind, value), []).append(member)
-    return bucket, [group for (kind, value), group_members in sorted(members.items())
-                    for group in _groups(kind, value, group_members)]
+    return bucket, [
+        group
+        for (kind, value), group_members in sorted(members.items())
+        for group in _groups(kind, value, group_members)
+    ]
 
 
 @beam.ptransform_fn
@@ -225,7 +241,9 @@ def FindDuplicates(  # noqa: N802
     GroupByKey on the bucket serves both kinds, and each bucket's groups come out as
     one (bucket, groups) element.
     """
-    return (key_lists
-            | "ToBuckets" >> beam.FlatMap(_bucket_entries, num_buckets, near)
-            | "GroupByBucket" >> beam.GroupByKey()
-            | "Groups" >> beam.MapTuple(_bucket_groups))
+    return (
+        key_lists
+        | "ToBuckets" >> beam.FlatMap(_bucket_entries, num_buckets, near)
+        | "GroupByBucket" >> beam.GroupByKey()
+        | "Groups" >> beam.MapTuple(_bucket_groups)
+    )

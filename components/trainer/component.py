@@ -53,13 +53,18 @@ class ImageTrainer(Trainer):
         """
         config = config or TrainerConfig()
         config.validate()
-        base_component.BaseComponent.__init__(self, spec=spec.ImageTrainerSpec(**{
-            spec.EXAMPLES_KEY: examples,
-            spec.IMAGE_STATISTICS_KEY: image_statistics,
-            spec.TRAIN_ARGS_KEY: trainer_pb2.TrainArgs(num_steps=config.train_steps),
-            spec.EVAL_ARGS_KEY: trainer_pb2.EvalArgs(num_steps=config.eval_steps),
-            spec.RUN_FN_KEY: run_fn,
-            spec.CUSTOM_CONFIG_KEY: json_utils.dumps(to_custom_config(config)),
-            spec.MODEL_KEY: types.Channel(type=standard_artifacts.Model),
-            spec.MODEL_RUN_KEY: types.Channel(type=standard_artifacts.ModelRun),
-        }))
+        base_component.BaseComponent.__init__(
+            self,
+            spec=spec.ImageTrainerSpec(
+                **{
+                    spec.EXAMPLES_KEY: examples,
+                    spec.IMAGE_STATISTICS_KEY: image_statistics,
+                    spec.TRAIN_ARGS_KEY: trainer_pb2.TrainArgs(num_steps=config.train_steps),
+                    spec.EVAL_ARGS_KEY: trainer_pb2.EvalArgs(num_steps=config.eval_steps),
+                    spec.RUN_FN_KEY: run_fn,
+                    spec.CUSTOM_CONFIG_KEY: json_utils.dumps(to_custom_config(config)),
+                    spec.MODEL_KEY: types.Channel(type=standard_artifacts.Model),
+                    spec.MODEL_RUN_KEY: types.Channel(type=standard_artifacts.ModelRun),
+                }
+            ),
+        )

@@ -109,8 +109,9 @@ class TrainerConfig:
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
         if self.backbone not in BACKBONE_NAMES:
-            raise ValueError(f"backbone {self.backbone!r} is unknown; "
-                             f"choose one of {sorted(BACKBONE_NAMES)}")
+            raise ValueError(
+                f"backbone {self.backbone!r} is unknown; choose one of {sorted(BACKBONE_NAMES)}"
+            )
         for name in ("image_size", "batch_size", "epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -119,8 +120,9 @@ class TrainerConfig:
         for name in ("train_steps", "eval_steps"):
             steps = getattr(self, name)
             if steps is not None and steps < 1:
-                raise ValueError(f"{name} must be None (decided by the data) or at least 1, "
-                                 f"got {steps}")
+                raise ValueError(
+                    f"{name} must be None (decided by the data) or at least 1, got {steps}"
+                )
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
         if not 0.0 <= self.dropout < 1.0:
@@ -128,8 +130,9 @@ class TrainerConfig:
         if self.num_gpus is not None and self.num_gpus < 0:
             raise ValueError(f"num_gpus must be None (all), 0 or more, got {self.num_gpus}")
         if self.mixed_precision not in (PRECISION_AUTO, PRECISION_ON, PRECISION_OFF):
-            raise ValueError(f"mixed_precision must be auto, on or off, "
-                             f"got {self.mixed_precision!r}")
+            raise ValueError(
+                f"mixed_precision must be auto, on or off, got {self.mixed_precision!r}"
+            )
         if self.cache not in (CACHE_AUTO, CACHE_ON, CACHE_OFF):
             raise ValueError(f"cache must be auto, on or off, got {self.cache!r}")
         if self.ram_budget_mb is not None and self.ram_budget_mb <= 0:
@@ -137,8 +140,9 @@ class TrainerConfig:
         if self.shuffle_buffer is not None and self.shuffle_buffer < 1:
             raise ValueError(f"shuffle_buffer must be at least 1, got {self.shuffle_buffer}")
         if self.key_map not in features.KEY_MAPS:
-            raise ValueError(f"key_map {self.key_map!r} is unknown; "
-                             f"choose one of {sorted(features.KEY_MAPS)}")
+            raise ValueError(
+                f"key_map {self.key_map!r} is unknown; choose one of {sorted(features.KEY_MAPS)}"
+            )
         for name in ("mean", "std"):
             value = getattr(self, name)
             if value is not None and len(value) != 3:
@@ -151,7 +155,6 @@ class TrainerConfig:
     @property
     def feature_key_map(self) -> features.FeatureKeyMap:
         return features.KEY_MAPS[self.key_map]
-
 
 
 def to_custom_config(config: TrainerConfig) -> dict[str, Any]:

@@ -25,9 +25,9 @@ FLOAT32 = "float32"
 @dataclasses.dataclass(frozen=True)
 class DevicePlan:
     """Attributes:
-      strategy: MIRRORED over `devices`, or SINGLE (TF's default strategy).
-      devices: the replicas' device names.
-      precision_policy: the Keras dtype policy, MIXED_FLOAT16 or FLOAT32.
+    strategy: MIRRORED over `devices`, or SINGLE (TF's default strategy).
+    devices: the replicas' device names.
+    precision_policy: the Keras dtype policy, MIXED_FLOAT16 or FLOAT32.
     """
 
     strategy: str
@@ -69,19 +69,25 @@ def plan_devices(
     if not devices:
         raise ValueError("no devices visible to TensorFlow")
     if mixed_precision == PRECISION_ON and not used_gpus:
-        raise ValueError("mixed_precision='on' needs a GPU; use 'auto' to train in float32 "
-                         "on CPU nodes")
-    mixed = (mixed_precision == PRECISION_ON
-             or (mixed_precision == PRECISION_AUTO and bool(used_gpus)))
-    return DevicePlan(strategy=MIRRORED if len(devices) > 1 else SINGLE,
-                      devices=devices,
-                      precision_policy=MIXED_FLOAT16 if mixed else FLOAT32)
+        raise ValueError(
+            "mixed_precision='on' needs a GPU; use 'auto' to train in float32 on CPU nodes"
+        )
+    mixed = mixed_precision == PRECISION_ON or (
+        mixed_precision == PRECISION_AUTO and bool(used_gpus)
+    )
+    return DevicePlan(
+        strategy=MIRRORED if len(devices) > 1 else SINGLE,
+        devices=devices,
+        precision_policy=MIXED_FLOAT16 if mixed else FLOAT32,
+    )
 
 
 def visible_devices() -> tuple[list[str], list[str]]:
     """(logical GPU names, logical CPU names) as TF sees them now."""
-    return ([d.name for d in tf.config.list_logical_devices("GPU")],
-            [d.name for d in tf.config.list_logical_devices("CPU")])
+    return (
+        [d.name for d in tf.config.list_logical_devices("GPU")],
+        [d.name for d in tf.config.list_logical_devices("CPU")],
+    )
 
 
 def make_strategy(plan: DevicePlan) -> tf.distribute.Strategy:
@@ -96,5 +102,9 @@ def apply_precision(plan: DevicePlan) -> None:
 
 
 def log_plan(plan: DevicePlan) -> None:
-    logging.info("Trainer devices: %s over %s, policy %s", plan.strategy,
-                 list(plan.devices), plan.precision_policy)
+    logging.info(
+        "Trainer devices: %s over %s, policy %s",
+        plan.strategy,
+        list(plan.devices),
+        plan.precision_policy,
+    )

@@ -26,6 +26,5 @@ class Executor(trainer_executor.GenericExecutor):
         fn_args = super()._GetFnArgs(input_dict, output_dict, exec_properties)
         if input_dict.get(IMAGE_STATISTICS_KEY):
             uri = artifact_utils.get_single_uri(input_dict[IMAGE_STATISTICS_KEY])
-            fn_args.custom_config = {**(fn_args.custom_config or {}),
-                                     IMAGE_STATISTICS_URI_KEY: uri}
+            fn_args.custom_config = {**(fn_args.custom_config or {}), IMAGE_STATISTICS_URI_KEY: uri}
         return fn_args

@@ -67,15 +67,22 @@ def export_serving_model(
 
     def serve_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
         parsed = tf.io.parse_example(
-            examples, {key_map.encoded: tf.io.FixedLenFeature([], tf.string)})
+            examples, {key_map.encoded: tf.io.FixedLenFeature([], tf.string)}
+        )
         return classify(parsed[key_map.encoded])
 
     archive = keras.export.ExportArchive()
     archive.track(model)
-    archive.add_endpoint(SERVING_DEFAULT, serve_images, input_signature=[
-        tf.TensorSpec([None], tf.string, name=IMAGES_INPUT)])
-    archive.add_endpoint(SERVING_EXAMPLES, serve_examples, input_signature=[
-        tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)])
+    archive.add_endpoint(
+        SERVING_DEFAULT,
+        serve_images,
+        input_signature=[tf.TensorSpec([None], tf.string, name=IMAGES_INPUT)],
+    )
+    archive.add_endpoint(
+        SERVING_EXAMPLES,
+        serve_examples,
+        input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)],
+    )
     archive.write_out(export_dir, verbose=False)
     extra = os.path.join(export_dir, "assets.extra")
     tf.io.gfile.makedirs(extra)

@@ -54,8 +54,7 @@ class SplitSource:
     def compression(self) -> str:
         compressions = {artifacts.shard_compression(f) for f in self.files}
         if len(compressions) > 1:
-            raise ValueError(f"{self.name}: mixes GZIP (.gz) and plain shards: "
-                             f"{list(self.files)}")
+            raise ValueError(f"{self.name}: mixes GZIP (.gz) and plain shards: {list(self.files)}")
         return compressions.pop() if compressions else ""
 
 
@@ -68,17 +67,20 @@ def split_source(examples_uri: str, split: str) -> SplitSource:
     pattern = artifacts.split_shard_pattern(examples_uri, split)
     files = tuple(sorted(tf.io.gfile.glob(pattern)))
     if not files:
-        raise FileNotFoundError(f"no shards match {pattern}: is {examples_uri} an Examples "
-                                f"artifact with a split {split!r}?")
+        raise FileNotFoundError(
+            f"no shards match {pattern}: is {examples_uri} an Examples "
+            f"artifact with a split {split!r}?"
+        )
     name = f"{examples_uri} split {split!r}"
     summary = conversion_summary.read_if_present(examples_uri)
     if summary is None:
-        logging.warning("%s: no %s, so record counts are not checked",
-                        name, layout.SUMMARY_FILE)
+        logging.warning("%s: no %s, so record counts are not checked", name, layout.SUMMARY_FILE)
         return SplitSource(files, name=name)
     if split not in summary.splits:
-        raise KeyError(f"{examples_uri}/{layout.SUMMARY_FILE} has no split {split!r}; "
-                       f"it has {sorted(summary.splits)}")
+        raise KeyError(
+            f"{examples_uri}/{layout.SUMMARY_FILE} has no split {split!r}; "
+            f"it has {sorted(summary.splits)}"
+        )
     counts = summary.splits[split]
     return SplitSource(files, counts.records, counts.bytes_out, name)
 
@@ -111,29 +113,30 @@ def normalize(images: tf.Tensor, mean: Sequence[float], std: Sequence[float]) ->
     """
     shape = images.shape[-3:]
     scale = np.broadcast_to(1.0 / np.asarray(std, np.float32), shape)
-    offset = np.broadcast_to(-np.asarray(mean, np.float32) / np.asarray(std, np.float32),
-                             shape)
+    offset = np.broadcast_to(-np.asarray(mean, np.float32) / np.asarray(std, np.float32), shape)
     return tf.cast(images, tf.float32) * scale + offset
 
 
-def parse_batch(serialized: tf.Tensor, key_map: FeatureKeyMap
-                ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor | None]:
+def parse_batch(
+    serialized: tf.Tensor, key_map: FeatureKeyMap
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor | None]:
     """Parses a batch of serialized Examples.
 
     Returns:
       (encoded bytes [B], 0-based labels [B], [height, width] [B, 2] or None when the
       key map has no size features).
     """
-    features = {key_map.encoded: tf.io.FixedLenFeature([], tf.string),
-                key_map.label: tf.io.FixedLenFeature([], tf.int64)}
+    features = {
+        key_map.encoded: tf.io.FixedLenFeature([], tf.string),
+        key_map.label: tf.io.FixedLenFeature([], tf.int64),
+    }
     has_size = key_map.height is not None and key_map.width is not None
     if key_map.height is not None and key_map.width is not None:
         features[key_map.height] = tf.io.FixedLenFeature([], tf.int64)
         features[key_map.width] = tf.io.FixedLenFeature([], tf.int64)
     parsed = tf.io.parse_example(serialized, features)
     labels = tf.cast(parsed[key_map.label] - key_map.label_offset, tf.int32)
-    shapes = (tf.stack([parsed[key_map.height], parsed[key_map.width]], axis=1)
-              if has_size else None)
+    shapes = tf.stack([parsed[key_map.height], parsed[key_map.width]], axis=1) if has_size else None
     return parsed[key_map.encoded], labels, shapes
 
 
@@ -152,7 +155,8 @@ def read_records(source: SplitSource, mode: str, seed: int = 0) -> tf.data.Datas
         lambda path: tf.data.TFRecordDataset(path, compression, READ_BUFFER_BYTES),
         cycle_length=min(len(source.files), MAX_CYCLE_LENGTH),
         num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=not training)
+        deterministic=not training,
+    )
     if source.records is not None:
         records = records.apply(tf.data.experimental.assert_cardinality(source.records))
     return records
@@ -202,8 +206,7 @@ def make_dataset(
     if repeat:
         records = records.repeat()
     if training:
-        records = records.shuffle(memory.shuffle_buffer, seed=seed,
-                                  reshuffle_each_iteration=True)
+        records = records.shuffle(memory.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
 
     def parse_and_decode(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         encoded, labels, shapes = parse_batch(serialized, key_map)
@@ -212,19 +215,18 @@ def make_dataset(
             images = normalize(images, *normalization)
         return images, labels
 
-    dataset = (records
-               .batch(batch_size, drop_remainder=training)
-               .map(parse_and_decode, num_parallel_calls=tf.data.AUTOTUNE,
-                    deterministic=not training)
-               .prefetch(tf.data.AUTOTUNE))
+    dataset = (
+        records.batch(batch_size, drop_remainder=training)
+        .map(parse_and_decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
+        .prefetch(tf.data.AUTOTUNE)
+    )
     options = tf.data.Options()
     options.deterministic = not training
     options.autotune.enabled = True
     options.autotune.ram_budget = int(memory.autotune_ram_budget)
     # Training is single-worker (MirroredStrategy at most), so there is nothing to shard;
     # the auto-shard rewrite would also strip the assert_cardinality count check.
-    options.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.OFF)
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return dataset.with_options(options)
 
 
@@ -244,13 +246,15 @@ def find_read_error(source: SplitSource) -> ShardReadError | None:
         except tf.errors.OpError as e:
             return ShardReadError(
                 f"{path}: corrupt or truncated shard of {source.name} "
-                f"({e.message.strip()}); re-run ImageExampleGen for this span")
+                f"({e.message.strip()}); re-run ImageExampleGen for this span"
+            )
     total = sum(counts.values())
     if source.records is not None and total != source.records:
         per_shard = ", ".join(f"{os.path.basename(p)}: {n}" for p, n in counts.items())
         return ShardReadError(
             f"{source.name}: the shards hold {total} records but ImageExampleGen wrote "
-            f"{source.records}; a shard was truncated or replaced ({per_shard})")
+            f"{source.records}; a shard was truncated or replaced ({per_shard})"
+        )
     return None
 
 

@@ -62,8 +62,10 @@ def available_memory_bytes() -> int:
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     for limit_path, usage_path in (
         ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-         "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
     ):
         limit = _read_int(limit_path)
         if limit is not None and limit < (1 << 60):
@@ -93,16 +95,21 @@ def plan_memory(
       shuffle_buffer: a fixed buffer in images, or None to size it from the budget.
       min_shuffle_buffer: the smallest useful buffer (a batch).
     """
-    budget = int(ram_budget_bytes if ram_budget_bytes is not None
-                 else available_bytes * DEFAULT_BUDGET_FRACTION)
+    budget = int(
+        ram_budget_bytes
+        if ram_budget_bytes is not None
+        else available_bytes * DEFAULT_BUDGET_FRACTION
+    )
     cache_bytes = int(encoded_bytes * CACHE_OVERHEAD)
     if cache == CACHE_AUTO:
         do_cache = cache_bytes <= budget * CACHE_SHARE
         verdict = "fits" if do_cache else "does not fit"
-        reason = (f"cache {'on' if do_cache else 'off'}: the encoded split "
-                  f"({cache_bytes / MB:.1f} MB with overhead) {verdict} in "
-                  f"{CACHE_SHARE:.0%} of the {budget / MB:.0f} MB input budget "
-                  f"({available_bytes / MB:.0f} MB available)")
+        reason = (
+            f"cache {'on' if do_cache else 'off'}: the encoded split "
+            f"({cache_bytes / MB:.1f} MB with overhead) {verdict} in "
+            f"{CACHE_SHARE:.0%} of the {budget / MB:.0f} MB input budget "
+            f"({available_bytes / MB:.0f} MB available)"
+        )
     else:
         do_cache = cache == CACHE_ON
         reason = f"cache {'on' if do_cache else 'off'}: set by config"
@@ -112,5 +119,10 @@ def plan_memory(
         shuffle_buffer = max(min(shuffle_buffer, records), min_shuffle_buffer)
     used = (cache_bytes if do_cache else 0) + shuffle_buffer * average
     autotune = max(budget - used, MIN_AUTOTUNE_BUDGET)
-    return MemoryPlan(cache=do_cache, shuffle_buffer=shuffle_buffer,
-                      autotune_ram_budget=autotune, budget_bytes=budget, reason=reason)
+    return MemoryPlan(
+        cache=do_cache,
+        shuffle_buffer=shuffle_buffer,
+        autotune_ram_budget=autotune,
+        budget_bytes=budget,
+        reason=reason,
+    )

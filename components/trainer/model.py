@@ -23,25 +23,39 @@ BackboneFn = Callable[[tuple[int, int, int], "str | None", TrainerConfig], keras
 
 def _mobilenet_v3_small(shape, weights, config):
     return keras.applications.MobileNetV3Small(
-        input_shape=shape, alpha=config.width_multiplier, include_top=False,
-        weights=weights, pooling="avg", include_preprocessing=False)
+        input_shape=shape,
+        alpha=config.width_multiplier,
+        include_top=False,
+        weights=weights,
+        pooling="avg",
+        include_preprocessing=False,
+    )
 
 
 def _efficientnet_v2_b0(shape, weights, config):
     return keras.applications.EfficientNetV2B0(
-        input_shape=shape, include_top=False, weights=weights, pooling="avg",
-        include_preprocessing=False)
+        input_shape=shape,
+        include_top=False,
+        weights=weights,
+        pooling="avg",
+        include_preprocessing=False,
+    )
 
 
 def _efficientnet_v2_s(shape, weights, config):
     return keras.applications.EfficientNetV2S(
-        input_shape=shape, include_top=False, weights=weights, pooling="avg",
-        include_preprocessing=False)
+        input_shape=shape,
+        include_top=False,
+        weights=weights,
+        pooling="avg",
+        include_preprocessing=False,
+    )
 
 
 def _resnet50(shape, weights, config):
     return keras.applications.ResNet50(
-        input_shape=shape, include_top=False, weights=weights, pooling="avg")
+        input_shape=shape, include_top=False, weights=weights, pooling="avg"
+    )
 
 
 def _tiny_cnn(shape, weights, config):
@@ -84,8 +98,7 @@ class Standardize(keras.layers.Layer):
 
     def call(self, inputs):
         x = keras.ops.cast(inputs, "float32")
-        return (x - keras.ops.convert_to_tensor(self.mean)) / keras.ops.convert_to_tensor(
-            self.std)
+        return (x - keras.ops.convert_to_tensor(self.mean)) / keras.ops.convert_to_tensor(self.std)
 
     def get_config(self):
         return {**super().get_config(), "mean": self.mean, "std": self.std}
@@ -125,15 +138,15 @@ def build_model(
         raise ValueError(f"a classifier needs at least 2 classes, got {num_classes}")
     shape = (config.image_size, config.image_size, 3)
     keras.utils.set_random_seed(config.seed)
-    inputs = keras.Input(shape, dtype="uint8" if normalization else "float32",
-                         name=INPUT_NAME)
+    inputs = keras.Input(shape, dtype="uint8" if normalization else "float32", name=INPUT_NAME)
     x = Standardize(*normalization, name="standardize")(inputs) if normalization else inputs
     backbone = BACKBONES[config.backbone](shape, _local_weights(config.weights), config)
     x = backbone(x)
     if config.dropout:
         x = keras.layers.Dropout(config.dropout, name="head_dropout")(x)
-    outputs = keras.layers.Dense(num_classes, activation="softmax", dtype="float32",
-                                 name=PROBABILITIES)(x)
+    outputs = keras.layers.Dense(
+        num_classes, activation="softmax", dtype="float32", name=PROBABILITIES
+    )(x)
     return keras.Model(inputs, outputs, name=f"{config.backbone}_classifier")
 
 
@@ -181,11 +194,13 @@ def compile_model(model: keras.Model, config: TrainerConfig, total_steps: int) -
         initial_learning_rate=0.0 if warmup else config.learning_rate,
         decay_steps=max(total_steps - warmup, 1),
         warmup_target=config.learning_rate if warmup else None,
-        warmup_steps=warmup)
+        warmup_steps=warmup,
+    )
     model.compile(
         optimizer=keras.optimizers.AdamW(schedule, weight_decay=config.weight_decay),
         loss=_loss(config.label_smoothing, model.output_shape[-1]),
-        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+    )
 
 
 def _loss(label_smoothing: float, num_classes: int):
@@ -196,6 +211,7 @@ def _loss(label_smoothing: float, num_classes: int):
     def smoothed(y_true, y_pred):
         labels = keras.ops.cast(keras.ops.reshape(y_true, [-1]), "int32")
         return keras.losses.categorical_crossentropy(
-            keras.ops.one_hot(labels, num_classes), y_pred, label_smoothing=label_smoothing)
+            keras.ops.one_hot(labels, num_classes), y_pred, label_smoothing=label_smoothing
+        )
 
     return smoothed

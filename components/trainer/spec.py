@@ -22,5 +22,6 @@ class ImageTrainerSpec(standard_component_specs.TrainerSpec):
     INPUTS = {
         **standard_component_specs.TrainerSpec.INPUTS,
         IMAGE_STATISTICS_KEY: component_spec.ChannelParameter(
-            type=ImageStatisticsArtifact, optional=True),
+            type=ImageStatisticsArtifact, optional=True
+        ),
     }

@@ -20,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="imgpipe",
         description="Folders of labelled images to a trained, servable Keras model, "
-                    "with TFX and Kubeflow Pipelines.")
+        "with TFX and Kubeflow Pipelines.",
+    )
     subparsers = parser.add_subparsers(title="subcommands", metavar="COMMAND")
     for module in (version, convert, run, kfp, stats):
         module.register(subparsers)

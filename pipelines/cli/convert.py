@@ -28,54 +28,95 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "convert",
         help="convert an image folder to sharded TFRecords (the ImageExampleGen transforms)",
         description="Convert SRC (root/<label>/... or root/<split>/<label>/...) into TFRecord "
-                    "shards under OUT. Arguments not listed here (--runner, "
-                    "--direct_num_workers, ...) are passed to Apache Beam; without --runner "
-                    "the conversion uses every local core. Defaults are ImageExampleGen's.")
+        "shards under OUT. Arguments not listed here (--runner, "
+        "--direct_num_workers, ...) are passed to Apache Beam; without --runner "
+        "the conversion uses every local core. Defaults are ImageExampleGen's.",
+    )
     parser.add_argument("src", help="image folder (local, gs:// or s3://)")
     parser.add_argument("out", help="output folder; must be new or empty")
     parser.add_argument("--resize", type=int, metavar="S", help="shorter side to S pixels")
     parser.add_argument("--center-crop", action="store_true", help="with --resize: crop SxS")
     parser.add_argument("--quality", type=int, metavar="Q", help="re-encode JPEG at quality Q")
-    parser.add_argument("--format", default=_image_default("output_format"),
-                        choices=[opts.OUTPUT_KEEP, opts.OUTPUT_JPEG, opts.OUTPUT_PNG],
-                        help="output format (keep: JPEG and PNG stay as they are)")
-    parser.add_argument("--other-formats-to", default=_image_default("other_formats_to"),
-                        choices=[opts.OUTPUT_JPEG, opts.OUTPUT_PNG],
-                        help="format for GIF, BMP and WebP sources")
+    parser.add_argument(
+        "--format",
+        default=_image_default("output_format"),
+        choices=[opts.OUTPUT_KEEP, opts.OUTPUT_JPEG, opts.OUTPUT_PNG],
+        help="output format (keep: JPEG and PNG stay as they are)",
+    )
+    parser.add_argument(
+        "--other-formats-to",
+        default=_image_default("other_formats_to"),
+        choices=[opts.OUTPUT_JPEG, opts.OUTPUT_PNG],
+        help="format for GIF, BMP and WebP sources",
+    )
     parser.add_argument("--rgb", action="store_true", help="make every image 3-channel RGB")
-    parser.add_argument("--background", metavar="R,G,B",
-                        default=",".join(str(c) for c in _image_default("background")),
-                        help="colour that alpha is composited onto (default %(default)s)")
-    parser.add_argument("--max-pixels", type=int, default=_image_default("max_pixels"),
-                        help="skip images larger than this (decompression bombs; "
-                             "default %(default)s)")
-    parser.add_argument("--verify", default=_image_default("verify"),
-                        choices=[opts.VERIFY_HEADER, opts.VERIFY_DECODE],
-                        help="header: check header and end marker; decode: decode every image")
+    parser.add_argument(
+        "--background",
+        metavar="R,G,B",
+        default=",".join(str(c) for c in _image_default("background")),
+        help="colour that alpha is composited onto (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-pixels",
+        type=int,
+        default=_image_default("max_pixels"),
+        help="skip images larger than this (decompression bombs; default %(default)s)",
+    )
+    parser.add_argument(
+        "--verify",
+        default=_image_default("verify"),
+        choices=[opts.VERIFY_HEADER, opts.VERIFY_DECODE],
+        help="header: check header and end marker; decode: decode every image",
+    )
     shards = parser.add_mutually_exclusive_group()
     shards.add_argument("--shards", type=int, metavar="N", help="shards per split")
-    shards.add_argument("--shard-mb", type=float, default=_output_default("shard_mb"),
-                        metavar="M", help="target shard size in MB (default %(default)s)")
-    parser.add_argument("--eval-fraction", type=float, metavar="F",
-                        default=opts.eval_fraction(_output_default("splits")),
-                        help="fraction for the eval split of a flat layout "
-                             "(default %(default)s)")
-    parser.add_argument("--stratify", action=argparse.BooleanOptionalAction,
-                        default=_output_default("stratify"),
-                        help="give every label the split proportions exactly; "
-                             "--no-stratify decides each file by its path hash alone")
-    parser.add_argument("--layout", default=_output_default("layout"),
-                        choices=[opts.LAYOUT_AUTO, opts.LAYOUT_FLAT, opts.LAYOUT_SPLIT])
-    parser.add_argument("--on-error", default=_output_default("on_error"),
-                        choices=[opts.ON_ERROR_SKIP, opts.ON_ERROR_FAIL])
-    parser.add_argument("--label-map", metavar="FILE",
-                        help="existing label_map.json or labels.txt, to keep ids stable")
-    parser.add_argument("--on-new-label", default=_output_default("on_new_label"),
-                        choices=[opts.NEW_LABEL_FAIL, opts.NEW_LABEL_APPEND])
-    parser.add_argument("--gzip", action="store_true",
-                        help="GZIP shards (off by default: JPEG barely shrinks)")
-    parser.add_argument("--seed", type=int, default=_output_default("seed"),
-                        help="seed of the order within shards")
+    shards.add_argument(
+        "--shard-mb",
+        type=float,
+        default=_output_default("shard_mb"),
+        metavar="M",
+        help="target shard size in MB (default %(default)s)",
+    )
+    parser.add_argument(
+        "--eval-fraction",
+        type=float,
+        metavar="F",
+        default=opts.eval_fraction(_output_default("splits")),
+        help="fraction for the eval split of a flat layout (default %(default)s)",
+    )
+    parser.add_argument(
+        "--stratify",
+        action=argparse.BooleanOptionalAction,
+        default=_output_default("stratify"),
+        help="give every label the split proportions exactly; "
+        "--no-stratify decides each file by its path hash alone",
+    )
+    parser.add_argument(
+        "--layout",
+        default=_output_default("layout"),
+        choices=[opts.LAYOUT_AUTO, opts.LAYOUT_FLAT, opts.LAYOUT_SPLIT],
+    )
+    parser.add_argument(
+        "--on-error",
+        default=_output_default("on_error"),
+        choices=[opts.ON_ERROR_SKIP, opts.ON_ERROR_FAIL],
+    )
+    parser.add_argument(
+        "--label-map",
+        metavar="FILE",
+        help="existing label_map.json or labels.txt, to keep ids stable",
+    )
+    parser.add_argument(
+        "--on-new-label",
+        default=_output_default("on_new_label"),
+        choices=[opts.NEW_LABEL_FAIL, opts.NEW_LABEL_APPEND],
+    )
+    parser.add_argument(
+        "--gzip", action="store_true", help="GZIP shards (off by default: JPEG barely shrinks)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=_output_default("seed"), help="seed of the order within shards"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run, accepts_extra_args=True)
 
@@ -90,16 +131,35 @@ def options_from_args(args: argparse.Namespace) -> tuple[ImageOptions, OutputOpt
         background = [int(c) for c in args.background.split(",")]
     except ValueError:
         raise ValueError(f"--background takes R,G,B, got {args.background!r}") from None
-    image_options = config_loader.from_dict(ImageOptions, {
-        "resize": args.resize, "center_crop": args.center_crop, "quality": args.quality,
-        "output_format": args.format, "other_formats_to": args.other_formats_to,
-        "channels": 3 if args.rgb else 0, "background": background,
-        "max_pixels": args.max_pixels, "verify": args.verify})
-    output_options = config_loader.from_dict(OutputOptions, {
-        "layout": args.layout, "splits": opts.flat_splits(args.eval_fraction),
-        "stratify": args.stratify, "num_shards": args.shards, "shard_mb": args.shard_mb,
-        "gzip": args.gzip, "seed": args.seed, "on_error": args.on_error,
-        "on_new_label": args.on_new_label, "label_map_uri": args.label_map})
+    image_options = config_loader.from_dict(
+        ImageOptions,
+        {
+            "resize": args.resize,
+            "center_crop": args.center_crop,
+            "quality": args.quality,
+            "output_format": args.format,
+            "other_formats_to": args.other_formats_to,
+            "channels": 3 if args.rgb else 0,
+            "background": background,
+            "max_pixels": args.max_pixels,
+            "verify": args.verify,
+        },
+    )
+    output_options = config_loader.from_dict(
+        OutputOptions,
+        {
+            "layout": args.layout,
+            "splits": opts.flat_splits(args.eval_fraction),
+            "stratify": args.stratify,
+            "num_shards": args.shards,
+            "shard_mb": args.shard_mb,
+            "gzip": args.gzip,
+            "seed": args.seed,
+            "on_error": args.on_error,
+            "on_new_label": args.on_new_label,
+            "label_map_uri": args.label_map,
+        },
+    )
     return image_options, output_options
 
 
@@ -114,8 +174,7 @@ class ProgressBar:
     def start(self, total: int, progress_dir: str | None) -> None:
         if not self._enabled or progress_dir is None:
             return
-        self._thread = threading.Thread(target=self._watch, args=(total, progress_dir),
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._watch, args=(total, progress_dir), daemon=True)
         self._thread.start()
 
     def _watch(self, total: int, progress_dir: str) -> None:
@@ -157,9 +216,13 @@ def run(args: argparse.Namespace) -> int:
     bar = ProgressBar(enabled=not args.no_progress)
     try:
         result = run_conversion(
-            args.src, args.out, image_options, output_options,
+            args.src,
+            args.out,
+            image_options,
+            output_options,
             make_pipeline=lambda: beam.Pipeline(options=PipelineOptions(pipeline_args)),
-            progress=bar.start)
+            progress=bar.start,
+        )
     finally:
         bar.stop()
     print_summary(result.summary, args.out)
@@ -171,13 +234,14 @@ def print_summary(summary: ConversionSummary, out: str) -> None:
     ratio = summary.size_ratio
     print(f"images written   {summary.written}")
     for split, s in summary.splits.items():
-        print(f"  {split:14s} {s.records} records in {s.num_shards} shards, "
-              f"{s.bytes_out / mb:.1f} MB")
-    print(f"bytes in / out   {summary.bytes_in / mb:.1f} MB / {summary.bytes_out / mb:.1f} MB"
-          f" (ratio {ratio if ratio is not None else 'n/a'})")
-    print(f"skipped          {summary.skipped}   "
-          f"(see {os.path.join(out, layout.SKIPPED_FILE)})")
-    print(f"ignored          {summary.ignored}   "
-          f"(see {os.path.join(out, layout.IGNORED_FILE)})")
+        print(
+            f"  {split:14s} {s.records} records in {s.num_shards} shards, {s.bytes_out / mb:.1f} MB"
+        )
+    print(
+        f"bytes in / out   {summary.bytes_in / mb:.1f} MB / {summary.bytes_out / mb:.1f} MB"
+        f" (ratio {ratio if ratio is not None else 'n/a'})"
+    )
+    print(f"skipped          {summary.skipped}   (see {os.path.join(out, layout.SKIPPED_FILE)})")
+    print(f"ignored          {summary.ignored}   (see {os.path.join(out, layout.IGNORED_FILE)})")
     print(f"files seen       {summary.files_seen} = written + skipped + ignored")
     print(f"output           {out}")

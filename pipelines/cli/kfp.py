@@ -21,10 +21,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = kfp.add_subparsers(title="commands", metavar="COMMAND")
 
     compile_ = commands.add_parser(
-        "compile", help="compile to a KFP v2 YAML package (KubeflowV2DagRunner)")
+        "compile", help="compile to a KFP v2 YAML package (KubeflowV2DagRunner)"
+    )
     compile_.add_argument("--config", metavar="FILE", help="pipeline config YAML")
-    compile_.add_argument("-o", "--output", default=DEFAULT_OUTPUT, metavar="FILE",
-                          help=f"output .yaml (default {DEFAULT_OUTPUT})")
+    compile_.add_argument(
+        "-o",
+        "--output",
+        default=DEFAULT_OUTPUT,
+        metavar="FILE",
+        help=f"output .yaml (default {DEFAULT_OUTPUT})",
+    )
     compile_.set_defaults(handler=run_compile)
 
     submit = commands.add_parser("submit", help="start one run through the kfp client")
@@ -33,29 +39,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     submit.set_defaults(handler=run_submit)
 
     schedule = commands.add_parser(
-        "schedule", help="create a recurring run (max concurrency 1, no catch-up)")
+        "schedule", help="create a recurring run (max concurrency 1, no catch-up)"
+    )
     _client_args(schedule)
-    schedule.add_argument("--cron", required=True, metavar="EXPR",
-                          help='six-field cron with seconds, e.g. "0 0 3 * * *" (03:00 daily)')
+    schedule.add_argument(
+        "--cron",
+        required=True,
+        metavar="EXPR",
+        help='six-field cron with seconds, e.g. "0 0 3 * * *" (03:00 daily)',
+    )
     schedule.add_argument("--job-name", help="default: <pipeline>-schedule")
     schedule.set_defaults(handler=run_schedule)
 
 
 def _client_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", required=True, metavar="URL",
-                        help="KFP API endpoint, e.g. http://localhost:8080 (port-forwarded "
-                             "ml-pipeline-ui) or https://<kubeflow>/pipeline")
+    parser.add_argument(
+        "--host",
+        required=True,
+        metavar="URL",
+        help="KFP API endpoint, e.g. http://localhost:8080 (port-forwarded "
+        "ml-pipeline-ui) or https://<kubeflow>/pipeline",
+    )
     parser.add_argument("--experiment", required=True, metavar="NAME")
-    parser.add_argument("--namespace", default=None,
-                        help="Kubeflow profile namespace (multi-user installs)")
+    parser.add_argument(
+        "--namespace", default=None, help="Kubeflow profile namespace (multi-user installs)"
+    )
     parser.add_argument("--config", metavar="FILE", help="pipeline config YAML")
-    parser.add_argument("--package", metavar="FILE",
-                        help="a compiled pipeline.yaml (default: compile --config now)")
-    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                        help="a pipeline parameter; repeatable")
-    parser.add_argument("--service-account", default=None,
-                        help="Kubernetes service account of the run "
-                             "(default: the config's kubeflow.service_account)")
+    parser.add_argument(
+        "--package", metavar="FILE", help="a compiled pipeline.yaml (default: compile --config now)"
+    )
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a pipeline parameter; repeatable",
+    )
+    parser.add_argument(
+        "--service-account",
+        default=None,
+        help="Kubernetes service account of the run "
+        "(default: the config's kubeflow.service_account)",
+    )
 
 
 def parse_params(pairs: Sequence[str], spec: dict[str, Any]) -> dict[str, Any]:
@@ -71,8 +96,10 @@ def parse_params(pairs: Sequence[str], spec: dict[str, Any]) -> dict[str, Any]:
         if not sep or not name:
             raise ValueError(f"--param takes NAME=VALUE, got {pair!r}")
         if name not in declared:
-            raise ValueError(f"--param {name}: the pipeline has no parameter {name!r}; "
-                             f"it has {sorted(declared) or 'none'}")
+            raise ValueError(
+                f"--param {name}: the pipeline has no parameter {name!r}; "
+                f"it has {sorted(declared) or 'none'}"
+            )
         kind = declared[name].get("parameterType", "STRING")
         try:
             if kind == "NUMBER_INTEGER":
@@ -94,8 +121,10 @@ def validate_cron(expression: str) -> str:
     """KFP schedules take six cron fields, seconds first."""
     fields = expression.split()
     if len(fields) != 6:
-        raise ValueError(f"--cron needs six fields (seconds minutes hours day month weekday), "
-                         f'e.g. "0 0 3 * * *"; got {len(fields)} in {expression!r}')
+        raise ValueError(
+            f"--cron needs six fields (seconds minutes hours day month weekday), "
+            f'e.g. "0 0 3 * * *"; got {len(fields)} in {expression!r}'
+        )
     return " ".join(fields)
 
 
@@ -130,7 +159,8 @@ def _package_and_config(args: argparse.Namespace, workdir: str):
 
     config = cfg.load(args.config)
     package = args.package or compiler.compile_to_file(
-        config, os.path.join(workdir, DEFAULT_OUTPUT))
+        config, os.path.join(workdir, DEFAULT_OUTPUT)
+    )
     return package, config
 
 
@@ -139,24 +169,53 @@ def remote_pipeline_root(pipeline_root: str) -> str | None:
     return pipeline_root if "://" in pipeline_root else None
 
 
-def submit(client, package: str, experiment: str, params: dict[str, Any],
-           run_name: str | None, namespace: str | None, service_account: str | None,
-           pipeline_root: str | None = None):
+def submit(
+    client,
+    package: str,
+    experiment: str,
+    params: dict[str, Any],
+    run_name: str | None,
+    namespace: str | None,
+    service_account: str | None,
+    pipeline_root: str | None = None,
+):
     """Starts one run; returns kfp's RunPipelineResult."""
     return client.create_run_from_pipeline_package(
-        package, arguments=params, run_name=run_name, experiment_name=experiment,
-        namespace=namespace, service_account=service_account, pipeline_root=pipeline_root)
+        package,
+        arguments=params,
+        run_name=run_name,
+        experiment_name=experiment,
+        namespace=namespace,
+        service_account=service_account,
+        pipeline_root=pipeline_root,
+    )
 
 
-def schedule(client, package: str, experiment: str, cron: str, job_name: str,
-             params: dict[str, Any], namespace: str | None, service_account: str | None,
-             pipeline_root: str | None = None):
+def schedule(
+    client,
+    package: str,
+    experiment: str,
+    cron: str,
+    job_name: str,
+    params: dict[str, Any],
+    namespace: str | None,
+    service_account: str | None,
+    pipeline_root: str | None = None,
+):
     """Creates a recurring run: one at a time, and no catch-up of missed slots."""
     experiment_id = _experiment_id(client, experiment, namespace)
     return client.create_recurring_run(
-        experiment_id=experiment_id, job_name=job_name, cron_expression=validate_cron(cron),
-        max_concurrency=1, no_catchup=True, params=params, pipeline_package_path=package,
-        enabled=True, service_account=service_account, pipeline_root=pipeline_root)
+        experiment_id=experiment_id,
+        job_name=job_name,
+        cron_expression=validate_cron(cron),
+        max_concurrency=1,
+        no_catchup=True,
+        params=params,
+        pipeline_package_path=package,
+        enabled=True,
+        service_account=service_account,
+        pipeline_root=pipeline_root,
+    )
 
 
 def _experiment_id(client, name: str, namespace: str | None) -> str:
@@ -181,11 +240,20 @@ def run_submit(args: argparse.Namespace) -> int:
             params = parse_params(args.param, spec)
         except ValueError as e:
             raise SystemExit(f"imgpipe kfp submit: {e}") from None
-        result = submit(_client(args), package, args.experiment, params, args.run_name,
-                        args.namespace, args.service_account or config.kubeflow.service_account,
-                        remote_pipeline_root(config.pipeline_root))
-    print(f"submitted run {result.run_id} of {spec['pipelineInfo']['name']} "
-          f"in experiment {args.experiment}")
+        result = submit(
+            _client(args),
+            package,
+            args.experiment,
+            params,
+            args.run_name,
+            args.namespace,
+            args.service_account or config.kubeflow.service_account,
+            remote_pipeline_root(config.pipeline_root),
+        )
+    print(
+        f"submitted run {result.run_id} of {spec['pipelineInfo']['name']} "
+        f"in experiment {args.experiment}"
+    )
     return 0
 
 
@@ -199,10 +267,19 @@ def run_schedule(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise SystemExit(f"imgpipe kfp schedule: {e}") from None
         name = spec["pipelineInfo"]["name"]
-        job = schedule(_client(args), package, args.experiment, args.cron,
-                       args.job_name or f"{name}-schedule", params, args.namespace,
-                       args.service_account or config.kubeflow.service_account,
-                       remote_pipeline_root(config.pipeline_root))
-    print(f"scheduled {name} as recurring run {job.recurring_run_id} ({args.cron}), "
-          f"max concurrency 1, no catch-up")
+        job = schedule(
+            _client(args),
+            package,
+            args.experiment,
+            args.cron,
+            args.job_name or f"{name}-schedule",
+            params,
+            args.namespace,
+            args.service_account or config.kubeflow.service_account,
+            remote_pipeline_root(config.pipeline_root),
+        )
+    print(
+        f"scheduled {name} as recurring run {job.recurring_run_id} ({args.cron}), "
+        f"max concurrency 1, no catch-up"
+    )
     return 0

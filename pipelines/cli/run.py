@@ -25,25 +25,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run = subparsers.add_parser("run", help="run the pipeline")
     targets = run.add_subparsers(title="where", metavar="TARGET")
     local = targets.add_parser(
-        "local", help="run the whole pipeline here with LocalDagRunner (SQLite MLMD)",
+        "local",
+        help="run the whole pipeline here with LocalDagRunner (SQLite MLMD)",
         description="Runs ImageExampleGen to Pusher on this machine. A second run on "
-                    "unchanged images is served from TFX's cache.")
-    local.add_argument("--data", required=True, metavar="DIR",
-                       help="image folder: root/<label>/... or root/<split>/<label>/...")
+        "unchanged images is served from TFX's cache.",
+    )
+    local.add_argument(
+        "--data",
+        required=True,
+        metavar="DIR",
+        help="image folder: root/<label>/... or root/<split>/<label>/...",
+    )
     local.add_argument("--config", metavar="FILE", help="pipeline config YAML")
     local.add_argument("--pipeline-root", metavar="DIR", help="overrides pipeline_root")
     local.add_argument("--serving-dir", metavar="DIR", help="overrides serving_dir")
     local.set_defaults(handler=run_local)
 
     demo = subparsers.add_parser(
-        "demo", help="make the sample photo dataset and run the whole pipeline on CPU",
+        "demo",
+        help="make the sample photo dataset and run the whole pipeline on CPU",
         description="Writes a few hundred real photos (crops of OpenCV's sample images "
-                    "from Debian's opencv-doc) into WORKDIR/data and runs the pipeline "
-                    "locally with a small model.")
+        "from Debian's opencv-doc) into WORKDIR/data and runs the pipeline "
+        "locally with a small model.",
+    )
     demo.add_argument("--workdir", default="/tmp/imgpipe-demo", metavar="DIR")
-    demo.add_argument("--per-class", type=int, default=sample_photos.DEFAULT_PER_CLASS,
-                      metavar="N", help="images per class (default %(default)s, "
-                                        f"{len(sample_photos.CLASSES)} classes)")
+    demo.add_argument(
+        "--per-class",
+        type=int,
+        default=sample_photos.DEFAULT_PER_CLASS,
+        metavar="N",
+        help=f"images per class (default %(default)s, {len(sample_photos.CLASSES)} classes)",
+    )
     demo.set_defaults(handler=run_demo)
 
 
@@ -51,9 +63,12 @@ def run_local(args: argparse.Namespace) -> int:
     from imgpipe.pipelines import config as cfg
 
     try:
-        config = cfg.load(args.config, data_root=os.path.abspath(args.data)
-                          if "://" not in args.data else args.data,
-                          pipeline_root=args.pipeline_root, serving_dir=args.serving_dir)
+        config = cfg.load(
+            args.config,
+            data_root=os.path.abspath(args.data) if "://" not in args.data else args.data,
+            pipeline_root=args.pipeline_root,
+            serving_dir=args.serving_dir,
+        )
     except ValueError as e:
         raise SystemExit(f"imgpipe run local: {e}") from None
     return _run_and_report(config)
@@ -68,14 +83,20 @@ def run_demo(args: argparse.Namespace) -> int:
         counts = sample_photos.make_dataset(data_root, per_class=args.per_class)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"imgpipe demo: {e}") from None
-    print(f"sample data          {data_root}: "
-          + ", ".join(f"{n} {name}" for name, n in sorted(counts.items())))
-    config = cfg.from_dict({
-        **DEMO_SETTINGS, "data_root": data_root,
-        "pipeline_root": os.path.join(workdir, "pipeline-root"),
-        "serving_dir": os.path.join(workdir, "serving"),
-        "metadata_path": os.path.join(workdir, "metadata.sqlite"),
-    }, source="demo settings")
+    print(
+        f"sample data          {data_root}: "
+        + ", ".join(f"{n} {name}" for name, n in sorted(counts.items()))
+    )
+    config = cfg.from_dict(
+        {
+            **DEMO_SETTINGS,
+            "data_root": data_root,
+            "pipeline_root": os.path.join(workdir, "pipeline-root"),
+            "serving_dir": os.path.join(workdir, "serving"),
+            "metadata_path": os.path.join(workdir, "metadata.sqlite"),
+        },
+        source="demo settings",
+    )
     return _run_and_report(config)
 
 

@@ -23,39 +23,73 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "stats",
         help="image statistics, data checks and an HTML report of converted Examples",
         description="Compute the exact pixel mean and std at the Trainer's resolution, "
-                    "size, format and label distributions, duplicates and train/eval "
-                    "leakage of EXAMPLES_DIR (the output of ImageExampleGen or `imgpipe "
-                    "convert`), and draw them in a self-contained HTML report. Exits with "
-                    "status 1 when it finds anomalies, unless --no-fail-on-anomalies. "
-                    "Arguments not listed here (--runner, --direct_num_workers, ...) go to "
-                    "Apache Beam. Defaults are ImageStatistics'.")
-    parser.add_argument("examples_dir", help="Examples folder with Split-<name>/, "
-                                             f"{layout.LABEL_MAP_FILE} and "
-                                             f"{layout.SUMMARY_FILE} (local, gs:// or s3://)")
-    parser.add_argument("--json", default=layout.IMAGE_STATS_FILE, metavar="FILE",
-                        help="where to write the statistics (default %(default)s)")
-    parser.add_argument("--html", default=layout.REPORT_FILE, metavar="FILE",
-                        help="where to write the report (default %(default)s)")
-    parser.add_argument("--image-size", type=int, default=DEFAULT_IMAGE_SIZE,
-                        help="the Trainer's input side (default %(default)s)")
-    parser.add_argument("--crop-fraction", type=float, default=DEFAULT_CROP_FRACTION,
-                        help="the Trainer's eval center-crop fraction (default %(default)s)")
-    parser.add_argument("--native", action=argparse.BooleanOptionalAction,
-                        default=_default("native_resolution"),
-                        help="also compute pixel statistics at the stored size (decodes twice)")
-    parser.add_argument("--thumbnails", type=int, default=_default("sample_thumbnails"),
-                        help="thumbnails per class (default %(default)s)")
-    parser.add_argument("--leakage-threshold", type=float,
-                        default=_default("leakage_threshold"),
-                        help="tolerated fraction of a split's images copied in another split "
-                             "(default %(default)s)")
-    parser.add_argument("--min-supported-fraction", type=float,
-                        default=_default("min_supported_fraction"),
-                        help="smallest tolerated fraction of usable images "
-                             "(default %(default)s)")
-    parser.add_argument("--fail-on-anomalies", action=argparse.BooleanOptionalAction,
-                        default=_default("fail_on_anomalies"),
-                        help="exit with status 1 when anomalies are found")
+        "size, format and label distributions, duplicates and train/eval "
+        "leakage of EXAMPLES_DIR (the output of ImageExampleGen or `imgpipe "
+        "convert`), and draw them in a self-contained HTML report. Exits with "
+        "status 1 when it finds anomalies, unless --no-fail-on-anomalies. "
+        "Arguments not listed here (--runner, --direct_num_workers, ...) go to "
+        "Apache Beam. Defaults are ImageStatistics'.",
+    )
+    parser.add_argument(
+        "examples_dir",
+        help="Examples folder with Split-<name>/, "
+        f"{layout.LABEL_MAP_FILE} and "
+        f"{layout.SUMMARY_FILE} (local, gs:// or s3://)",
+    )
+    parser.add_argument(
+        "--json",
+        default=layout.IMAGE_STATS_FILE,
+        metavar="FILE",
+        help="where to write the statistics (default %(default)s)",
+    )
+    parser.add_argument(
+        "--html",
+        default=layout.REPORT_FILE,
+        metavar="FILE",
+        help="where to write the report (default %(default)s)",
+    )
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        default=DEFAULT_IMAGE_SIZE,
+        help="the Trainer's input side (default %(default)s)",
+    )
+    parser.add_argument(
+        "--crop-fraction",
+        type=float,
+        default=DEFAULT_CROP_FRACTION,
+        help="the Trainer's eval center-crop fraction (default %(default)s)",
+    )
+    parser.add_argument(
+        "--native",
+        action=argparse.BooleanOptionalAction,
+        default=_default("native_resolution"),
+        help="also compute pixel statistics at the stored size (decodes twice)",
+    )
+    parser.add_argument(
+        "--thumbnails",
+        type=int,
+        default=_default("sample_thumbnails"),
+        help="thumbnails per class (default %(default)s)",
+    )
+    parser.add_argument(
+        "--leakage-threshold",
+        type=float,
+        default=_default("leakage_threshold"),
+        help="tolerated fraction of a split's images copied in another split (default %(default)s)",
+    )
+    parser.add_argument(
+        "--min-supported-fraction",
+        type=float,
+        default=_default("min_supported_fraction"),
+        help="smallest tolerated fraction of usable images (default %(default)s)",
+    )
+    parser.add_argument(
+        "--fail-on-anomalies",
+        action=argparse.BooleanOptionalAction,
+        default=_default("fail_on_anomalies"),
+        help="exit with status 1 when anomalies are found",
+    )
     parser.set_defaults(handler=run, accepts_extra_args=True)
 
 
@@ -72,18 +106,28 @@ def run(args: argparse.Namespace) -> int:
     from imgpipe.pipelines.beam_args import local_beam_args
 
     spec.validate_geometry(args.image_size, args.crop_fraction)
-    config = config_loader.from_dict(StatisticsConfig, {
-        "sample_thumbnails": args.thumbnails, "native_resolution": args.native,
-        "leakage_threshold": args.leakage_threshold,
-        "min_supported_fraction": args.min_supported_fraction,
-        "fail_on_anomalies": args.fail_on_anomalies})
+    config = config_loader.from_dict(
+        StatisticsConfig,
+        {
+            "sample_thumbnails": args.thumbnails,
+            "native_resolution": args.native,
+            "leakage_threshold": args.leakage_threshold,
+            "min_supported_fraction": args.min_supported_fraction,
+            "fail_on_anomalies": args.fail_on_anomalies,
+        },
+    )
     options = analysis_options(args.image_size, args.crop_fraction, config)
     splits = conversion_summary.read(args.examples_dir).split_names
     pipeline_args = local_beam_args(args.extra_args)
     with tempfile.TemporaryDirectory(prefix="imgpipe-stats-") as work:
         produced = produce(
-            args.examples_dir, splits, work, options, config,
-            make_pipeline=lambda: beam.Pipeline(options=PipelineOptions(pipeline_args)))
+            args.examples_dir,
+            splits,
+            work,
+            options,
+            config,
+            make_pipeline=lambda: beam.Pipeline(options=PipelineOptions(pipeline_args)),
+        )
     for path in (args.json, args.html):
         parent = os.path.dirname(path)
         if parent:

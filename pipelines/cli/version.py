@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-DISTRIBUTIONS = ("tfx-image-pipeline", "tfx", "tensorflow", "tensorflow-data-validation",
-                 "apache-beam", "kfp", "kfp-kubernetes", "ml-metadata")
+DISTRIBUTIONS = (
+    "tfx-image-pipeline",
+    "tfx",
+    "tensorflow",
+    "tensorflow-data-validation",
+    "apache-beam",
+    "kfp",
+    "kfp-kubernetes",
+    "ml-metadata",
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

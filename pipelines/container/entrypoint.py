@@ -62,6 +62,7 @@ _log = logging.getLogger(__name__)
 
 # ---- 1 and 2: artifact types -------------------------------------------------------
 
+
 def _is_tfx_title(title: str | None) -> bool:
     return bool(title) and not title.startswith("system.")  # type: ignore[union-attr]
 
@@ -74,8 +75,11 @@ def restore_input_types(executor_input, inputs_spec) -> list[str]:
     """
     changed = []
     for key, artifact_list in executor_input.inputs.artifacts.items():
-        declared = inputs_spec.artifacts[key].artifact_type if (
-            inputs_spec is not None and key in inputs_spec.artifacts) else None
+        declared = (
+            inputs_spec.artifacts[key].artifact_type
+            if (inputs_spec is not None and key in inputs_spec.artifacts)
+            else None
+        )
         for artifact in artifact_list.artifacts:
             if _is_tfx_title(tfx_patches.schema_title(artifact.type)):
                 continue
@@ -94,11 +98,12 @@ def restore_input_types(executor_input, inputs_spec) -> list[str]:
 
 # ---- 4: artifact I/O and directory markers ----------------------------------------
 
+
 def local_path(uri: str) -> str | None:
     """The KFP launcher's local path of a remote URI; None for other URIs."""
     for prefix, mount in LOCAL_MOUNTS.items():
         if uri.startswith(prefix):
-            return mount + uri[len(prefix):]
+            return mount + uri[len(prefix) :]
     return None
 
 
@@ -111,8 +116,9 @@ def uses_local_path(uri: str, mode: str) -> bool:
 def localize_uris(executor_input, mode: str) -> dict[str, str]:
     """Points artifacts at the launcher's local paths; returns local path -> URI."""
     if mode not in ARTIFACT_IO_MODES:
-        raise ValueError(f"{ARTIFACT_IO_ENV} must be one of {list(ARTIFACT_IO_MODES)}, "
-                         f"got {mode!r}")
+        raise ValueError(
+            f"{ARTIFACT_IO_ENV} must be one of {list(ARTIFACT_IO_MODES)}, got {mode!r}"
+        )
     remote_of: dict[str, str] = {}
     for side in (executor_input.inputs.artifacts, executor_input.outputs.artifacts):
         for artifact_list in side.values():
@@ -147,8 +153,9 @@ def directory_markers(blobs: Iterable[Any]) -> list[Any]:
     return [b for b in blobs if b.name.endswith("/") and not b.size]
 
 
-def delete_gcs_directory_markers(uris: Iterable[str],
-                                 make_client: Callable[[], Any] | None = None) -> int:
+def delete_gcs_directory_markers(
+    uris: Iterable[str], make_client: Callable[[], Any] | None = None
+) -> int:
     """Deletes zero-byte "dir/" blobs under each gs:// URI; returns how many."""
     uris = [u for u in uris if u.startswith("gs://")]
     if not uris:
@@ -160,7 +167,7 @@ def delete_gcs_directory_markers(uris: Iterable[str],
     client = make_client()
     deleted = 0
     for uri in uris:
-        bucket_name, _, prefix = uri[len("gs://"):].partition("/")
+        bucket_name, _, prefix = uri[len("gs://") :].partition("/")
         prefix = prefix.rstrip("/") + "/" if prefix else ""
         bucket = client.bucket(bucket_name)
         for blob in directory_markers(bucket.list_blobs(prefix=prefix)):
@@ -173,19 +180,22 @@ def delete_gcs_directory_markers(uris: Iterable[str],
 
 # ---- the entrypoint ------------------------------------------------------------------
 
+
 def prepare(args, mode: str) -> tuple[Any, dict[str, str]]:
     """Fixes the serialized executor input in args in place; returns it and the URI map."""
     from google.protobuf import json_format
     from kfp.pipeline_spec import pipeline_spec_pb2
 
     executor_input = pipeline_spec_pb2.ExecutorInput()
-    json_format.Parse(args.json_serialized_invocation_args, executor_input,
-                      ignore_unknown_fields=True)
+    json_format.Parse(
+        args.json_serialized_invocation_args, executor_input, ignore_unknown_fields=True
+    )
     inputs_spec = None
     if getattr(args, "json_serialized_inputs_spec_args", None):
         inputs_spec = pipeline_spec_pb2.ComponentInputsSpec()
-        json_format.Parse(args.json_serialized_inputs_spec_args, inputs_spec,
-                          ignore_unknown_fields=True)
+        json_format.Parse(
+            args.json_serialized_inputs_spec_args, inputs_spec, ignore_unknown_fields=True
+        )
     changed = restore_input_types(executor_input, inputs_spec)
     if changed:
         _log.info("restored the TFX types of inputs %s", sorted(set(changed)))
@@ -232,8 +242,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             _exit_now(1)
         _exit_now(0)
 
-    app.run(guarded, argv=list(argv) if argv is not None else None,
-            flags_parser=tfx_patches.parse_flags)
+    app.run(
+        guarded, argv=list(argv) if argv is not None else None, flags_parser=tfx_patches.parse_flags
+    )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,7 @@ from imgpipe.pipelines.kubeflow.config import DEFAULT_IMAGE_KEY, Resources
 from imgpipe.pipelines.kubeflow.quantities import cpu_cores, memory_gb
 
 
-def resource_spec(resources: Resources, accelerator: str | None = None,
-                  accelerator_count: int = 0):
+def resource_spec(resources: Resources, accelerator: str | None = None, accelerator_count: int = 0):
     """The ResourceSpec proto kfp's own compiler would write for these settings."""
     from kfp.pipeline_spec import pipeline_spec_pb2
 
@@ -75,9 +74,13 @@ def configure_for_kubeflow(components: list, config: PipelineConfig) -> None:
     from tfx.dsl.components.base import base_beam_component
 
     for component in components:
-        component.with_platform_config(resource_spec(
-            config.kubeflow.resources_for(component.id), config.kubeflow.gpu.accelerator,
-            gpu_count(config, component.id)))
+        component.with_platform_config(
+            resource_spec(
+                config.kubeflow.resources_for(component.id),
+                config.kubeflow.gpu.accelerator,
+                gpu_count(config, component.id),
+            )
+        )
         if isinstance(component, base_beam_component.BaseBeamComponent):
             component.with_beam_pipeline_args(beam_args_for(config, component.id))
 
@@ -92,12 +95,16 @@ def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
     pipeline = pl.create_pipeline(config, components=components, beam_pipeline_args=[])
     images = {cid: config.kubeflow.image_for(cid) for cid in ids.COMPONENT_IDS}
     images[tfx_patches.default_image_path_key()] = config.kubeflow.image_for(DEFAULT_IMAGE_KEY)
-    runner = v2.KubeflowV2DagRunner(config=v2.KubeflowV2DagRunnerConfig(
-        display_name=config.pipeline_name, default_image=images,
-        default_commands=list(ENTRYPOINT_COMMAND),
-        # 2.1 passes the inputs spec to the executor: parameters are read from
-        # parameter_values (what KFP 2.x fills), and input artifact types are known.
-        use_pipeline_spec_2_1=True))
+    runner = v2.KubeflowV2DagRunner(
+        config=v2.KubeflowV2DagRunnerConfig(
+            display_name=config.pipeline_name,
+            default_image=images,
+            default_commands=list(ENTRYPOINT_COMMAND),
+            # 2.1 passes the inputs spec to the executor: parameters are read from
+            # parameter_values (what KFP 2.x fills), and input artifact types are known.
+            use_pipeline_spec_2_1=True,
+        )
+    )
     with tfx_patches.project_artifact_titles():
         job = runner.run(pipeline, write_out=False)
     spec = job["pipelineSpec"]
@@ -105,7 +112,8 @@ def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
         container = executor.get("container")
         if container is not None:
             container.setdefault("env", []).append(
-                {"name": ARTIFACT_IO_ENV, "value": config.kubeflow.artifact_io})
+                {"name": ARTIFACT_IO_ENV, "value": config.kubeflow.artifact_io}
+            )
     # KFP's cache key covers parameters and input artifacts, not the files under
     # data_root: a cached ImageExampleGen would never see new images or a new span.
     spec["root"]["dag"]["tasks"][ids.EXAMPLE_GEN]["cachingOptions"] = {"enableCache": False}
@@ -115,8 +123,10 @@ def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
 def executor_labels(spec: dict[str, Any]) -> dict[str, str]:
     """Task name (= component id) -> executor label in the compiled spec."""
     tasks = spec["root"]["dag"]["tasks"]
-    return {name: spec["components"][task["componentRef"]["name"]]["executorLabel"]
-            for name, task in tasks.items()}
+    return {
+        name: spec["components"][task["componentRef"]["name"]]["executorLabel"]
+        for name, task in tasks.items()
+    }
 
 
 def platform_spec(spec: dict[str, Any], config: PipelineConfig) -> dict[str, Any]:
@@ -130,14 +140,27 @@ def platform_spec(spec: dict[str, Any], config: PipelineConfig) -> dict[str, Any
                 entry["nodeSelector"] = {"labels": dict(gpu.node_selector)}
             if gpu.tolerations:
                 entry["tolerations"] = [
-                    {k: v for k, v in (("key", t.key), ("operator", t.operator),
-                                       ("value", t.value), ("effect", t.effect)) if v}
-                    for t in gpu.tolerations]
+                    {
+                        k: v
+                        for k, v in (
+                            ("key", t.key),
+                            ("operator", t.operator),
+                            ("value", t.value),
+                            ("effect", t.effect),
+                        )
+                        if v
+                    }
+                    for t in gpu.tolerations
+                ]
         if config.kubeflow.pvc_name:
             pvc = config.kubeflow.pvc_name
-            entry["pvcMount"] = [{
-                "constant": pvc, "mountPath": config.kubeflow.mount_path,
-                "pvcNameParameter": {"runtimeValue": {"constant": pvc}}}]
+            entry["pvcMount"] = [
+                {
+                    "constant": pvc,
+                    "mountPath": config.kubeflow.mount_path,
+                    "pvcNameParameter": {"runtimeValue": {"constant": pvc}},
+                }
+            ]
         if entry:
             executors[label] = entry
     if not executors:
@@ -150,9 +173,11 @@ def to_yaml(spec: dict[str, Any], platform: dict[str, Any]) -> str:
     import yaml
     from tfx import version
 
-    header = (f"# PIPELINE DEFINITION\n# Name: {spec['pipelineInfo']['name']}\n"
-              f"# Compiled from a TFX pipeline (tfx-{version.__version__}) by "
-              f"pipelines/kubeflow/compiler.py\n")
+    header = (
+        f"# PIPELINE DEFINITION\n# Name: {spec['pipelineInfo']['name']}\n"
+        f"# Compiled from a TFX pipeline (tfx-{version.__version__}) by "
+        f"pipelines/kubeflow/compiler.py\n"
+    )
     documents = [spec] + ([platform] if platform else [])
     return header + yaml.safe_dump_all(documents, sort_keys=True)
 
@@ -166,8 +191,9 @@ def compile_to_file(config: PipelineConfig, output_path: str) -> str:
     import tensorflow as tf
 
     if not output_path.endswith((".yaml", ".yml")):
-        raise ValueError(f"{output_path}: the kfp client accepts YAML packages; "
-                         "name the output *.yaml")
+        raise ValueError(
+            f"{output_path}: the kfp client accepts YAML packages; name the output *.yaml"
+        )
     spec, platform = compile_pipeline(config)
     parent = os.path.dirname(output_path)
     if parent:

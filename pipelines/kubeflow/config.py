@@ -52,9 +52,11 @@ class GpuConfig:
 
     accelerator: str = "nvidia.com/gpu"
     node_selector: Mapping[str, str] = dataclasses.field(
-        default_factory=lambda: {"nvidia.com/gpu.present": "true"})
+        default_factory=lambda: {"nvidia.com/gpu.present": "true"}
+    )
     tolerations: tuple[Toleration, ...] = (
-        Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),)
+        Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),
+    )
 
 
 # The data components are Beam jobs that hold a shard of images each worker; the
@@ -70,8 +72,10 @@ DEFAULT_RESOURCES: dict[str, Resources] = {
     EVALUATOR: _DATA_RESOURCES,
     PUSHER: Resources(cpu_request="500m", memory_request="1Gi"),
 }
-DEFAULT_IMAGES: dict[str, str] = {DEFAULT_IMAGE_KEY: image_names.RUNTIME_IMAGE,
-                                  TRAINER: image_names.GPU_IMAGE}
+DEFAULT_IMAGES: dict[str, str] = {
+    DEFAULT_IMAGE_KEY: image_names.RUNTIME_IMAGE,
+    TRAINER: image_names.GPU_IMAGE,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +99,8 @@ class KubeflowConfig:
 
     images: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(DEFAULT_IMAGES))
     resources: Mapping[str, Resources] = dataclasses.field(
-        default_factory=lambda: dict(DEFAULT_RESOURCES))
+        default_factory=lambda: dict(DEFAULT_RESOURCES)
+    )
     gpu: GpuConfig = dataclasses.field(default_factory=GpuConfig)
     pvc_name: str | None = None
     mount_path: str = "/mnt/imgpipe"
@@ -113,11 +118,15 @@ class KubeflowConfig:
         unknown = sorted(set(self.resources) - set(COMPONENT_IDS))
         unknown += sorted(set(self.images) - set(COMPONENT_IDS) - {DEFAULT_IMAGE_KEY})
         if unknown:
-            raise ValueError(f"unknown component ids {unknown} in kubeflow resources/images; "
-                             f"known: {list(COMPONENT_IDS)}")
+            raise ValueError(
+                f"unknown component ids {unknown} in kubeflow resources/images; "
+                f"known: {list(COMPONENT_IDS)}"
+            )
         if self.artifact_io not in ARTIFACT_IO_MODES:
-            raise ValueError(f"kubeflow.artifact_io must be one of {list(ARTIFACT_IO_MODES)}, "
-                             f"got {self.artifact_io!r}")
+            raise ValueError(
+                f"kubeflow.artifact_io must be one of {list(ARTIFACT_IO_MODES)}, "
+                f"got {self.artifact_io!r}"
+            )
         from imgpipe.pipelines.kubeflow.quantities import cpu_cores, memory_gb
 
         for component_id, resources in self.resources.items():

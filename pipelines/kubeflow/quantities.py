@@ -6,9 +6,21 @@ import re
 
 _CPU = re.compile(r"^(\d+(?:\.\d+)?)(m?)$")
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)([EPTGMK]i?|)$")
-_MEMORY_FACTORS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-                   "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
-                   "Ei": 2**60}
+_MEMORY_FACTORS = {
+    "": 1,
+    "K": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
 
 
 def cpu_cores(quantity: str, name: str = "CPU quantity") -> float:
