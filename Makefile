@@ -2,7 +2,8 @@
 # on first use (bin/setup-env) and reuses it after that.
 IN_ENV := bin/in-env
 PYTEST_ARGS ?=
-DEMO_DIR ?= /tmp/imgpipe-demo
+# Empty: the demo's own default folder (imgpipe demo --help).
+DEMO_DIR ?=
 
 .PHONY: env test test-fast lint typecheck format demo bench lock image clean-env
 
@@ -36,7 +37,7 @@ test-fast: env
 	$(call run_pytest,-m unit)
 
 demo: env
-	$(IN_ENV) imgpipe demo --workdir $(DEMO_DIR)
+	$(IN_ENV) imgpipe demo $(if $(DEMO_DIR),--workdir $(DEMO_DIR))
 
 bench: env
 	$(IN_ENV) python -m benchmarks.run $(BENCH_ARGS)

@@ -37,8 +37,10 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from imgpipe.components.common import allocator, artifacts, layout, preprocessing
+from imgpipe.components.common.model_input import DEFAULT_IMAGE_SIZE
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import memory
+from imgpipe.components.trainer.config import MOBILENET_V3_SMALL
 
 TARGETS = {"vs_decode_ceiling": 0.85, "vs_image_dataset_from_directory": 2.0, "vs_sequential": 1.8}
 MEAN, STD = (124.0, 116.0, 104.0), (58.0, 57.0, 57.0)
@@ -181,7 +183,7 @@ def run(
     examples_dir: str,
     image_folder: str,
     batch_size: int = 64,
-    image_size: int = 224,
+    image_size: int = DEFAULT_IMAGE_SIZE,
     batches: int = 25,
     rounds: int = 3,
 ) -> dict:
@@ -242,8 +244,8 @@ class _EpochTimer(tf.keras.callbacks.Callback):
 
 def gpu_feed(
     examples_dir: str,
-    backbone: str = "mobilenet_v3_small",
-    image_size: int = 224,
+    backbone: str = MOBILENET_V3_SMALL,
+    image_size: int = DEFAULT_IMAGE_SIZE,
     batch_size: int = 32,
     steps: int = 8,
 ) -> dict:

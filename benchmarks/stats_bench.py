@@ -36,6 +36,7 @@ import tensorflow as tf
 
 from imgpipe.components.common import artifacts, conversion_summary, layout
 from imgpipe.components.common import features as fk
+from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION, DEFAULT_IMAGE_SIZE
 from imgpipe.components.image_statistics.analyze import (
     DECODE_CHUNK,
     REDUCING_THREADS,
@@ -50,6 +51,7 @@ from imgpipe.components.image_statistics.compute import (
     split_order,
     thumbnail_fraction,
 )
+from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.transforms import (
     BATCH_SIZE,
     BATCHES_IN_FLIGHT,
@@ -182,7 +184,7 @@ def _rate(fn, *args) -> float:
     return images / seconds
 
 
-def run(examples_dir: str, image_size: int = 224, repeats: int = 3) -> dict:
+def run(examples_dir: str, image_size: int = DEFAULT_IMAGE_SIZE, repeats: int = 3) -> dict:
     """Images per second of each pass, and the ratio the issue targets.
 
     Args:
@@ -190,7 +192,11 @@ def run(examples_dir: str, image_size: int = 224, repeats: int = 3) -> dict:
       image_size: the Trainer's input side.
       repeats: passes of each kind; the best is kept.
     """
-    options = AnalysisOptions(image_size=image_size, crop_fraction=0.875, keep_thumbnails=8)
+    options = AnalysisOptions(
+        image_size=image_size,
+        crop_fraction=DEFAULT_CROP_FRACTION,
+        keep_thumbnails=StatisticsConfig().sample_thumbnails,
+    )
     _decode_only(examples_dir)  # warm-up: tf.function tracing, page cache
     rates: dict[str, list[float]] = {
         "decode_only": [],

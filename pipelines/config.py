@@ -24,7 +24,7 @@ Example YAML (every key optional; unknown keys are errors that list the allowed 
     kubeflow:
       resources: {ImageExampleGen: {cpu_request: "4", memory_request: 8Gi}}
       gpu: {node_selector: {cloud.google.com/gke-accelerator: nvidia-tesla-t4}}
-      images: {default: registry/app:1.0}
+      images: {default: registry/app:1.0, Trainer: registry/app-gpu:1.0}
     beam_args: [--runner=FlinkRunner, --flink_master=flink:8081]
 
 Everything is validated when the config is loaded, before any step runs.
@@ -38,8 +38,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from imgpipe.components.common import config_loader
+from imgpipe.components.common.layout import EVAL_SPLIT, TRAIN_SPLIT
 from imgpipe.components.evaluator.config import EvaluatorConfig
-from imgpipe.components.image_example_gen.options import ExampleGenConfig
+from imgpipe.components.image_example_gen.options import LAYOUT_SPLIT, ExampleGenConfig
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.trainer.config import TrainerConfig
 from imgpipe.pipelines.kubeflow.config import KubeflowConfig
@@ -91,7 +92,11 @@ class PipelineConfig:
     kubeflow: KubeflowConfig = dataclasses.field(default_factory=KubeflowConfig)
 
     def validate(self) -> None:
-        """Raises ValueError naming the first bad setting (nested types check their own)."""
+        """Raises ValueError naming the first bad setting, in any section.
+
+        The loader validates each section as it builds it; this also checks a config
+        built in Python, and what the sections must agree on.
+        """
         if not self.pipeline_name or not all(c.isalnum() or c in "-_" for c in self.pipeline_name):
             raise ValueError(
                 f"pipeline_name must be letters, digits, '-' or '_', got {self.pipeline_name!r}"
@@ -99,6 +104,27 @@ class PipelineConfig:
         for name in ("pipeline_root", "serving_dir"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must be set")
+        for name, section in (
+            ("example_gen.image", self.example_gen.image),
+            ("example_gen.output", self.example_gen.output),
+            ("statistics", self.statistics),
+            ("trainer", self.trainer),
+            ("evaluator", self.evaluator),
+            ("kubeflow", self.kubeflow),
+        ):
+            try:
+                section.validate()
+            except ValueError as e:
+                raise ValueError(f"{name}: {e}") from None
+        # The Trainer trains on the train split and the Evaluator evaluates the eval split.
+        names = [name for name, _ in self.example_gen.output.splits]
+        if self.example_gen.output.layout != LAYOUT_SPLIT and not {TRAIN_SPLIT, EVAL_SPLIT} <= set(
+            names
+        ):
+            raise ValueError(
+                f"example_gen.output.splits must include {TRAIN_SPLIT!r} and {EVAL_SPLIT!r}, "
+                f"which the Trainer and the Evaluator read; got {names}"
+            )
 
     @property
     def local_metadata_path(self) -> str:

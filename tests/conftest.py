@@ -15,10 +15,9 @@ from collections.abc import Callable
 
 import pytest
 
+from imgpipe.pipelines.beam_args import DEFAULT_LOCAL_BEAM_ARGS
+
 TIERS = ("unit", "component", "pipeline")
-# Beam's DirectRunner in this process: the tests' data is tiny, and worker processes
-# would each start TensorFlow.
-IN_PROCESS_BEAM_ARGS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -36,8 +35,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def beam_args() -> list[str]:
-    """Beam args that run a pipeline in this process."""
-    return list(IN_PROCESS_BEAM_ARGS)
+    """Beam args that run a pipeline in this process, as local runs do."""
+    return list(DEFAULT_LOCAL_BEAM_ARGS)
 
 
 @pytest.fixture(scope="session")

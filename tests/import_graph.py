@@ -74,14 +74,33 @@ def graph() -> dict[str, set[str]]:
     return edges
 
 
+# Folders whose code imports the package as a user would.
+CLIENT_DIRS = ("tests", "benchmarks")
+
+
+def _python_files(folder: str) -> Iterator[str]:
+    for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, folder)):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        yield from (os.path.join(dirpath, n) for n in sorted(filenames) if n.endswith(".py"))
+
+
 def foreign_top_level_imports() -> list[str]:
     """Imports of the folders' bare names (`components...`, `pipelines...`), which an
-    installed distribution does not provide."""
+    installed distribution does not provide, in the package, the tests and the
+    benchmarks; and relative imports, which the graph could not follow."""
     bad = []
-    for module, path in modules().items():
+    paths = list(modules().values())
+    for folder in CLIENT_DIRS:
+        paths.extend(_python_files(folder))
+    for path in paths:
+        where = os.path.relpath(path, ROOT)
         for name in imported_names(path):
             if name.split(".")[0] in PACKAGE_DIRS:
-                bad.append(f"{module} imports {name}")
+                bad.append(f"{where} imports {name}")
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        if any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree)):
+            bad.append(f"{where} has a relative import")
     return sorted(set(bad))
 
 

@@ -19,8 +19,8 @@ def test_help_lists_the_subcommands(capsys):
         cli.main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for name in ("version", "convert"):
-        assert name in out
+    for name in ("version", "convert", "stats", "run", "demo", "kfp"):
+        assert f"    {name}" in out
 
 
 @pytest.mark.unit

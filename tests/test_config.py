@@ -144,13 +144,39 @@ def test_keys_of_the_first_release_say_where_they_went(moved, where):
         ({"evaluator": {"accuracy_threshold": -1}}, r"evaluator\.accuracy_threshold must be"),
         (
             {"kubeflow": {"resources": {"Trainer": {"cpu_request": "lots"}}}},
-            r"Trainer\.cpu_request must look like",
+            r"kubeflow\.resources\.Trainer\.cpu_request must look like",
         ),
     ],
 )
 def test_bad_values_fail_when_the_config_is_loaded(values, message):
     with pytest.raises(ValueError, match=message):
         cfg.from_dict(values)
+
+
+def test_a_config_built_in_python_is_checked_when_the_pipeline_is_built():
+    from imgpipe.pipelines import pipeline
+    from imgpipe.pipelines.kubeflow.config import Resources
+
+    config = cfg.PipelineConfig(data_root="/data")
+    with pytest.raises(ValueError, match=r"kubeflow: unknown component ids \['Trainr'\]"):
+        pipeline.create_pipeline(
+            dataclasses.replace(config, kubeflow=KubeflowConfig(resources={"Trainr": Resources()}))
+        )
+    with pytest.raises(ValueError, match=r"kubeflow: artifact_io must be one of"):
+        pipeline.create_pipeline(
+            dataclasses.replace(config, kubeflow=KubeflowConfig(artifact_io="sometimes"))
+        )
+    with pytest.raises(ValueError, match=r"trainer: epochs must be at least 1"):
+        pipeline.create_pipeline(dataclasses.replace(config, trainer=TrainerConfig(epochs=0)))
+
+
+def test_the_splits_must_include_the_ones_the_trainer_and_evaluator_read():
+    with pytest.raises(ValueError, match=r"splits must include 'train' and 'eval'.*'val'"):
+        cfg.from_dict({"example_gen": {"output": {"splits": [["train", 0.8], ["val", 0.2]]}}})
+    # A split layout takes its names from the folders.
+    cfg.from_dict(
+        {"example_gen": {"output": {"layout": "split", "splits": [["train", 1.0], ["val", 1.0]]}}}
+    )
 
 
 def test_yaml_round_trips_and_a_broken_file_is_one_line(tmp_path):

@@ -126,7 +126,7 @@ def _build(cls: type[T], values: Any, where: str) -> T:
             # Messages start with the field's name ("epochs must be ..."), so the path
             # of the section goes in front; other messages get it as a prefix.
             message = str(e)
-            named = message.split(" ")[0] in fields
+            named = message.split(" ")[0].split(".")[0] in fields
             raise ValueError(
                 f"{where}{message}" if named or not where else f"{_name(where)}: {message}"
             ) from None

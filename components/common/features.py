@@ -66,4 +66,9 @@ TFDS_KEY_MAP = FeatureKeyMap(
     sha256=None,
 )
 
-KEY_MAPS = {"default": DEFAULT_KEY_MAP, "inception": INCEPTION_KEY_MAP, "tfds": TFDS_KEY_MAP}
+DEFAULT_KEY_MAP_NAME = "default"
+KEY_MAPS = {
+    DEFAULT_KEY_MAP_NAME: DEFAULT_KEY_MAP,
+    "inception": INCEPTION_KEY_MAP,
+    "tfds": TFDS_KEY_MAP,
+}

@@ -34,6 +34,19 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
+def makedirs(path: str) -> None:
+    """Makes a folder and its parents; an existing one is fine."""
+    if is_local(path):
+        os.makedirs(_local(path), exist_ok=True)
+    else:
+        tf.io.gfile.makedirs(path)
+
+
+def write_text(path: str, text: str) -> None:
+    with open_file(path, "w") as f:
+        f.write(text)
+
+
 def exists(path: str) -> bool:
     if is_local(path):
         return os.path.exists(_local(path))

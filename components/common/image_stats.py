@@ -235,7 +235,11 @@ def from_json_text(text: str, where: str = IMAGE_STATS_FILE) -> ImageStats:
 
 def write(folder: str, stats: ImageStats) -> str:
     """Writes folder/image_stats.json; returns its path."""
-    path = os.path.join(folder, IMAGE_STATS_FILE)
+    return write_file(os.path.join(folder, IMAGE_STATS_FILE), stats)
+
+
+def write_file(path: str, stats: ImageStats) -> str:
+    """Writes the statistics to `path` (any name, local or remote); returns it."""
     with fileio.open_file(path, "w") as f:
         f.write(to_json_text(stats))
     return path

@@ -15,14 +15,15 @@ import posixpath
 
 import tensorflow as tf
 
+from imgpipe.components.common.layout import EVAL_SPLIT, TRAIN_SPLIT
 from imgpipe.components.image_example_gen.options import LAYOUT_AUTO, LAYOUT_FLAT, LAYOUT_SPLIT
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp"})
 KNOWN_SPLIT_NAMES = frozenset(
     {
-        "train",
+        TRAIN_SPLIT,
         "training",
-        "eval",
+        EVAL_SPLIT,
         "evaluation",
         "val",
         "valid",

@@ -154,7 +154,7 @@ def read_shard_results(results_dir: str) -> list[ShardResult]:
 
 
 def write_tfrecord(path: str, records: Iterable[bytes], gzip: bool) -> None:
-    options = tf.io.TFRecordOptions(compression_type="GZIP" if gzip else "")
+    options = tf.io.TFRecordOptions(compression_type=layout.GZIP if gzip else "")
     with tf.io.TFRecordWriter(path, options) as writer:
         for record in records:
             writer.write(record)

@@ -36,16 +36,16 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
     def __init__(
         self,
         examples: types.BaseChannel,
-        anomalies: types.BaseChannel | None = None,
         image_size: int = DEFAULT_IMAGE_SIZE,
         crop_fraction: float = DEFAULT_CROP_FRACTION,
+        anomalies: types.BaseChannel | None = None,
         config: StatisticsConfig | None = None,
     ):
         """Args:
           examples: ImageExampleGen's `Examples` (label_map.json beside the splits).
-          anomalies: ExampleValidator's `ExampleAnomalies`, gated with ours.
           image_size: the Trainer's input side; pixels are eval_image's at this size.
           crop_fraction: eval_image's center-crop fraction.
+          anomalies: ExampleValidator's `ExampleAnomalies`, gated with ours.
           config: thumbnails, thresholds and the gate.
 
         Raises:

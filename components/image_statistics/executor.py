@@ -11,12 +11,12 @@ from tfx import types
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
-from imgpipe.components.common import config_loader, image_stats, layout
+from imgpipe.components.common import config_loader, fileio, image_stats, layout
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
 from imgpipe.components.image_statistics import spec
 from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.config import StatisticsConfig
-from imgpipe.components.image_statistics.produce import Produced, produce, write_text
+from imgpipe.components.image_statistics.produce import Produced, produce
 
 # Beside the output folder: where the outputs of a run stopped by the gate stay.
 REJECTED_SUFFIX = ".rejected"
@@ -97,4 +97,4 @@ class Executor(base_beam_executor.BaseBeamExecutor):
 def _write(folder: str, produced: Produced) -> None:
     tf.io.gfile.makedirs(folder)
     image_stats.write(folder, produced.stats)
-    write_text(os.path.join(folder, layout.REPORT_FILE), produced.html)
+    fileio.write_text(os.path.join(folder, layout.REPORT_FILE), produced.html)

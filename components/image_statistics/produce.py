@@ -9,7 +9,6 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 import apache_beam as beam
-import tensorflow as tf
 
 from imgpipe.components.common import artifacts, image_stats
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
@@ -76,8 +75,3 @@ def produce(
         for split, accumulator in run.accumulators.items()
     }
     return Produced(stats, report.render(stats, thumbnails, skipped))
-
-
-def write_text(path: str, text: str) -> None:
-    with tf.io.gfile.GFile(path, "w") as f:
-        f.write(text)

@@ -96,7 +96,7 @@ class TrainerConfig:
     cache: str = CACHE_AUTO
     ram_budget_mb: float | None = None
     shuffle_buffer: int | None = None
-    key_map: str = "default"
+    key_map: str = features.DEFAULT_KEY_MAP_NAME
     normalize_on_host: bool = False
     tune_malloc: bool = True
     seed: int = 0

@@ -23,6 +23,7 @@ from absl import logging
 from imgpipe.components.common import artifacts, conversion_summary, layout, preprocessing
 from imgpipe.components.common.artifacts import ShardReadError
 from imgpipe.components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
+from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
 from imgpipe.components.trainer.memory import MemoryPlan
 
 TRAIN = "train"
@@ -89,7 +90,7 @@ def decode_batch(
     encoded: tf.Tensor,
     mode: str,
     image_size: int,
-    crop_fraction: float = preprocessing.DEFAULT_CROP_FRACTION,
+    crop_fraction: float = DEFAULT_CROP_FRACTION,
     shapes: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """Decodes a batch of encoded JPEG/PNG images to uint8 [B, S, S, 3].
@@ -169,7 +170,7 @@ def make_dataset(
     image_size: int,
     batch_size: int,
     memory: MemoryPlan,
-    crop_fraction: float = preprocessing.DEFAULT_CROP_FRACTION,
+    crop_fraction: float = DEFAULT_CROP_FRACTION,
     key_map: FeatureKeyMap = DEFAULT_KEY_MAP,
     normalization: tuple[Sequence[float], Sequence[float]] | None = None,
     repeat: bool | None = None,

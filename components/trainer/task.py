@@ -22,6 +22,7 @@ from imgpipe.components.trainer import devices, export, memory
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer.config import (
+    CACHE_OFF,
     IMAGE_STATISTICS_URI_KEY,
     TrainerConfig,
     from_custom_config,
@@ -50,7 +51,10 @@ def resolve_normalization(
     """
     stats: image_stats.Normalization | None = None
     if statistics_uri:
-        stats = image_stats.read(statistics_uri).normalization()
+        try:
+            stats = image_stats.read(statistics_uri).normalization()
+        except KeyError as e:
+            raise ValueError(f"{statistics_uri}: {e.args[0]}") from None
         if stats.image_size != config.image_size:
             logging.warning(
                 "statistics were computed at %d px, the model trains at %d px",
@@ -188,7 +192,12 @@ def _train_and_export(
             input_lib.TRAIN,
             batch_size=config.tensorboard_images,
             memory=memory.plan_memory(
-                0, 0, 0, cache="off", ram_budget_bytes=0, shuffle_buffer=config.tensorboard_images
+                0,
+                0,
+                0,
+                cache=CACHE_OFF,
+                ram_budget_bytes=0,
+                shuffle_buffer=config.tensorboard_images,
             ),
             **common,
         )
@@ -241,7 +250,7 @@ def plan_input_memory(
             encoded_bytes=source.encoded_bytes or 0,
             records=source.records or 0,
             available_bytes=available,
-            cache=config.cache if source.encoded_bytes is not None else "off",
+            cache=config.cache if source.encoded_bytes is not None else CACHE_OFF,
             ram_budget_bytes=budget,
             shuffle_buffer=config.shuffle_buffer,
             min_shuffle_buffer=global_batch,

@@ -121,6 +121,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run, accepts_extra_args=True)
 
 
+def _flat_splits(eval_fraction: float) -> tuple[tuple[str, float], ...]:
+    try:
+        return opts.flat_splits(eval_fraction)
+    except ValueError as e:
+        raise ValueError(f"--eval-fraction: {e}") from None
+
+
 def options_from_args(args: argparse.Namespace) -> tuple[ImageOptions, OutputOptions]:
     """The conversion's options, built and validated by the one loader.
 
@@ -149,7 +156,7 @@ def options_from_args(args: argparse.Namespace) -> tuple[ImageOptions, OutputOpt
         OutputOptions,
         {
             "layout": args.layout,
-            "splits": opts.flat_splits(args.eval_fraction),
+            "splits": _flat_splits(args.eval_fraction),
             "stratify": args.stratify,
             "num_shards": args.shards,
             "shard_mb": args.shard_mb,

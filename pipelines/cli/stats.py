@@ -99,10 +99,10 @@ def run(args: argparse.Namespace) -> int:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from imgpipe.components.common import conversion_summary, image_stats
+    from imgpipe.components.common import conversion_summary, fileio, image_stats
     from imgpipe.components.image_statistics import spec
     from imgpipe.components.image_statistics.executor import analysis_options
-    from imgpipe.components.image_statistics.produce import produce, write_text
+    from imgpipe.components.image_statistics.produce import produce
     from imgpipe.pipelines.beam_args import local_beam_args
 
     spec.validate_geometry(args.image_size, args.crop_fraction)
@@ -129,12 +129,10 @@ def run(args: argparse.Namespace) -> int:
             make_pipeline=lambda: beam.Pipeline(options=PipelineOptions(pipeline_args)),
         )
     for path in (args.json, args.html):
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-    with open(args.json, "w") as f:
-        f.write(image_stats.to_json_text(produced.stats))
-    write_text(args.html, produced.html)
+        if os.path.dirname(path):
+            fileio.makedirs(os.path.dirname(path))
+    image_stats.write_file(args.json, produced.stats)
+    fileio.write_text(args.html, produced.html)
     print_summary(produced.stats, args.json, args.html)
     return 1 if produced.anomalies and config.fail_on_anomalies else 0
 

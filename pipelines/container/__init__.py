@@ -1,2 +1,3 @@
 """The code that runs inside every Kubeflow pipeline step (the pod), apart from the
-compile-time code in imgpipe.pipelines.kubeflow; the two share kfp_contract.py only."""
+compile-time code in imgpipe.pipelines.kubeflow; the two share only kfp_contract.py (the
+names they agree on) and tfx_patches.py (the patches of TFX's private code)."""

@@ -124,18 +124,17 @@ class KubeflowConfig:
             )
         if self.artifact_io not in ARTIFACT_IO_MODES:
             raise ValueError(
-                f"kubeflow.artifact_io must be one of {list(ARTIFACT_IO_MODES)}, "
-                f"got {self.artifact_io!r}"
+                f"artifact_io must be one of {list(ARTIFACT_IO_MODES)}, got {self.artifact_io!r}"
             )
         from imgpipe.pipelines.kubeflow.quantities import cpu_cores, memory_gb
 
         for component_id, resources in self.resources.items():
             for name in ("cpu_request", "cpu_limit"):
                 if getattr(resources, name):
-                    cpu_cores(getattr(resources, name), f"{component_id}.{name}")
+                    cpu_cores(getattr(resources, name), f"resources.{component_id}.{name}")
             for name in ("memory_request", "memory_limit"):
                 if getattr(resources, name):
-                    memory_gb(getattr(resources, name), f"{component_id}.{name}")
+                    memory_gb(getattr(resources, name), f"resources.{component_id}.{name}")
 
     def image_for(self, component_id: str) -> str:
         return self.images.get(component_id, self.images[DEFAULT_IMAGE_KEY])
