@@ -143,6 +143,10 @@ def test_keys_of_the_first_release_say_where_they_went(moved, where):
         ),
         ({"evaluator": {"accuracy_threshold": -1}}, r"evaluator\.accuracy_threshold must be"),
         (
+            {"kubeflow": {"images": {"Trainr": "registry/app:1"}}},
+            r"kubeflow: unknown component ids \['Trainr'\] in resources or images",
+        ),
+        (
             {"kubeflow": {"resources": {"Trainer": {"cpu_request": "lots"}}}},
             r"kubeflow\.resources\.Trainer\.cpu_request must look like",
         ),

@@ -180,21 +180,6 @@ def test_compile_refuses_json_output(tmp_path):
         compiler.compile_to_file(cfg.from_dict(TEST_SETTINGS), str(tmp_path / "p.json"))
 
 
-# ---- config ------------------------------------------------------------------------
-
-
-def test_config_round_trips_through_yaml_and_names_bad_keys(tmp_path):
-    config = cfg.from_dict(TEST_SETTINGS)
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(cfg.to_dict(config)))
-    assert cfg.load(str(path)) == config
-    path.write_text("trainer: {epochz: 3}\n")
-    with pytest.raises(ValueError, match=r"c\.yaml: unknown key\(s\) \['epochz'\] in trainer"):
-        cfg.load(str(path))
-    with pytest.raises(ValueError, match="unknown component ids"):
-        cfg.from_dict({"kubeflow": {"images": {"Trainr": "x"}}})
-
-
 # ---- submit and schedule through kfp.Client ------------------------------------------
 
 

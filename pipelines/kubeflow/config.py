@@ -119,7 +119,7 @@ class KubeflowConfig:
         unknown += sorted(set(self.images) - set(COMPONENT_IDS) - {DEFAULT_IMAGE_KEY})
         if unknown:
             raise ValueError(
-                f"unknown component ids {unknown} in kubeflow resources/images; "
+                f"unknown component ids {unknown} in resources or images; "
                 f"known: {list(COMPONENT_IDS)}"
             )
         if self.artifact_io not in ARTIFACT_IO_MODES:
