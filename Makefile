@@ -32,7 +32,7 @@ typecheck: env
 test: lint typecheck
 	$(call run_pytest,)
 
-# The unit tier alone: about a minute.
+# The unit tier alone: under half a minute once the environment exists.
 test-fast: env
 	$(call run_pytest,-m unit)
 
