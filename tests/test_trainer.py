@@ -489,35 +489,31 @@ def test_preempted_run_resumes_from_its_checkpoint(data, tmp_path, monkeypatch):
 
     original = task._callbacks
     monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Preempt()])
-    args = fn_args(
-        data,
-        str(tmp_path / "first"),
-        train_steps=16,
-        epochs=4,
-        checkpoint_dir=checkpoint_dir,
-        tensorboard_images=0,
-        early_stopping_patience=0,
-    )
+
+    # Both runs share the checkpoint folder, as a retried run would.
+    def run_args(out: str):
+        return fn_args(
+            data,
+            str(tmp_path / out),
+            train_steps=16,
+            epochs=4,
+            checkpoint_dir=checkpoint_dir,
+            tensorboard_images=0,
+            early_stopping_patience=0,
+        )
+
     with pytest.raises(_Preempted):
-        task.run_fn(args)
+        task.run_fn(run_args("first"))
     assert keras.mixed_precision.global_policy().name == "float32"
     assert os.path.exists(os.path.join(checkpoint_dir, "training_metadata.json"))
 
     monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Record()])
-    args = fn_args(
-        data,
-        str(tmp_path / "second"),
-        train_steps=16,
-        epochs=4,
-        checkpoint_dir=checkpoint_dir,
-        tensorboard_images=0,
-        early_stopping_patience=0,
-    )
-    task.run_fn(args)
+    second = run_args("second")
+    task.run_fn(second)
     assert seen["epochs"] == [2, 3]
     for restored, saved in zip(seen["start_weights"], saved_at_preemption, strict=True):
         np.testing.assert_array_equal(restored, saved)
-    assert os.path.exists(os.path.join(args.serving_model_dir, "saved_model.pb"))
+    assert os.path.exists(os.path.join(second.serving_model_dir, "saved_model.pb"))
 
 
 MIRRORED_SCRIPT = textwrap.dedent("""
