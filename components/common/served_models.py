@@ -1,0 +1,88 @@
+"""The serving directory's contract: what a pushed model holds, and which one is served.
+
+The Pusher copies a Trainer's serving model to <serving_dir>/<version>/, version being
+an integer (seconds since the epoch), and writes PUSH_COMPLETE_FILE last; a version
+folder without it is an interrupted push and is never read. The newest complete push
+is the champion: the model a new candidate must not be worse than (the Evaluator), the
+weights a warm start begins from (the Trainer), and the data the next run's statistics
+are compared with (drift, in ImageStatistics).
+
+Beside the SavedModel, a serving model holds in ASSETS_EXTRA_DIR:
+  labels.txt        class names in id order (layout.LABELS_TXT_FILE)
+  label_map.json    the same, as JSON (layout.LABEL_MAP_FILE)
+  image_stats.json  the ImageStatistics of the data it was trained on
+  model.weights.h5  the Keras weights, for a warm start
+No TensorFlow here beyond the file seam.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import posixpath
+
+from imgpipe.components.common import fileio, layout
+
+ASSETS_EXTRA_DIR = "assets.extra"
+WEIGHTS_FILE = "model.weights.h5"
+PUSH_COMPLETE_FILE = "PUSH_COMPLETE"
+
+
+@dataclasses.dataclass(frozen=True)
+class ServedModel:
+    """One complete push.
+
+    Attributes:
+      path: the version folder, a SavedModel.
+      version: its integer name.
+      labels: class names in id order.
+    """
+
+    path: str
+    version: int
+    labels: tuple[str, ...]
+
+    def asset(self, name: str) -> str:
+        return posixpath.join(self.path, ASSETS_EXTRA_DIR, name)
+
+    @property
+    def statistics_uri(self) -> str | None:
+        """The image_stats.json of its training data, or None for a model without it."""
+        path = self.asset(layout.IMAGE_STATS_FILE)
+        return path if fileio.exists(path) else None
+
+    @property
+    def weights_path(self) -> str | None:
+        path = self.asset(WEIGHTS_FILE)
+        return path if fileio.exists(path) else None
+
+
+def _versions(serving_dir: str) -> list[int]:
+    import tensorflow as tf
+
+    if not serving_dir or not tf.io.gfile.isdir(serving_dir):
+        return []
+    names = (name.rstrip("/") for name in tf.io.gfile.listdir(serving_dir))
+    return sorted((int(name) for name in names if name.isdigit()), reverse=True)
+
+
+def read_labels(model_dir: str) -> tuple[str, ...]:
+    """Class names of a serving model, from label_map.json or else labels.txt."""
+    extra = posixpath.join(model_dir, ASSETS_EXTRA_DIR)
+    label_map = posixpath.join(extra, layout.LABEL_MAP_FILE)
+    if fileio.exists(label_map):
+        with fileio.open_file(label_map, "r") as f:
+            return tuple(json.load(f)["labels"])
+    with fileio.open_file(posixpath.join(extra, layout.LABELS_TXT_FILE), "r") as f:
+        return tuple(line.rstrip("\n") for line in f)
+
+
+def latest(serving_dir: str | None) -> ServedModel | None:
+    """The newest complete push in serving_dir, or None when nothing was pushed yet."""
+    if not serving_dir:
+        return None
+    for version in _versions(serving_dir):
+        path = posixpath.join(serving_dir, str(version))
+        if fileio.exists(posixpath.join(path, PUSH_COMPLETE_FILE)):
+            return ServedModel(path=path, version=version, labels=read_labels(path))
+    return None
