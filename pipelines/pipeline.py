@@ -3,8 +3,12 @@
 ImageExampleGen -> StatisticsGen -> SchemaGen -> ExampleValidator -> ImageStatistics
 -> Trainer -> Evaluator -> Pusher. ImageStatistics reads ExampleValidator's anomalies,
 so a bad data set stops the run before any GPU time is spent. There is no resolver
-node: open-source KFP v2 cannot run TFX resolvers, and the Evaluator blesses by an
-absolute accuracy threshold instead of against a baseline model.
+node: open-source KFP v2 cannot run TFX resolvers, so the Evaluator finds the served
+champion in the serving directory itself, and ImagePusher publishes each push whole.
+
+Compiled for Kubeflow (parameterized=True), the data root, the epochs and the
+blessing tolerance are the pipeline's root parameters (RUNTIME_PARAMETERS), each with
+the config's value as its default, so one compiled package serves every run.
 """
 
 from __future__ import annotations
@@ -19,9 +23,46 @@ from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines.config import PipelineConfig
 
+# The root parameters of a compiled pipeline: name -> (type, where its default is in
+# the config).
+DATA_ROOT_PARAMETER = "data_root"
+EPOCHS_PARAMETER = "epochs"
+TOLERANCE_PARAMETER = "tolerance"
+RUNTIME_PARAMETERS: dict[str, tuple[type, str]] = {
+    DATA_ROOT_PARAMETER: (str, "data_root"),
+    EPOCHS_PARAMETER: (int, "trainer.epochs"),
+    TOLERANCE_PARAMETER: (float, "evaluator.tolerance"),
+}
 
-def create_components(config: PipelineConfig) -> list[base_node.BaseNode]:
-    """The pipeline's components in topological order, each named by its component id."""
+
+def _config_value(config: PipelineConfig, dotted: str) -> Any:
+    value: Any = config
+    for name in dotted.split("."):
+        value = getattr(value, name)
+    return value
+
+
+def runtime_parameters(config: PipelineConfig) -> dict[str, Any]:
+    """RUNTIME_PARAMETERS as TFX RuntimeParameters, the config's values as defaults."""
+    from tfx.orchestration import data_types
+
+    return {
+        name: data_types.RuntimeParameter(
+            name=name, ptype=ptype, default=ptype(_config_value(config, dotted))
+        )
+        for name, (ptype, dotted) in RUNTIME_PARAMETERS.items()
+    }
+
+
+def create_components(
+    config: PipelineConfig, parameterized: bool = False
+) -> list[base_node.BaseNode]:
+    """The pipeline's components in topological order, each named by its component id.
+
+    Args:
+      config: the validated configuration.
+      parameterized: make RUNTIME_PARAMETERS settable per run (Kubeflow).
+    """
     from tfx import v1 as tfx
     from tfx.proto import pusher_pb2
 
@@ -29,10 +70,12 @@ def create_components(config: PipelineConfig) -> list[base_node.BaseNode]:
     from imgpipe.components.image_example_gen.component import ImageExampleGen
     from imgpipe.components.image_statistics.component import ImageStatistics
     from imgpipe.components.image_statistics.tfdv_options import image_stats_options
+    from imgpipe.components.pusher.component import ImagePusher
     from imgpipe.components.trainer.component import ImageTrainer
 
+    parameters = runtime_parameters(config) if parameterized else {}
     example_gen = ImageExampleGen(
-        input_base=config.data_root,
+        input_base=parameters.get(DATA_ROOT_PARAMETER, config.data_root),
         image_options=config.example_gen.image,
         output_options=config.example_gen.output,
     ).with_id(ids.EXAMPLE_GEN)
@@ -52,7 +95,7 @@ def create_components(config: PipelineConfig) -> list[base_node.BaseNode]:
     image_statistics = ImageStatistics(
         examples=examples,
         anomalies=example_validator.outputs[keys.ANOMALIES_KEY],
-        image_size=config.trainer.image_size,
+        image_size=config.trainer.input_size,
         crop_fraction=config.trainer.crop_fraction or DEFAULT_CROP_FRACTION,
         config=config.statistics,
     ).with_id(ids.IMAGE_STATISTICS)
@@ -60,13 +103,17 @@ def create_components(config: PipelineConfig) -> list[base_node.BaseNode]:
         examples=examples,
         image_statistics=image_statistics.outputs[keys.STATISTICS_KEY],
         config=config.trainer,
+        serving_dir=config.serving_dir,
+        epochs=parameters.get(EPOCHS_PARAMETER),
     ).with_id(ids.TRAINER)
     evaluator = ImageEvaluator(
         examples=examples,
         model=trainer.outputs[keys.MODEL_KEY],
         config=config.evaluator,
+        serving_dir=config.serving_dir,
+        tolerance=parameters.get(TOLERANCE_PARAMETER),
     ).with_id(ids.EVALUATOR)
-    pusher = tfx.components.Pusher(
+    pusher = ImagePusher(
         model=trainer.outputs[keys.MODEL_KEY],
         model_blessing=evaluator.outputs[keys.BLESSING_KEY],
         push_destination=pusher_pb2.PushDestination(

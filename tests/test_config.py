@@ -51,7 +51,7 @@ CHANGED = {
         "crop_fraction": 0.9,
         "train_steps": 40,
     },
-    "evaluator": {"accuracy_threshold": 0.6},
+    "evaluator": {"accuracy_threshold": 0.6, "tolerance": 0.03, "min_class_examples": 7},
 }
 
 
@@ -62,6 +62,7 @@ def _components(config: cfg.PipelineConfig) -> dict:
 
 
 def test_every_setting_of_every_section_reaches_its_component():
+    from imgpipe.components.evaluator import spec as evaluator_spec
     from imgpipe.components.image_example_gen import spec as gen_spec
     from imgpipe.components.image_statistics import spec as stats_spec
     from imgpipe.components.trainer import spec as trainer_spec
@@ -86,10 +87,17 @@ def test_every_setting_of_every_section_reaches_its_component():
     assert json.loads(trainer[trainer_spec.CUSTOM_CONFIG_KEY]) == config_loader.to_dict(
         config.trainer
     )
-    assert json.loads(trainer[trainer_spec.TRAIN_ARGS_KEY]) == {"num_steps": 40}
-    eval_config = json.loads(components[ids.EVALUATOR].exec_properties["eval_config"])
-    threshold = eval_config["metrics_specs"][0]["metrics"][0]["per_slice_thresholds"][0]
-    assert threshold["threshold"]["value_threshold"]["lower_bound"] == 0.6
+    assert json.loads(trainer[trainer_spec.TRAIN_ARGS_KEY]) == {
+        "num_steps": 40,
+        "splits": ["train"],
+    }
+    assert trainer[trainer_spec.SERVING_DIR_KEY] == config.serving_dir
+    evaluator = components[ids.EVALUATOR].exec_properties
+    assert json.loads(evaluator[evaluator_spec.EVALUATOR_CONFIG_KEY]) == config_loader.to_dict(
+        config.evaluator
+    )
+    assert evaluator[evaluator_spec.TOLERANCE_KEY] == 0.03
+    assert evaluator[evaluator_spec.SERVING_DIR_KEY] == config.serving_dir
     # ...and each changed value is in the config the loader built.
     assert config.statistics.fail_on_anomalies is False
     assert config.trainer.weights == "/w/notop.h5"
@@ -238,7 +246,7 @@ def test_the_cli_takes_its_defaults_from_the_types():
         defaults.min_supported_fraction,
         defaults.fail_on_anomalies,
     )
-    assert stats_args.image_size == TrainerConfig().image_size
+    assert stats_args.image_size == TrainerConfig().input_size
 
 
 def test_the_loader_coerces_yaml_scalars_and_checks_shapes():

@@ -3,6 +3,7 @@ learning, checkpoint resume and MirroredStrategy, on small generated images."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import shutil
@@ -443,7 +444,7 @@ def test_run_fn_learns_separable_classes(data, tmp_path):
     assert accuracy > 0.9, accuracy
     assert keras.mixed_precision.global_policy().name == "float32"
     if task.tensorboard_available():
-        assert glob.glob(os.path.join(args.model_run_dir, "train", "events.out.*"))
+        assert glob.glob(os.path.join(args.model_run_dir, "full", "train", "events.out.*"))
         assert glob.glob(os.path.join(args.model_run_dir, task.SAMPLES_SUBDIR, "events.*"))
     # The backup is removed once training completes.
     assert not os.path.exists(os.path.join(args.model_run_dir, task.BACKUP_SUBDIR))
@@ -505,7 +506,7 @@ def test_preempted_run_resumes_from_its_checkpoint(data, tmp_path, monkeypatch):
     with pytest.raises(_Preempted):
         task.run_fn(run_args("first"))
     assert keras.mixed_precision.global_policy().name == "float32"
-    assert os.path.exists(os.path.join(checkpoint_dir, "training_metadata.json"))
+    assert os.path.exists(os.path.join(checkpoint_dir, "full", "training_metadata.json"))
 
     monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Record()])
     second = run_args("second")
@@ -560,3 +561,171 @@ def test_mirrored_strategy_on_two_logical_cpus(data, tmp_path):
     assert "Trainer devices: mirrored" in result.stderr
     assert "assert_cardinality` transformation is currently not handled" not in result.stderr
     assert os.path.exists(os.path.join(out, "Format-Serving", "saved_model.pb"))
+
+
+# --- defaults, fine-tuning and warm start ----------------------------------------------
+
+
+@pytest.mark.unit
+def test_auto_backbone_and_size_follow_the_weights():
+    scratch = TrainerConfig().resolved()
+    assert (scratch.backbone, scratch.image_size) == ("tiny_cnn", 128)
+    pretrained = TrainerConfig(weights="imagenet").resolved()
+    assert (pretrained.backbone, pretrained.image_size) == ("mobilenet_v3_small", 224)
+    assert TrainerConfig(backbone="resnet50", image_size=160).resolved().image_size == 160
+    with pytest.raises(ValueError, match="tiny_cnn has no ImageNet weights"):
+        TrainerConfig(backbone="tiny_cnn", weights="imagenet").validate()
+
+
+@pytest.mark.unit
+def test_min_train_steps_adds_epochs_to_a_small_data_set():
+    assert task._schedule(None, 240, 32, 5, min_steps=300) == (7, 43)
+    assert task._schedule(None, 24_000, 32, 5, min_steps=300) == (750, 5)
+    assert task._schedule(40, 240, 32, 5, min_steps=300) == (8, 5)  # train_steps rules
+
+
+@pytest.mark.unit
+def test_phases_fine_tune_a_pretrained_backbone():
+    from imgpipe.components.trainer import warm_start
+
+    off = warm_start.WarmStart(warm_start.OFF, "")
+    scratch = task.plan_phases(TrainerConfig(learning_rate=0.01), 6, off)
+    assert [(p.name, p.epochs, p.peak_learning_rate, p.backbone_trainable) for p in scratch] == [
+        ("full", 6, 0.01, True)
+    ]
+    tuned = task.plan_phases(TrainerConfig(weights="imagenet", learning_rate=0.01), 6, off)
+    assert [(p.name, p.epochs, p.backbone_trainable) for p in tuned] == [
+        ("head", 2, False),
+        ("full", 4, True),
+    ]
+    assert tuned[0].peak_learning_rate == 0.01
+    assert tuned[1].peak_learning_rate == pytest.approx(0.001)
+    # A warm start with the champion's head skips the head phase.
+    full = warm_start.WarmStart(warm_start.FULL, "")
+    assert [p.name for p in task.plan_phases(TrainerConfig(), 6, full)] == ["full"]
+    fresh_head = warm_start.WarmStart(warm_start.BACKBONE_ONLY, "")
+    assert [p.name for p in task.plan_phases(TrainerConfig(), 6, fresh_head)] == ["head", "full"]
+
+
+def _push(model, serving: str, labels, version: int, stats: str | None = None) -> str:
+    from imgpipe.components.common import served_models
+
+    path = os.path.join(serving, str(version))
+    export.export_serving_model(model, path, labels, SIZE, 0.875, statistics_uri=stats)
+    with open(os.path.join(path, served_models.PUSH_COMPLETE_FILE), "w") as f:
+        f.write("test")
+    return path
+
+
+@pytest.mark.component
+def test_warm_start_takes_what_fits_from_the_champion(tmp_path, data):
+    from imgpipe.components.common import served_models
+    from imgpipe.components.trainer import warm_start
+
+    config = TrainerConfig(backbone="tiny_cnn", image_size=SIZE, warm_start=True)
+    labels = list(th.CLASSES)
+    champion = model_lib.build_model(dataclasses.replace(config, seed=1), 3, (MEAN, STD))
+    serving = str(tmp_path / "serving")
+    pushed = _push(champion, serving, labels, 100, stats=data["stats"])
+    extra = os.path.join(pushed, served_models.ASSETS_EXTRA_DIR)
+    assert sorted(os.listdir(extra)) == [
+        "image_stats.json",
+        "label_map.json",
+        "labels.txt",
+        "model.weights.h5",
+        "weight_shapes.json",
+    ]
+
+    def weights(model):
+        return [w.numpy() for w in model.weights]
+
+    same = model_lib.build_model(config, 3, (MEAN, STD))
+    outcome = warm_start.apply(same, config, labels, serving, (MEAN, STD))
+    assert outcome.status == warm_start.FULL and pushed in outcome.note
+    for a, b in zip(weights(champion), weights(same), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    four = model_lib.build_model(config, 4, (MEAN, STD))
+    outcome = warm_start.apply(four, config, labels + ["new"], serving, (MEAN, STD))
+    assert outcome.status == warm_start.BACKBONE_ONLY and "fresh head" in outcome.note
+    np.testing.assert_array_equal(
+        weights(model_lib.backbone_of(champion))[0], weights(model_lib.backbone_of(four))[0]
+    )
+    assert four.get_layer("probabilities").get_weights()[0].shape[-1] == 4
+
+    wider = dataclasses.replace(config, backbone="mobilenet_v3_small")
+    other = model_lib.build_model(wider, 3, (MEAN, STD))
+    outcome = warm_start.apply(other, wider, labels, serving, (MEAN, STD))
+    assert outcome.status == warm_start.FRESH
+    assert "does not fit this model (another architecture)" in outcome.note
+    outcome = warm_start.apply(same, config, labels, str(tmp_path / "empty"), (MEAN, STD))
+    assert outcome.status == warm_start.FRESH and "no champion" in outcome.note
+
+
+@pytest.mark.component
+def test_run_fn_fine_tunes_from_a_weights_file_then_warm_starts(data, tmp_path, monkeypatch):
+    """Weights given: a head phase on a frozen backbone, then the whole model at a tenth
+    of the rate. The second run warm-starts from the first one's push."""
+    from imgpipe.components.trainer import summary
+
+    source = model_lib.BACKBONES["tiny_cnn"]((SIZE, SIZE, 3), None, TrainerConfig())
+    weights_file = str(tmp_path / "tiny.weights.h5")
+    source.save_weights(weights_file)
+    backbone_at: dict[str, list] = {}
+
+    class Watch(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.start = [w.numpy() for w in model_lib.backbone_of(self.model).weights]
+
+        def on_train_end(self, logs=None):
+            end = [w.numpy() for w in model_lib.backbone_of(self.model).weights]
+            phase = "head" if not model_lib.backbone_of(self.model).trainable else "full"
+            backbone_at[phase] = [self.start, end]
+
+    original = task._callbacks
+    monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Watch()])
+    args = fn_args(
+        data,
+        str(tmp_path / "one"),
+        24,
+        epochs=3,
+        weights=weights_file,
+        frozen_epochs=1,
+        tensorboard_images=0,
+        early_stopping_patience=0,
+    )
+    task.run_fn(args)
+    trained = summary.read_if_present(args.model_run_dir)
+    assert [(p.name, p.epochs_run, p.backbone_trainable) for p in trained.phases] == [
+        ("head", 1, False),
+        ("full", 2, True),
+    ]
+    assert trained.phases[1].peak_learning_rate == pytest.approx(0.001)
+    assert trained.warm_start == "off"
+    start, end = backbone_at["head"]  # the frozen phase left the backbone as loaded
+    for a, b in zip(start, end, strict=True):
+        np.testing.assert_array_equal(a, b)
+    start, end = backbone_at["full"]
+    assert any(not np.array_equal(a, b) for a, b in zip(start, end, strict=True))
+
+    serving = str(tmp_path / "serving")
+    pushed = _push_dir(args.serving_model_dir, serving)
+    second = fn_args(
+        data,
+        str(tmp_path / "two"),
+        8,
+        epochs=1,
+        warm_start=True,
+        serving_dir=serving,
+        tensorboard_images=0,
+    )
+    task.run_fn(second)
+    warm = summary.read_if_present(second.model_run_dir)
+    assert warm.warm_start == "full" and pushed in warm.warm_start_note
+    assert [p.name for p in warm.phases] == ["full"]
+
+
+def _push_dir(model_dir: str, serving: str) -> str:
+    from imgpipe.components.pusher.executor import publish
+
+    return publish(model_dir, serving)

@@ -12,6 +12,8 @@ Beside the SavedModel, a serving model holds in ASSETS_EXTRA_DIR:
   label_map.json    the same, as JSON (layout.LABEL_MAP_FILE)
   image_stats.json  the ImageStatistics of the data it was trained on
   model.weights.h5  the Keras weights, for a warm start
+  weight_shapes.json  the shape of each of those weights, in order: a warm start loads
+                    them only into a model of the same architecture
 No TensorFlow here beyond the file seam.
 """
 
@@ -25,6 +27,7 @@ from imgpipe.components.common import fileio, layout
 
 ASSETS_EXTRA_DIR = "assets.extra"
 WEIGHTS_FILE = "model.weights.h5"
+WEIGHT_SHAPES_FILE = "weight_shapes.json"
 PUSH_COMPLETE_FILE = "PUSH_COMPLETE"
 
 
@@ -55,6 +58,13 @@ class ServedModel:
     def weights_path(self) -> str | None:
         path = self.asset(WEIGHTS_FILE)
         return path if fileio.exists(path) else None
+
+    def weight_shapes(self) -> list[list[int]] | None:
+        path = self.asset(WEIGHT_SHAPES_FILE)
+        if not fileio.exists(path):
+            return None
+        with fileio.open_file(path, "r") as f:
+            return json.load(f)["shapes"]
 
 
 def _versions(serving_dir: str) -> list[int]:

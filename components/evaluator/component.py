@@ -1,86 +1,74 @@
-"""ImageEvaluator: TFX's stock Evaluator with the classifier's EvalConfig.
+"""ImageEvaluator: blesses a candidate model against the served champion.
 
-TFMA 0.52 evaluates the Keras 3 SavedModel through its `serving_examples` signature
-(serialized tf.Examples in, probabilities out): accuracy overall and per true class (a
-slice on the label feature), plus a blessing when overall accuracy reaches the threshold.
-Its `blessing` output is the standard ModelBlessing TFX's Pusher checks.
+Open-source KFP v2 cannot run TFX resolvers, so the champion is not an input channel:
+the executor finds the newest complete push in the serving directory itself
+(components/common/served_models.py), evaluates both models' `serving_examples`
+signatures on the same eval split, and decides by the rules in config.py. Its
+`blessing` output is the standard ModelBlessing TFX's Pusher checks; `evaluation`
+holds evaluation.json (evaluation.py) with both models' metrics and the decision.
 """
 
 from __future__ import annotations
 
-from tensorflow_model_analysis.proto import config_pb2
 from tfx import types
-from tfx.components import Evaluator
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.orchestration import data_types
+from tfx.types import standard_artifacts
 
-from imgpipe.components.common.features import LABEL_KEY
+from imgpipe.components.common import config_loader
 from imgpipe.components.common.layout import EVAL_SPLIT
-from imgpipe.components.common.serving import PROBABILITIES, SERVING_EXAMPLES
+from imgpipe.components.evaluator import spec
 from imgpipe.components.evaluator.config import EvaluatorConfig
-
-ACCURACY_METRIC = "SparseCategoricalAccuracy"
-ACCURACY_NAME = "sparse_categorical_accuracy"
-EXAMPLE_COUNT_METRIC = "ExampleCount"
+from imgpipe.components.evaluator.executor import Executor
 
 
-def eval_config(
-    config: EvaluatorConfig | None = None, label_key: str = LABEL_KEY
-) -> config_pb2.EvalConfig:
-    """Accuracy overall and per class; blessed when overall accuracy >= the threshold.
-
-    Args:
-      config: the blessing rules.
-      label_key: the label feature, also the per-class slicing key.
-    """
-    config = config or EvaluatorConfig()
-    config.validate()
-    accuracy_threshold = config.accuracy_threshold
-    overall = config_pb2.SlicingSpec()
-    per_class = config_pb2.SlicingSpec(feature_keys=[label_key])
-    accuracy = config_pb2.MetricConfig(
-        class_name=ACCURACY_METRIC,
-        per_slice_thresholds=[
-            config_pb2.PerSliceMetricThreshold(
-                slicing_specs=[overall],
-                threshold=config_pb2.MetricThreshold(
-                    value_threshold=config_pb2.GenericValueThreshold(
-                        lower_bound={"value": accuracy_threshold}
-                    )
-                ),
-            )
-        ],
-    )
-    return config_pb2.EvalConfig(
-        model_specs=[
-            config_pb2.ModelSpec(
-                signature_name=SERVING_EXAMPLES, label_key=label_key, prediction_key=PROBABILITIES
-            )
-        ],
-        slicing_specs=[overall, per_class],
-        metrics_specs=[
-            config_pb2.MetricsSpec(
-                metrics=[accuracy, config_pb2.MetricConfig(class_name=EXAMPLE_COUNT_METRIC)]
-            )
-        ],
-    )
-
-
-def ImageEvaluator(  # noqa: N802 - reads as the component it builds
-    examples: types.BaseChannel,
-    model: types.BaseChannel,
-    config: EvaluatorConfig | None = None,
-    example_splits: list[str] | None = None,
-) -> Evaluator:
-    """TFX's Evaluator over the eval split; outputs `evaluation` and `blessing`.
+class ImageEvaluator(base_component.BaseComponent):
+    """Evaluates `model` on the eval split of `examples`, beside the served champion.
 
     Example:
       evaluator = ImageEvaluator(gen.outputs["examples"], trainer.outputs["model"],
-                                 EvaluatorConfig(accuracy_threshold=0.8))
+                                 EvaluatorConfig(tolerance=0.02), serving_dir="/srv/models")
       Pusher(model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
              push_destination=...)
     """
-    return Evaluator(
-        examples=examples,
-        model=model,
-        example_splits=example_splits or [EVAL_SPLIT],
-        eval_config=eval_config(config),
-    )
+
+    SPEC_CLASS = spec.ImageEvaluatorSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
+
+    def __init__(
+        self,
+        examples: types.BaseChannel,
+        model: types.BaseChannel,
+        config: EvaluatorConfig | None = None,
+        serving_dir: str | data_types.RuntimeParameter = "",
+        eval_split: str = EVAL_SPLIT,
+        tolerance: float | data_types.RuntimeParameter | None = None,
+    ):
+        """Args:
+          examples: ImageExampleGen's `Examples` channel.
+          model: the Trainer's `model` channel: the candidate.
+          config: the blessing rules.
+          serving_dir: where the Pusher pushes; its newest complete push is the
+            champion. Empty applies the floor alone.
+          eval_split: the split both models are evaluated on.
+          tolerance: overrides config.tolerance (a Kubeflow runtime parameter).
+
+        Raises:
+          ValueError: a bad setting, named.
+        """
+        config = config or EvaluatorConfig()
+        config.validate()
+        super().__init__(
+            spec=spec.ImageEvaluatorSpec(
+                **{
+                    spec.EXAMPLES_KEY: examples,
+                    spec.MODEL_KEY: model,
+                    spec.EVALUATOR_CONFIG_KEY: config_loader.to_json(config),
+                    spec.TOLERANCE_KEY: config.tolerance if tolerance is None else tolerance,
+                    spec.SERVING_DIR_KEY: serving_dir,
+                    spec.EVAL_SPLIT_KEY: eval_split,
+                    spec.EVALUATION_KEY: types.Channel(type=standard_artifacts.ModelEvaluation),
+                    spec.BLESSING_KEY: types.Channel(type=standard_artifacts.ModelBlessing),
+                }
+            )
+        )

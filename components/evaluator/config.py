@@ -1,4 +1,14 @@
-"""The Evaluator's settings: the rules that bless a model for the Pusher."""
+"""The Evaluator's settings: the rules that bless a model for the Pusher.
+
+A candidate is blessed when it passes the floor and, when a comparable champion is
+served, is not worse than the champion (components/evaluator/blessing.py):
+  floor: accuracy >= accuracy_threshold, and clearly above the majority-class rate of
+    the eval split (by majority_margin, and by a one-sided binomial test at
+    significance), and it predicts more than one class;
+  champion: overall accuracy at most `tolerance` below the champion's on the same
+    eval split, and each class with at least min_class_examples eval images at most
+    class_tolerance below the champion's recall of that class.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +21,38 @@ class EvaluatorConfig:
 
     Attributes:
       accuracy_threshold: the lowest overall eval accuracy (0..1) that blesses a model.
+      majority_margin: how far above the majority-class rate of the eval split the
+        accuracy must be (always predicting the largest class scores that rate).
+      significance: the accuracy must also beat the majority-class rate in a one-sided
+        binomial test at this level, so a small eval split cannot bless by luck; 0
+        turns the test off.
+      tolerance: how far (0..1) the overall accuracy may fall below the champion's.
+      class_tolerance: how far a class's recall may fall below the champion's.
+      min_class_examples: classes with fewer eval images are not compared one by one
+        (their recall is too noisy); they still count overall.
+      compare_with_champion: compare with the newest push in the serving directory;
+        false applies the floor alone.
     """
 
     accuracy_threshold: float = 0.0
+    majority_margin: float = 0.05
+    significance: float = 0.01
+    tolerance: float = 0.01
+    class_tolerance: float = 0.05
+    min_class_examples: int = 20
+    compare_with_champion: bool = True
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
-        if not 0.0 <= self.accuracy_threshold <= 1.0:
-            raise ValueError(f"accuracy_threshold must be in [0, 1], got {self.accuracy_threshold}")
+        for name in ("accuracy_threshold", "majority_margin", "tolerance", "class_tolerance"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if not 0.0 <= self.significance < 0.5:
+            raise ValueError(
+                f"significance must be in [0, 0.5) (0 turns the test off), got {self.significance}"
+            )
+        if self.min_class_examples < 1:
+            raise ValueError(
+                f"min_class_examples must be at least 1, got {self.min_class_examples}"
+            )

@@ -23,13 +23,28 @@ PRECISION_AUTO = "auto"
 PRECISION_ON = "on"
 PRECISION_OFF = "off"
 
-# Backbone names; components/trainer/model.py builds each of them.
+# Backbone names; components/trainer/model.py builds each of them. AUTO is
+# MobileNetV3Small when weights are given and tiny_cnn, which learns from scratch on a
+# CPU in minutes, when they are not.
+AUTO = "auto"
 MOBILENET_V3_SMALL = "mobilenet_v3_small"
 EFFICIENTNET_V2_B0 = "efficientnet_v2_b0"
 EFFICIENTNET_V2_S = "efficientnet_v2_s"
 RESNET50 = "resnet50"
 TINY_CNN = "tiny_cnn"
 BACKBONE_NAMES = (MOBILENET_V3_SMALL, EFFICIENTNET_V2_B0, EFFICIENTNET_V2_S, RESNET50, TINY_CNN)
+PRETRAINED_BACKBONE = MOBILENET_V3_SMALL
+SCRATCH_BACKBONE = TINY_CNN
+# The input side of AUTO image_size: the pretrained backbones' own, and a smaller one
+# for tiny_cnn, whose three blocks see no more at 224 pixels and train 3x slower there.
+SCRATCH_IMAGE_SIZE = 128
+
+# `weights: imagenet` lets keras.applications download the ImageNet weights.
+IMAGENET = "imagenet"
+
+# Set by the ImageTrainer executor, not by users: the serving directory (warm start).
+SERVING_DIR_KEY = "serving_dir"
+EXECUTOR_KEYS = (IMAGE_STATISTICS_URI_KEY, SERVING_DIR_KEY)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,14 +52,26 @@ class TrainerConfig:
     """Everything the Trainer can be told.
 
     Attributes:
-      backbone: one of BACKBONE_NAMES (mobilenet_v3_small, efficientnet_v2_b0,
-        efficientnet_v2_s, resnet50, tiny_cnn).
-      weights: a local or gs:// notop weights file for the backbone; None trains from
-        scratch. Nothing is ever downloaded.
+      backbone: `auto` or one of BACKBONE_NAMES (mobilenet_v3_small,
+        efficientnet_v2_b0, efficientnet_v2_s, resnet50, tiny_cnn). `auto` is
+        mobilenet_v3_small with weights and tiny_cnn without.
+      weights: the backbone's starting weights: `imagenet` (downloaded by Keras; needs
+        network access), a local or gs:// notop weights file, or None to train from
+        scratch. With weights, training fine-tunes: frozen_epochs on a frozen backbone,
+        then the whole model at learning_rate x fine_tune_rate.
+      frozen_epochs: with weights, epochs that train the head alone first.
+      fine_tune_rate: with weights, the factor on learning_rate once the backbone is
+        unfrozen.
+      warm_start: start from the served champion's weights (the newest push in the
+        serving directory) when its labels and architecture match; with other labels
+        the backbone is kept and the head starts afresh.
       width_multiplier: MobileNet's alpha.
-      image_size: the model's input side in pixels.
+      image_size: the model's input side in pixels; None is the backbone's own
+        (224, or SCRATCH_IMAGE_SIZE for tiny_cnn).
       batch_size: batch size per replica (the global batch is this x replicas).
       epochs: epochs of fit(); train_steps, when set, is spread over them.
+      min_train_steps: without train_steps, epochs are added until training takes at
+        least this many steps, so a small data set still trains long enough to learn.
       train_steps: TFX TrainArgs.num_steps, the total training steps; None lets the
         epochs and the split's size decide.
       eval_steps: TFX EvalArgs.num_steps; None evaluates the whole eval split.
@@ -77,12 +104,16 @@ class TrainerConfig:
         statistics were computed with.
     """
 
-    backbone: str = MOBILENET_V3_SMALL
+    backbone: str = AUTO
     weights: str | None = None
+    frozen_epochs: int = 2
+    fine_tune_rate: float = 0.1
+    warm_start: bool = False
     width_multiplier: float = 1.0
-    image_size: int = model_input.DEFAULT_IMAGE_SIZE
+    image_size: int | None = None
     batch_size: int = 32
     epochs: int = 5
+    min_train_steps: int = 300
     train_steps: int | None = None
     eval_steps: int | None = None
     learning_rate: float = 1e-3
@@ -108,15 +139,29 @@ class TrainerConfig:
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
-        if self.backbone not in BACKBONE_NAMES:
+        if self.backbone != AUTO and self.backbone not in BACKBONE_NAMES:
             raise ValueError(
-                f"backbone {self.backbone!r} is unknown; choose one of {sorted(BACKBONE_NAMES)}"
+                f"backbone {self.backbone!r} is unknown; choose auto or one of "
+                f"{sorted(BACKBONE_NAMES)}"
             )
-        for name in ("image_size", "batch_size", "epochs"):
+        if self.weights == IMAGENET and self.backbone == TINY_CNN:
+            raise ValueError(
+                "weights: imagenet needs a keras.applications backbone; tiny_cnn has no "
+                "ImageNet weights (set backbone: auto or mobilenet_v3_small)"
+            )
+        for name in ("batch_size", "epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.image_size < 32:
-            raise ValueError(f"image_size must be at least 32, got {self.image_size}")
+        if self.image_size is not None and self.image_size < 32:
+            raise ValueError(
+                f"image_size must be None (auto) or at least 32, got {self.image_size}"
+            )
+        if self.min_train_steps < 0:
+            raise ValueError(f"min_train_steps must be 0 or more, got {self.min_train_steps}")
+        if self.frozen_epochs < 0:
+            raise ValueError(f"frozen_epochs must be 0 or more, got {self.frozen_epochs}")
+        if not 0.0 < self.fine_tune_rate <= 1.0:
+            raise ValueError(f"fine_tune_rate must be in (0, 1], got {self.fine_tune_rate}")
         for name in ("train_steps", "eval_steps"):
             steps = getattr(self, name)
             if steps is not None and steps < 1:
@@ -156,6 +201,25 @@ class TrainerConfig:
     def feature_key_map(self) -> features.FeatureKeyMap:
         return features.KEY_MAPS[self.key_map]
 
+    def resolved(self) -> TrainerConfig:
+        """The config with `auto` backbone and image size made concrete."""
+        backbone = self.backbone
+        if backbone == AUTO:
+            backbone = PRETRAINED_BACKBONE if self.weights else SCRATCH_BACKBONE
+        image_size = self.image_size
+        if image_size is None:
+            image_size = (
+                SCRATCH_IMAGE_SIZE if backbone == TINY_CNN else model_input.DEFAULT_IMAGE_SIZE
+            )
+        return dataclasses.replace(self, backbone=backbone, image_size=image_size)
+
+    @property
+    def input_size(self) -> int:
+        """The model's input side in pixels, `auto` resolved."""
+        size = self.resolved().image_size
+        assert size is not None
+        return size
+
 
 def to_custom_config(config: TrainerConfig) -> dict[str, Any]:
     """The config as TFX's custom_config dict (JSON types)."""
@@ -168,5 +232,5 @@ def from_custom_config(custom_config: dict[str, Any] | None) -> TrainerConfig:
     Raises:
       ValueError: an unknown key or an invalid value.
     """
-    values = {k: v for k, v in (custom_config or {}).items() if k != IMAGE_STATISTICS_URI_KEY}
+    values = {k: v for k, v in (custom_config or {}).items() if k not in EXECUTOR_KEYS}
     return config_loader.from_dict(TrainerConfig, values)

@@ -7,13 +7,15 @@ components/common/serving.py. The preprocessing inside is
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from collections.abc import Sequence
 
 import keras
 import tensorflow as tf
 
-from imgpipe.components.common import layout
+from imgpipe.components.common import fileio, layout, served_models
 from imgpipe.components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
 from imgpipe.components.common.serving import (
     CLASS_NAMES,
@@ -27,6 +29,11 @@ from imgpipe.components.common.serving import (
 from imgpipe.components.trainer import input as input_lib
 
 
+def weight_shapes(model: keras.Model) -> list[list[int]]:
+    """The shape of every weight, in order: the architecture a warm start must match."""
+    return [[int(d) for d in w.shape] for w in model.weights]
+
+
 def export_serving_model(
     model: keras.Model,
     export_dir: str,
@@ -35,8 +42,11 @@ def export_serving_model(
     crop_fraction: float,
     host_normalization: tuple[Sequence[float], Sequence[float]] | None = None,
     key_map: FeatureKeyMap = DEFAULT_KEY_MAP,
+    statistics_uri: str | None = None,
 ) -> str:
-    """Writes the SavedModel (and labels.txt under assets.extra/) to `export_dir`.
+    """Writes the SavedModel to `export_dir`, with served_models.py's assets.extra/:
+    the labels, the Keras weights (for a warm start) and the training data's
+    image_stats.json (for drift).
 
     Args:
       model: the trained classifier.
@@ -47,6 +57,7 @@ def export_serving_model(
       host_normalization: (mean, std) when the model expects normalized float32 input;
         None when it normalizes uint8 input itself.
       key_map: the feature layout serving_examples parses.
+      statistics_uri: the ImageStatistics artifact of the training data, if any.
     """
     class_names = tf.constant(list(labels), tf.string)
 
@@ -84,8 +95,26 @@ def export_serving_model(
         input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)],
     )
     archive.write_out(export_dir, verbose=False)
-    extra = os.path.join(export_dir, "assets.extra")
+    extra = os.path.join(export_dir, served_models.ASSETS_EXTRA_DIR)
     tf.io.gfile.makedirs(extra)
     with tf.io.gfile.GFile(os.path.join(extra, layout.LABELS_TXT_FILE), "w") as f:
         f.write("".join(f"{label}\n" for label in labels))
+    fileio.write_text(
+        os.path.join(extra, layout.LABEL_MAP_FILE),
+        json.dumps({"labels": list(labels), "version": 1}, indent=2, sort_keys=True) + "\n",
+    )
+    fileio.write_text(
+        os.path.join(extra, served_models.WEIGHT_SHAPES_FILE),
+        json.dumps({"shapes": weight_shapes(model)}) + "\n",
+    )
+    with tempfile.TemporaryDirectory(prefix="imgpipe-export-") as local_dir:
+        local = os.path.join(local_dir, served_models.WEIGHTS_FILE)
+        model.save_weights(local)
+        tf.io.gfile.copy(local, os.path.join(extra, served_models.WEIGHTS_FILE), overwrite=True)
+    if statistics_uri:
+        tf.io.gfile.copy(
+            os.path.join(statistics_uri, layout.IMAGE_STATS_FILE),
+            os.path.join(extra, layout.IMAGE_STATS_FILE),
+            overwrite=True,
+        )
     return export_dir

@@ -1,6 +1,7 @@
 """The classifier: normalization, a keras.applications backbone, a head sized from the labels.
 
-Backbones are built with `weights=None` or a local weights file: nothing is downloaded.
+Backbones are built with `weights=None`, a local weights file, or `imagenet` (which
+keras.applications downloads). A warm start loads the served champion's weights.
 """
 
 from __future__ import annotations
@@ -106,8 +107,8 @@ class Standardize(keras.layers.Layer):
 
 def _local_weights(path: str | None) -> str | None:
     """A local copy of a weights file (keras.applications reads local files only)."""
-    if not path:
-        return None
+    if not path or path == config_lib.IMAGENET:
+        return path
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(f"backbone weights file {path} does not exist")
     if os.path.exists(path):
@@ -136,7 +137,8 @@ def build_model(
     """
     if num_classes < 2:
         raise ValueError(f"a classifier needs at least 2 classes, got {num_classes}")
-    shape = (config.image_size, config.image_size, 3)
+    config = config.resolved()
+    shape = (config.input_size, config.input_size, 3)
     keras.utils.set_random_seed(config.seed)
     inputs = keras.Input(shape, dtype="uint8" if normalization else "float32", name=INPUT_NAME)
     x = Standardize(*normalization, name="standardize")(inputs) if normalization else inputs
@@ -148,6 +150,49 @@ def build_model(
         num_classes, activation="softmax", dtype="float32", name=PROBABILITIES
     )(x)
     return keras.Model(inputs, outputs, name=f"{config.backbone}_classifier")
+
+
+def backbone_of(model: keras.Model) -> keras.Model:
+    """The backbone inside a classifier from build_model."""
+    for layer in model.layers:
+        if isinstance(layer, keras.Model):
+            return layer
+    raise ValueError(f"{model.name} has no backbone model inside")
+
+
+def load_weights_file(model: keras.Model, path: str) -> None:
+    """Loads a .weights.h5 file from any filesystem (Keras reads local files only)."""
+    if os.path.exists(path):
+        model.load_weights(path)
+        return
+    with tempfile.TemporaryDirectory(prefix="imgpipe-weights-") as local_dir:
+        local = os.path.join(local_dir, os.path.basename(path))
+        tf.io.gfile.copy(path, local)
+        model.load_weights(local)
+
+
+def transfer_weights(source: keras.Model, target: keras.Model, include_head: bool) -> int:
+    """Copies weights layer by layer between two classifiers of one architecture; the
+    head (PROBABILITIES) only with include_head. Returns the layers copied.
+
+    Raises:
+      ValueError: the architectures differ (layer count or a weight shape).
+    """
+    if len(source.layers) != len(target.layers):
+        raise ValueError(f"{len(source.layers)} layers vs {len(target.layers)}")
+    copied = 0
+    for theirs, ours in zip(source.layers, target.layers, strict=True):
+        if ours.name == PROBABILITIES and not include_head:
+            continue
+        weights = theirs.get_weights()
+        shapes = [w.shape for w in weights]
+        expected = [tuple(w.shape) for w in ours.get_weights()]
+        if [tuple(s) for s in shapes] != expected:
+            raise ValueError(f"layer {ours.name}: weight shapes {shapes} vs {expected}")
+        if weights:
+            ours.set_weights(weights)
+            copied += 1
+    return copied
 
 
 # Batch norm's moving statistics should average over about this fraction of a run, and
@@ -187,13 +232,17 @@ def _all_layers(layer: keras.layers.Layer):
         yield from _all_layers(child)
 
 
-def compile_model(model: keras.Model, config: TrainerConfig, total_steps: int) -> None:
-    """AdamW with linear warm-up then cosine decay over `total_steps`."""
+def compile_model(
+    model: keras.Model, config: TrainerConfig, total_steps: int, rate_factor: float = 1.0
+) -> None:
+    """AdamW with linear warm-up then cosine decay over `total_steps`, peaking at
+    config.learning_rate x rate_factor."""
     warmup = int(total_steps * config.warmup_fraction)
+    peak = config.learning_rate * rate_factor
     schedule = keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=0.0 if warmup else config.learning_rate,
+        initial_learning_rate=0.0 if warmup else peak,
         decay_steps=max(total_steps - warmup, 1),
-        warmup_target=config.learning_rate if warmup else None,
+        warmup_target=peak if warmup else None,
         warmup_steps=warmup,
     )
     model.compile(

@@ -7,6 +7,7 @@ fn_args.custom_config["image_statistics_uri"].
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -18,12 +19,14 @@ import tensorflow as tf
 from absl import logging
 
 from imgpipe.components.common import allocator, artifacts, image_stats, layout, model_input
-from imgpipe.components.trainer import devices, export, memory
+from imgpipe.components.trainer import devices, export, memory, warm_start
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
+from imgpipe.components.trainer import summary as summary_lib
 from imgpipe.components.trainer.config import (
     CACHE_OFF,
     IMAGE_STATISTICS_URI_KEY,
+    SERVING_DIR_KEY,
     TrainerConfig,
     from_custom_config,
 )
@@ -55,11 +58,11 @@ def resolve_normalization(
             stats = image_stats.read(statistics_uri).normalization()
         except KeyError as e:
             raise ValueError(f"{statistics_uri}: {e.args[0]}") from None
-        if stats.image_size != config.image_size:
+        if stats.image_size != config.input_size:
             logging.warning(
                 "statistics were computed at %d px, the model trains at %d px",
                 stats.image_size,
-                config.image_size,
+                config.input_size,
             )
     elif config.mean is None or config.std is None:
         raise ValueError(
@@ -111,12 +114,11 @@ def run_fn(fn_args) -> None:
         serving_model_dir, model_run_dir and custom_config (see TrainerConfig).
     """
     custom_config = dict(fn_args.custom_config or {})
-    config = from_custom_config(custom_config)
+    config = from_custom_config(custom_config).resolved()
     if config.tune_malloc:
         allocator.tune_malloc()
-    mean, std, crop_fraction = resolve_normalization(
-        config, custom_config.get(IMAGE_STATISTICS_URI_KEY)
-    )
+    statistics_uri = custom_config.get(IMAGE_STATISTICS_URI_KEY)
+    mean, std, crop_fraction = resolve_normalization(config, statistics_uri)
     examples_uri, train_split = examples_uri_and_split(fn_args.train_files[0])
     _, eval_split = examples_uri_and_split(fn_args.eval_files[0])
     labels = artifacts.load_labels(examples_uri)
@@ -130,10 +132,44 @@ def run_fn(fn_args) -> None:
     devices.apply_precision(plan)
     try:
         _train_and_export(
-            fn_args, config, plan, labels, train_source, eval_source, (mean, std), crop_fraction
+            fn_args,
+            config,
+            plan,
+            labels,
+            Sources(train_source, eval_source, statistics_uri, custom_config.get(SERVING_DIR_KEY)),
+            (mean, std),
+            crop_fraction,
         )
     finally:
         keras.mixed_precision.set_global_policy(devices.FLOAT32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sources:
+    """What training reads beside its config: the splits, the statistics artifact, and
+    the serving directory (the champion, for a warm start)."""
+
+    train: input_lib.SplitSource
+    eval: input_lib.SplitSource
+    statistics_uri: str | None
+    serving_dir: str | None
+
+
+def plan_phases(
+    config: TrainerConfig, epochs: int, warm: warm_start.WarmStart
+) -> list[summary_lib.Phase]:
+    """The fit() calls: with a pretrained backbone and a fresh head, `head` first on a
+    frozen backbone, then `full` at the fine-tuning rate; from scratch, `full` alone."""
+    pretrained = bool(config.weights) or warm.backbone_trained
+    rate = config.learning_rate * (config.fine_tune_rate if pretrained else 1.0)
+    head_epochs = (
+        min(config.frozen_epochs, epochs - 1) if pretrained and not warm.head_trained else 0
+    )
+    phases = []
+    if head_epochs > 0:
+        phases.append(summary_lib.Phase("head", head_epochs, config.learning_rate, False))
+    phases.append(summary_lib.Phase("full", epochs - head_epochs, rate, True))
+    return phases
 
 
 def _train_and_export(
@@ -141,17 +177,17 @@ def _train_and_export(
     config: TrainerConfig,
     plan: devices.DevicePlan,
     labels: list[str],
-    train_source: input_lib.SplitSource,
-    eval_source: input_lib.SplitSource,
+    sources: Sources,
     normalization: tuple[list[float], list[float]],
     crop_fraction: float,
 ) -> None:
+    train_source, eval_source = sources.train, sources.eval
     strategy = devices.make_strategy(plan)
     global_batch = config.batch_size * plan.replicas
     train_memory, eval_memory = plan_input_memory(config, train_source, eval_source, global_batch)
     host_norm = normalization if config.normalize_on_host else None
     common: dict[str, Any] = dict(
-        image_size=config.image_size,
+        image_size=config.input_size,
         crop_fraction=crop_fraction,
         key_map=config.feature_key_map,
         normalization=host_norm,
@@ -170,11 +206,17 @@ def _train_and_export(
         **common,
     )
     steps_per_epoch, epochs = _schedule(
-        fn_args.train_steps, train_source.records or 0, global_batch, config.epochs
+        fn_args.train_steps,
+        train_source.records or 0,
+        global_batch,
+        config.epochs,
+        config.min_train_steps,
     )
     total_steps = steps_per_epoch * epochs
+    model_normalization = None if host_norm else normalization
     with strategy.scope():
-        model = model_lib.build_model(config, len(labels), None if host_norm else normalization)
+        model = model_lib.build_model(config, len(labels), model_normalization)
+        warm = warm_start.apply(model, config, labels, sources.serving_dir, model_normalization)
         lowered = model_lib.fit_batch_norm_to_run(model, total_steps)
         if lowered:
             logging.info(
@@ -183,9 +225,8 @@ def _train_and_export(
                 lowered,
                 total_steps,
             )
-        model_lib.compile_model(model, config, total_steps)
-
-    callbacks = _callbacks(config, fn_args.model_run_dir)
+    phases = plan_phases(config, epochs, warm)
+    sample_callbacks: list[keras.callbacks.Callback] = []
     if config.tensorboard_images and tensorboard_available():
         samples = input_lib.make_dataset(
             train_source,
@@ -203,34 +244,76 @@ def _train_and_export(
         )
         with input_lib.named_read_errors(train_source):
             images, _ = next(iter(samples))
-        callbacks.append(
+        sample_callbacks.append(
             SampleImages(os.path.join(fn_args.model_run_dir, SAMPLES_SUBDIR), images, host_norm)
         )
-    logging.info(
-        "Training %s for %d epochs x %d steps, global batch %d",
-        model.name,
-        epochs,
-        steps_per_epoch,
-        global_batch,
-    )
-    with input_lib.named_read_errors(train_source, eval_source):
-        model.fit(
-            train_ds,
-            epochs=epochs,
-            steps_per_epoch=steps_per_epoch,
-            validation_data=eval_ds,
-            validation_steps=eval_steps,
-            callbacks=callbacks,
-            verbose=2,
+    done_phases = []
+    val_accuracy = None
+    initial_epoch = 0
+    for phase in phases:
+        model_lib.backbone_of(model).trainable = phase.backbone_trainable
+        with strategy.scope():
+            model_lib.compile_model(
+                model,
+                config,
+                steps_per_epoch * phase.epochs,
+                phase.peak_learning_rate / config.learning_rate,
+            )
+        logging.info(
+            "Training %s, phase %s: %d epochs x %d steps, global batch %d, peak rate %g%s",
+            model.name,
+            phase.name,
+            phase.epochs,
+            steps_per_epoch,
+            global_batch,
+            phase.peak_learning_rate,
+            "" if phase.backbone_trainable else ", backbone frozen",
         )
+        callbacks = sample_callbacks + _callbacks(
+            config, os.path.join(fn_args.model_run_dir, phase.name), fn_args.model_run_dir
+        )
+        sample_callbacks = []
+        with input_lib.named_read_errors(train_source, eval_source):
+            history = model.fit(
+                train_ds,
+                initial_epoch=initial_epoch,
+                epochs=initial_epoch + phase.epochs,
+                steps_per_epoch=steps_per_epoch,
+                validation_data=eval_ds,
+                validation_steps=eval_steps,
+                callbacks=callbacks,
+                verbose=2,
+            )
+        initial_epoch += phase.epochs
+        accuracies = history.history.get("val_accuracy") or []
+        val_accuracy = float(max(accuracies)) if accuracies else val_accuracy
+        done_phases.append(dataclasses.replace(phase, epochs_run=len(history.epoch)))
+    model_lib.backbone_of(model).trainable = True
+    backup_root = config.checkpoint_dir or os.path.join(fn_args.model_run_dir, BACKUP_SUBDIR)
+    if tf.io.gfile.isdir(backup_root) and not tf.io.gfile.listdir(backup_root):
+        tf.io.gfile.rmtree(backup_root)  # each phase's backup is gone once it completes
     export.export_serving_model(
         model,
         fn_args.serving_model_dir,
         labels,
-        config.image_size,
+        config.input_size,
         crop_fraction,
         host_norm,
         config.feature_key_map,
+        statistics_uri=sources.statistics_uri,
+    )
+    summary_lib.write(
+        fn_args.model_run_dir,
+        summary_lib.TrainingSummary(
+            backbone=config.backbone,
+            image_size=config.input_size,
+            weights=config.weights,
+            warm_start=warm.status,
+            warm_start_note=warm.note,
+            steps_per_epoch=steps_per_epoch,
+            phases=tuple(done_phases),
+            val_accuracy=val_accuracy,
+        ),
     )
     logging.info("Exported %s", fn_args.serving_model_dir)
 
@@ -269,19 +352,30 @@ def plan_input_memory(
 
 
 def _schedule(
-    train_steps: int | None, records: int, global_batch: int, epochs: int
+    train_steps: int | None, records: int, global_batch: int, epochs: int, min_steps: int = 0
 ) -> tuple[int, int]:
     """(steps per epoch, epochs): TrainArgs.num_steps spread over the epochs, or one
-    pass over the records per epoch when num_steps is unset."""
+    pass over the records per epoch when num_steps is unset, with epochs added until
+    there are at least min_steps steps."""
     if train_steps:
         epochs = min(epochs, train_steps)
         return math.ceil(train_steps / epochs), epochs
     if records < global_batch:
         raise ValueError(
             f"{records} training records cannot fill one batch of "
-            f"{global_batch}; set TrainArgs.num_steps or a smaller batch"
+            f"{global_batch}; set trainer.batch_size lower or trainer.train_steps"
         )
-    return records // global_batch, epochs
+    steps_per_epoch = records // global_batch
+    needed = math.ceil(min_steps / steps_per_epoch)
+    if needed > epochs:
+        logging.info(
+            "%d epochs of %d steps fall short of min_train_steps %d: training %d epochs",
+            epochs,
+            steps_per_epoch,
+            min_steps,
+            needed,
+        )
+    return steps_per_epoch, max(epochs, needed)
 
 
 @functools.cache
@@ -295,13 +389,19 @@ def tensorboard_available() -> bool:
     return True
 
 
-def _callbacks(config: TrainerConfig, model_run_dir: str) -> list[keras.callbacks.Callback]:
-    backup_dir = config.checkpoint_dir or os.path.join(model_run_dir, BACKUP_SUBDIR)
+def _callbacks(
+    config: TrainerConfig, log_dir: str, model_run_dir: str
+) -> list[keras.callbacks.Callback]:
+    """Preemption backup (one per phase), TensorBoard and early stopping."""
+    phase = os.path.basename(log_dir)
+    backup_dir = os.path.join(
+        config.checkpoint_dir or os.path.join(model_run_dir, BACKUP_SUBDIR), phase
+    )
     callbacks: list[keras.callbacks.Callback] = [
         keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True)
     ]
     if tensorboard_available():
-        callbacks.append(keras.callbacks.TensorBoard(log_dir=model_run_dir, update_freq="epoch"))
+        callbacks.append(keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch"))
     if config.early_stopping_patience:
         callbacks.append(
             keras.callbacks.EarlyStopping(

@@ -7,8 +7,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from imgpipe.components.common import config_loader, layout
-from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION, DEFAULT_IMAGE_SIZE
+from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
 from imgpipe.components.image_statistics.config import StatisticsConfig
+from imgpipe.components.trainer.config import TrainerConfig
 
 if TYPE_CHECKING:  # image_stats loads TensorFlow, which `imgpipe --help` need not
     from imgpipe.components.common.image_stats import ImageStats
@@ -51,8 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--image-size",
         type=int,
-        default=DEFAULT_IMAGE_SIZE,
-        help="the Trainer's input side (default %(default)s)",
+        default=TrainerConfig().input_size,
+        help="the Trainer's input side (default %(default)s, the default model's)",
     )
     parser.add_argument(
         "--crop-fraction",

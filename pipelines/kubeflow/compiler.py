@@ -89,7 +89,7 @@ def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
     """Compiles to (pipeline spec, platform spec) dicts; the platform spec may be empty."""
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as v2
 
-    components = pl.create_components(config)
+    components = pl.create_components(config, parameterized=True)
     configure_for_kubeflow(components, config)
     # Beam args are per component (above); pipeline-level ones would be appended twice.
     pipeline = pl.create_pipeline(config, components=components, beam_pipeline_args=[])

@@ -1,0 +1,117 @@
+"""The Evaluator's output, typed: evaluation.json in the `evaluation` artifact.
+
+Both models' metrics on the same eval split, the champion's status, and the decision
+with its reason and every check. This module is its only reader and writer; the run
+summary and `imgpipe` read it through `read`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+
+from imgpipe.components.common import config_loader, fileio
+
+EVALUATION_FILE = "evaluation.json"
+VERSION = 1
+
+# Champion statuses.
+NO_CHAMPION = "none"  # nothing pushed yet: the floor alone
+COMPARED = "compared"
+LABELS_DIFFER = "labels_differ"  # not comparable: the floor alone
+NOT_COMPARED = "not_compared"  # evaluator.compare_with_champion is false
+UNREADABLE = "unreadable"  # the champion could not be loaded: the floor alone
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassMetrics:
+    label: str
+    examples: int
+    correct: int
+    predicted: int  # eval images predicted as this class
+
+    @property
+    def recall(self) -> float | None:
+        return self.correct / self.examples if self.examples else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelMetrics:
+    examples: int
+    correct: int
+    accuracy: float
+    per_class: tuple[ClassMetrics, ...]
+
+    @classmethod
+    def of(cls, per_class: tuple[ClassMetrics, ...]) -> ModelMetrics:
+        examples = sum(c.examples for c in per_class)
+        correct = sum(c.correct for c in per_class)
+        return cls(examples, correct, correct / examples if examples else 0.0, per_class)
+
+    @property
+    def predicted_classes(self) -> int:
+        """How many classes the model predicts for at least one eval image."""
+        return sum(1 for c in self.per_class if c.predicted)
+
+    def by_label(self) -> dict[str, ClassMetrics]:
+        return {c.label: c for c in self.per_class}
+
+
+@dataclasses.dataclass(frozen=True)
+class Champion:
+    status: str
+    note: str
+    path: str | None = None
+    version: int | None = None
+    metrics: ModelMetrics | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    blessed: bool
+    reason: str
+    checks: tuple[Check, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    eval_split: str
+    majority_label: str | None
+    majority_rate: float
+    required_accuracy: float
+    candidate: ModelMetrics
+    champion: Champion
+    decision: Decision
+    version: int = VERSION
+
+
+def to_json(evaluation: Evaluation) -> str:
+    return config_loader.to_document(evaluation)
+
+
+def from_json(text: str, where: str = EVALUATION_FILE) -> Evaluation:
+    """Raises ValueError naming the field when the document has another shape."""
+    return config_loader.from_document(Evaluation, text, where, VERSION)
+
+
+def write(uri: str, evaluation: Evaluation) -> None:
+    fileio.makedirs(uri)
+    fileio.write_text(posixpath.join(uri, EVALUATION_FILE), to_json(evaluation))
+
+
+def read(uri: str) -> Evaluation:
+    path = posixpath.join(uri, EVALUATION_FILE)
+    return from_json(fileio.read_bytes(path).decode(), where=path)
+
+
+def read_if_present(uri: str | None) -> Evaluation | None:
+    if not uri or not fileio.exists(posixpath.join(uri, EVALUATION_FILE)):
+        return None
+    return read(uri)

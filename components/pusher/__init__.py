@@ -1,0 +1,1 @@
+"""ImagePusher: TFX's Pusher, publishing each push whole (see executor.py)."""

@@ -1,0 +1,54 @@
+"""training_summary.json in the Trainer's `model_run` artifact: how the model was
+trained (backbone, warm start, phases, epochs) and how it ended, for the run summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+
+from imgpipe.components.common import config_loader, fileio
+
+TRAINING_SUMMARY_FILE = "training_summary.json"
+VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """One fit(): `head` trains the head on a frozen backbone, `full` the whole model."""
+
+    name: str
+    epochs: int
+    peak_learning_rate: float
+    backbone_trainable: bool
+    epochs_run: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingSummary:
+    backbone: str
+    image_size: int
+    weights: str | None
+    warm_start: str
+    warm_start_note: str
+    steps_per_epoch: int
+    phases: tuple[Phase, ...]
+    val_accuracy: float | None = None
+    version: int = VERSION
+
+
+def write(model_run_uri: str, summary: TrainingSummary) -> None:
+    fileio.makedirs(model_run_uri)
+    fileio.write_text(
+        posixpath.join(model_run_uri, TRAINING_SUMMARY_FILE), config_loader.to_document(summary)
+    )
+
+
+def read_if_present(model_run_uri: str | None) -> TrainingSummary | None:
+    if not model_run_uri:
+        return None
+    path = posixpath.join(model_run_uri, TRAINING_SUMMARY_FILE)
+    if not fileio.exists(path):
+        return None
+    return config_loader.from_document(
+        TrainingSummary, fileio.read_bytes(path).decode(), path, VERSION
+    )

@@ -1,0 +1,307 @@
+"""ImageEvaluator (champion/challenger blessing) and ImagePusher (whole pushes): the
+rules on hand-made metrics, the executor on real models, and the pipeline on
+LocalDagRunner."""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+from tfx import types
+from tfx.types import artifact_utils, standard_artifacts
+
+from imgpipe.components.common import served_models
+from imgpipe.components.evaluator import blessing
+from imgpipe.components.evaluator import evaluation as ev
+from imgpipe.components.evaluator.config import EvaluatorConfig
+from tests import trainer_helpers as th
+
+SIZE = 32
+MEAN, STD = (110.0, 80.0, 110.0), (70.0, 60.0, 70.0)
+
+
+def metrics(*classes: tuple[str, int, int, int]) -> ev.ModelMetrics:
+    """(label, examples, correct, predicted) per class."""
+    return ev.ModelMetrics.of(tuple(ev.ClassMetrics(*c) for c in classes))
+
+
+NO_CHAMPION = ev.Champion(ev.NO_CHAMPION, "nothing pushed yet")
+
+
+def champion_with(m: ev.ModelMetrics) -> ev.Champion:
+    return ev.Champion(ev.COMPARED, "", "/serving/100", 100, m)
+
+
+# --- the rules --------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_binomial_bound_is_the_exact_upper_tail():
+    def tail(n, p, k):
+        return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+
+    for n, p, alpha in [(24, 1 / 3, 0.01), (9, 1 / 3, 0.01), (200, 0.5, 0.05), (50, 0.9, 0.01)]:
+        k = blessing.binomial_upper_tail_count(n, p, alpha)
+        assert tail(n, p, k) <= alpha < tail(n, p, k - 1), (n, p, k)
+    assert blessing.binomial_upper_tail_count(24, 1 / 3, 0.0) == 0
+
+
+@pytest.mark.unit
+def test_floor_needs_clearly_more_than_the_majority_rate():
+    config = EvaluatorConfig(significance=0.0, majority_margin=0.05)
+    # 60 of 100 images are 'a': always answering 'a' scores 0.60.
+    lazy = metrics(("a", 60, 60, 100), ("b", 40, 0, 0))
+    decision = blessing.decide(lazy, NO_CHAMPION, config)
+    assert not decision.blessed
+    assert "accuracy 0.6000 vs floor 0.6500" in decision.reason
+    assert "predicts 1 of 2 classes" in [c.detail for c in decision.checks if not c.passed][1]
+    good = metrics(("a", 60, 55, 60), ("b", 40, 35, 40))
+    assert blessing.decide(good, NO_CHAMPION, config).blessed
+    assert blessing.required_accuracy(good, config) == pytest.approx(0.65)
+    # The absolute threshold still applies when it is the highest bar.
+    assert not blessing.decide(good, NO_CHAMPION, EvaluatorConfig(accuracy_threshold=0.95)).blessed
+
+
+@pytest.mark.unit
+def test_a_model_predicting_one_class_is_never_blessed():
+    # One class dominates so heavily that a constant model clears every numeric bar.
+    constant = metrics(("a", 990, 990, 1000), ("b", 10, 0, 0))
+    config = EvaluatorConfig(majority_margin=0.0, significance=0.0)
+    decision = blessing.decide(constant, NO_CHAMPION, config)
+    assert not decision.blessed
+    assert decision.reason == "not blessed: predicts 1 of 2 classes"
+
+
+@pytest.mark.unit
+def test_small_eval_split_needs_significance():
+    # 9 eval images in 3 classes: 5 right is 0.56 (> 0.33 + 0.05) but luck at p=0.01.
+    lucky = metrics(("a", 3, 2, 3), ("b", 3, 2, 3), ("c", 3, 1, 3))
+    assert not blessing.decide(lucky, NO_CHAMPION, EvaluatorConfig()).blessed
+    assert blessing.decide(lucky, NO_CHAMPION, EvaluatorConfig(significance=0.0)).blessed
+
+
+@pytest.mark.unit
+def test_candidate_must_not_be_worse_than_the_champion_overall_and_per_class():
+    config = EvaluatorConfig(tolerance=0.02, class_tolerance=0.05, min_class_examples=20)
+    champ = metrics(("a", 50, 45, 50), ("b", 50, 45, 50), ("small", 10, 9, 10))
+    # Slightly worse overall, within tolerance: blessed.
+    close = metrics(("a", 50, 45, 50), ("b", 50, 44, 50), ("small", 10, 9, 10))
+    decision = blessing.decide(close, champion_with(champ), config)
+    assert decision.blessed, decision.reason
+    assert "not worse than champion 100" in decision.reason
+    # Worse overall beyond the tolerance.
+    worse = metrics(("a", 50, 42, 50), ("b", 50, 42, 50), ("small", 10, 9, 10))
+    decision = blessing.decide(worse, champion_with(champ), config)
+    assert not decision.blessed
+    assert "accuracy 0.8455 vs champion 0.9000 (tolerance 0.0200)" in decision.reason
+    # Better overall, but one big class collapses: refused, naming the class.
+    lopsided = metrics(("a", 50, 50, 60), ("b", 50, 40, 40), ("small", 10, 10, 10))
+    decision = blessing.decide(lopsided, champion_with(champ), config)
+    assert not decision.blessed
+    assert "class 'b' (50 images): recall 0.8000 vs champion 0.9000" in decision.reason
+    # A class below min_class_examples is not compared on its own.
+    small_drop = metrics(("a", 50, 46, 50), ("b", 50, 46, 50), ("small", 10, 6, 10))
+    assert blessing.decide(small_drop, champion_with(champ), config).blessed
+
+
+@pytest.mark.unit
+def test_without_a_comparable_champion_the_floor_applies_alone():
+    good = metrics(("a", 50, 45, 50), ("b", 50, 45, 50))
+    for status in (ev.NO_CHAMPION, ev.LABELS_DIFFER, ev.UNREADABLE, ev.NOT_COMPARED):
+        champion = ev.Champion(status, f"because {status}")
+        decision = blessing.decide(good, champion, EvaluatorConfig())
+        assert decision.blessed
+        assert decision.reason.endswith(f"floor alone: because {status}")
+        assert [c.name for c in decision.checks] == [
+            "eval_examples",
+            "floor",
+            "predicts_several_classes",
+        ]
+
+
+@pytest.mark.unit
+def test_evaluation_json_round_trips_and_refuses_other_versions(tmp_path):
+    good = metrics(("a", 50, 45, 50), ("b", 50, 40, 50))
+    champion = champion_with(metrics(("a", 50, 44, 50), ("b", 50, 41, 50)))
+    config = EvaluatorConfig()
+    evaluation = ev.Evaluation(
+        eval_split="eval",
+        majority_label="a",
+        majority_rate=0.5,
+        required_accuracy=blessing.required_accuracy(good, config),
+        candidate=good,
+        champion=champion,
+        decision=blessing.decide(good, champion, config),
+    )
+    ev.write(str(tmp_path), evaluation)
+    assert ev.read(str(tmp_path)) == evaluation
+    document = json.loads((tmp_path / ev.EVALUATION_FILE).read_text())
+    assert document["candidate"]["accuracy"] == 0.85
+    document["version"] = 99
+    (tmp_path / ev.EVALUATION_FILE).write_text(json.dumps(document))
+    with pytest.raises(ValueError, match="schema version 99"):
+        ev.read(str(tmp_path))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("setting", "match"),
+    [
+        ({"tolerance": 1.5}, "tolerance must be in"),
+        ({"significance": 0.5}, "significance must be in"),
+        ({"min_class_examples": 0}, "min_class_examples must be"),
+    ],
+)
+def test_config_rejects_bad_values(setting, match):
+    with pytest.raises(ValueError, match=match):
+        EvaluatorConfig(**setting).validate()
+
+
+# --- ImagePusher --------------------------------------------------------------------------
+
+
+def _fake_model(path: str, labels=("a", "b")) -> str:
+    os.makedirs(os.path.join(path, served_models.ASSETS_EXTRA_DIR), exist_ok=True)
+    with open(os.path.join(path, "saved_model.pb"), "wb") as f:
+        f.write(b"pb")
+    with open(os.path.join(path, served_models.ASSETS_EXTRA_DIR, "labels.txt"), "w") as f:
+        f.write("".join(f"{label}\n" for label in labels))
+    return path
+
+
+@pytest.mark.unit
+def test_pushes_are_whole_ordered_and_idempotent(tmp_path):
+    from imgpipe.components.pusher.executor import STAGING_PREFIX, publish
+
+    serving = str(tmp_path / "serving")
+    first = publish(_fake_model(str(tmp_path / "m1")), serving, now=1000)
+    assert served_models.latest(serving) == served_models.ServedModel(first, 1000, ("a", "b"))
+    # A killed push left a staging folder and a version folder without PUSH_COMPLETE
+    # (what a remote copy leaves); neither is ever the champion.
+    os.makedirs(os.path.join(serving, f"{STAGING_PREFIX}1001", "variables"))
+    _fake_model(os.path.join(serving, "5000"))
+    assert served_models.latest(serving).version == 1000
+    # Two pushes in the same second still get increasing versions.
+    second = publish(_fake_model(str(tmp_path / "m2"), ("a", "b", "c")), serving, now=1000)
+    assert os.path.basename(second) == "5001"
+    assert not glob.glob(os.path.join(serving, STAGING_PREFIX + "*"))
+    latest = served_models.latest(serving)
+    assert latest.version == 5001 and latest.labels == ("a", "b", "c")
+    # A retried push of the same model returns the version it already made.
+    assert publish(str(tmp_path / "m2"), serving, now=9999) == second
+    assert sorted(os.listdir(serving)) == ["1000", "5000", "5001"]
+
+
+# --- the executor on real models ----------------------------------------------------------
+
+
+def _examples(tmp_path) -> standard_artifacts.Examples:
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path / "examples")
+    th.convert(th.make_class_folder(str(tmp_path / "images"), per_class=16), examples.uri)
+    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+    return examples
+
+
+def _export(model, path: str, labels=th.CLASSES) -> str:
+    from imgpipe.components.trainer import export
+
+    export.export_serving_model(model, path, labels, SIZE, 0.875)
+    return path
+
+
+def _trained_model():
+    from imgpipe.components.trainer import model as model_lib
+    from imgpipe.components.trainer.config import TrainerConfig
+
+    config = TrainerConfig(backbone="tiny_cnn", image_size=SIZE, learning_rate=0.01)
+    model = model_lib.build_model(config, len(th.CLASSES), (MEAN, STD))
+    model_lib.compile_model(model, config, total_steps=60)
+    pixels = np.stack([th.class_image(c, 1000 + i, SIZE) for c in th.CLASSES for i in range(40)])
+    labels = np.repeat(np.arange(len(th.CLASSES)), 40)
+    model.fit(pixels, labels, batch_size=16, epochs=8, verbose=0, shuffle=True)
+    return model
+
+
+def _constant_model():
+    """Predicts the first class for every image."""
+    from imgpipe.components.trainer import model as model_lib
+    from imgpipe.components.trainer.config import TrainerConfig
+
+    model = model_lib.build_model(
+        TrainerConfig(backbone="tiny_cnn", image_size=SIZE), len(th.CLASSES), (MEAN, STD)
+    )
+    head = model.get_layer("probabilities")
+    kernel, bias = head.get_weights()
+    head.set_weights([np.zeros_like(kernel), np.array([10.0, 0.0, 0.0], np.float32)])
+    return model
+
+
+def _evaluate(tmp_path, name, examples, model_dir, serving_dir, **config):
+    from imgpipe.components.evaluator.component import ImageEvaluator
+    from imgpipe.components.evaluator.executor import Executor
+
+    model = standard_artifacts.Model()
+    model.uri = os.path.dirname(model_dir)
+    evaluation, blessed = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
+    evaluation.uri, blessed.uri = str(tmp_path / name / "evaluation"), str(tmp_path / name / "b")
+    component = ImageEvaluator(
+        types.Channel(type=standard_artifacts.Examples),
+        types.Channel(type=standard_artifacts.Model),
+        EvaluatorConfig(**config),
+        serving_dir=serving_dir,
+    )
+    Executor().Do(
+        {"examples": [examples], "model": [model]},
+        {"evaluation": [evaluation], "blessing": [blessed]},
+        component.exec_properties,
+    )
+    return ev.read(evaluation.uri), blessed
+
+
+@pytest.mark.component
+def test_evaluator_blesses_against_the_served_champion(tmp_path):
+    from imgpipe.components.pusher.executor import publish
+
+    examples = _examples(tmp_path)
+    serving = str(tmp_path / "serving")
+    good = _export(_trained_model(), str(tmp_path / "good" / "Format-Serving"))
+    constant = _export(_constant_model(), str(tmp_path / "constant" / "Format-Serving"))
+
+    # First run: no champion, the floor alone.
+    result, blessed = _evaluate(tmp_path, "first", examples, good, serving, significance=0.05)
+    assert result.champion.status == ev.NO_CHAMPION
+    assert result.candidate.examples == 12 and result.candidate.accuracy > 0.9
+    assert result.majority_rate == pytest.approx(1 / 3)
+    assert blessed.get_int_custom_property("blessed") == 1
+    assert os.path.exists(os.path.join(blessed.uri, "BLESSED"))
+    good_accuracy = result.candidate.accuracy
+    champion_dir = publish(good, serving)
+
+    # A model that answers one class: refused, whatever the champion.
+    result, blessed = _evaluate(tmp_path, "constant", examples, constant, serving)
+    assert blessed.get_int_custom_property("blessed") == 0
+    assert os.path.exists(os.path.join(blessed.uri, "NOT_BLESSED"))
+    assert result.champion.status == ev.COMPARED
+    assert result.champion.path == champion_dir
+    assert result.champion.metrics.accuracy == good_accuracy
+    assert "not blessed" in blessed.get_string_custom_property("reason")
+    assert result.candidate.predicted_classes == 1
+
+    # The same model again is not worse than itself: blessed, compared.
+    result, blessed = _evaluate(tmp_path, "again", examples, good, serving, significance=0.05)
+    assert blessed.get_int_custom_property("blessed") == 1
+    assert result.champion.metrics == result.candidate
+    assert "not worse than champion" in result.decision.reason
+
+    # A champion with other labels is not comparable: the floor alone, and said so.
+    renamed = _export(_trained_model(), str(tmp_path / "renamed"), ("x", "y", "z"))
+    publish(renamed, serving)
+    result, blessed = _evaluate(tmp_path, "relabelled", examples, good, serving, significance=0.05)
+    assert result.champion.status == ev.LABELS_DIFFER
+    assert "['x', 'y', 'z']" in result.champion.note
+    assert blessed.get_int_custom_property("blessed") == 1
