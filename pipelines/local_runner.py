@@ -22,12 +22,14 @@ from imgpipe.pipelines.config import PipelineConfig
 # Custom properties TFX's Pusher sets on its PushedModel output.
 PUSHED = "pushed"
 PUSHED_DESTINATION = "pushed_destination"
+# The Examples artifact's span property.
+SPAN = "span"
 
 
 @dataclasses.dataclass(frozen=True)
 class OutputArtifact:
     uri: str
-    properties: dict[str, Any]
+    properties: dict[str, Any]  # custom properties, then the type's (e.g. span)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +118,8 @@ def latest_results(config: PipelineConfig) -> RunResult:
             artifact = artifacts[event.artifact_id]
             properties = {
                 name: getattr(value, value.WhichOneof("value"))
-                for name, value in artifact.custom_properties.items()
+                for values in (artifact.custom_properties, artifact.properties)
+                for name, value in values.items()
                 if value.WhichOneof("value")
             }
             outputs.setdefault(key, []).append(OutputArtifact(artifact.uri, properties))
@@ -142,11 +145,16 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         if pushed and pushed.properties.get(PUSHED)
         else None
     )
+    examples = result.artifact(ids.EXAMPLE_GEN, keys.EXAMPLES_KEY)
+    span = examples.properties.get(SPAN) if examples else None
     lines = [
+        f"data                 {config.data_root}"
+        + (f" (span {span})" if span is not None else ""),
         f"model (trained)      {result.uri(ids.TRAINER, keys.MODEL_KEY) or 'not produced'}",
+        *training_lines(result.uri(ids.TRAINER, keys.MODEL_RUN_KEY)),
+        *evaluation_lines(result.uri(ids.EVALUATOR, keys.EVALUATION_KEY)),
         f"model (served)       {pushed_to or f'not pushed (see {config.serving_dir})'}",
         f"image report         {report_in(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY))}",
-        f"evaluation           {report_in(result.uri(ids.EVALUATOR, keys.EVALUATION_KEY))}",
         f"statistics (TFDV)    {result.uri(ids.STATISTICS_GEN, keys.STATISTICS_KEY)}",
         f"statistics (images)  {result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)}",
         f"anomalies            {result.uri(ids.EXAMPLE_VALIDATOR, keys.ANOMALIES_KEY)}",
@@ -158,3 +166,41 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         + ("  (served from TFX's cache)" if result.all_cached else "")
     )
     return lines
+
+
+def training_lines(model_run_uri: str | None) -> list[str]:
+    """How the model was trained: warm start and phases, from training_summary.json."""
+    from imgpipe.components.trainer import summary
+
+    trained = summary.read_if_present(model_run_uri)
+    if trained is None:
+        return []
+    phases = ", ".join(
+        f"{p.name} {p.epochs_run}/{p.epochs} epochs at {p.peak_learning_rate:g}"
+        for p in trained.phases
+    )
+    return [
+        f"training             {trained.backbone} at {trained.image_size} px, weights "
+        f"{trained.weights or 'none (from scratch)'}; {phases}",
+        f"warm start           {trained.warm_start}: {trained.warm_start_note}",
+    ]
+
+
+def evaluation_lines(evaluation_uri: str | None) -> list[str]:
+    """Both models' eval accuracy and the blessing decision, from evaluation.json."""
+    from imgpipe.components.evaluator import evaluation as ev
+
+    result = ev.read_if_present(evaluation_uri)
+    if result is None:
+        return [f"evaluation           {evaluation_uri or 'not produced'}"]
+    champion = result.champion
+    if champion.metrics is not None:
+        against = f"champion {champion.version}: {champion.metrics.accuracy:.4f}"
+    else:
+        against = f"no comparison ({champion.note})"
+    return [
+        f"eval accuracy        {result.candidate.accuracy:.4f} on {result.candidate.examples} "
+        f"'{result.eval_split}' images; {against}",
+        f"blessing             {result.decision.reason}",
+        f"evaluation           {evaluation_uri}",
+    ]

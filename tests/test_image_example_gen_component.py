@@ -13,7 +13,8 @@ from tfx.types import artifact_utils, standard_artifacts
 
 from imgpipe.components.common import features as fk
 from imgpipe.components.image_example_gen import spec
-from imgpipe.components.image_example_gen.component import ImageExampleGen, split_input_base
+from imgpipe.components.image_example_gen.component import ImageExampleGen
+from imgpipe.components.image_example_gen.driver import split_input_base
 from imgpipe.components.image_example_gen.executor import Executor
 from imgpipe.components.image_example_gen.options import OutputOptions
 from tests import imagegen

@@ -474,3 +474,36 @@ def test_the_kubeflow_v2_runner_is_exported_for_user_code():
 
     tfx_patches.export_kubeflow_v2_runner()
     assert experimental.KubeflowV2DagRunner.__module__.endswith("kubeflow_v2_dag_runner")
+
+
+def test_the_package_declares_runtime_parameters_with_the_config_defaults(compiled):
+    config, _, _, spec, _ = compiled
+    declared = spec["root"]["inputDefinitions"]["parameters"]
+    assert declared == {
+        "data_root": {
+            "defaultValue": config.data_root,
+            "isOptional": True,
+            "parameterType": "STRING",
+        },
+        "epochs": {
+            "defaultValue": config.trainer.epochs,
+            "isOptional": True,
+            "parameterType": "NUMBER_INTEGER",
+        },
+        "tolerance": {
+            "defaultValue": config.evaluator.tolerance,
+            "isOptional": True,
+            "parameterType": "NUMBER_DOUBLE",
+        },
+    }
+    tasks = spec["root"]["dag"]["tasks"]
+
+    def consumer(task: str, name: str) -> dict:
+        return tasks[task]["inputs"]["parameters"][name]
+
+    assert consumer(ids.EXAMPLE_GEN, "input_base") == {"componentInputParameter": "data_root"}
+    assert consumer(ids.TRAINER, "epochs") == {"componentInputParameter": "epochs"}
+    assert consumer(ids.EVALUATOR, "tolerance") == {"componentInputParameter": "tolerance"}
+    assert cli_kfp.parse_params(
+        ["data_root=gs://b/new-span", "epochs=7", "tolerance=0.05"], spec
+    ) == {"data_root": "gs://b/new-span", "epochs": 7, "tolerance": 0.05}

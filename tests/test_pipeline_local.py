@@ -1,5 +1,6 @@
-"""The whole pipeline under LocalDagRunner on a tiny real-photo dataset, twice: the
-second run on unchanged images is served from TFX's cache."""
+"""The whole pipeline under LocalDagRunner through `imgpipe run local`, with no config:
+the defaults learn, the served model is right on new images, and a second run on
+unchanged images is served from TFX's cache."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import os
 
 import pytest
 
+from imgpipe.components.common import served_models
 from imgpipe.pipelines import cli, local_runner, sample_photos
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
+from tests import retraining_data
 
 
 @pytest.mark.unit
@@ -31,57 +34,37 @@ def test_sample_photos_is_deterministic_real_photos(tmp_path):
 
 
 @pytest.mark.pipeline
-def test_run_local_trains_pushes_and_reruns_from_cache(tmp_path, capsys):
-    data = tmp_path / "images"
-    sample_photos.make_dataset(str(data), per_class=12, size=64, classes=["animal", "fruit"])
-    config_file = tmp_path / "config.yaml"
-    config_file.write_text(
-        "pipeline_name: local-test\n"
-        "trainer: {image_size: 32, epochs: 1, batch_size: 8, train_steps: 2, eval_steps: 1}\n"
-        "example_gen: {output: {splits: [[train, 0.75], [eval, 0.25]], num_shards: 1}}\n"
-        "beam_args: [--direct_num_workers=1, --direct_running_mode=in_memory]\n"
-    )
-    argv = [
-        "run",
-        "local",
-        "--data",
-        str(data),
-        "--config",
-        str(config_file),
-        "--pipeline-root",
-        str(tmp_path / "root"),
-        "--serving-dir",
-        str(tmp_path / "serving"),
-    ]
+def test_run_local_with_defaults_learns_pushes_and_reruns_from_cache(tmp_path, capsys):
+    data = retraining_data.span_folder(str(tmp_path / "images"), 1, per_class=200)
+    serving = tmp_path / "serving"
+    argv = ["run", "local", "--data", data, "--pipeline-root", str(tmp_path / "root")]
+    argv += ["--serving-dir", str(serving)]
 
     assert cli.main(argv) == 0
     first = capsys.readouterr().out
     config = cfg.load(
-        str(config_file),
-        data_root=str(data),
-        pipeline_root=str(tmp_path / "root"),
-        serving_dir=str(tmp_path / "serving"),
+        None, data_root=data, pipeline_root=str(tmp_path / "root"), serving_dir=str(serving)
     )
     result = local_runner.latest_results(config)
     assert set(result.nodes) == set(ids.COMPONENT_IDS)
     assert {n.state for n in result.nodes.values()} == {"COMPLETE"}
-    served = os.listdir(tmp_path / "serving")
-    assert len(served) == 1
-    assert os.path.isfile(tmp_path / "serving" / served[0] / "saved_model.pb")
-    assert f"model (served)       {tmp_path / 'serving' / served[0]}" in first
-    for label in (
-        "model (trained)",
-        "image report",
-        "statistics (TFDV)",
-        "statistics (images)",
-        "evaluation",
-    ):
-        assert label in first
-    report = next(line for line in first.splitlines() if line.startswith("image report"))
-    assert report.endswith("report.html") and os.path.isfile(report.split()[-1])
+    champion = served_models.latest(str(serving))
+    assert champion is not None and champion.labels == retraining_data.LABELS
+    # The default model learned: right on images no split held, through the serving
+    # signature on encoded bytes.
+    assert retraining_data.served_accuracy(champion.path) > 0.9
+    assert f"model (served)       {champion.path}" in first
+    lines = {line[:21].strip(): line[21:] for line in first.splitlines() if line[:1].isalpha()}
+    assert lines["training"].startswith("tiny_cnn at 128 px, weights none (from scratch)")
+    assert lines["warm start"].startswith("off")
+    assert lines["blessing"].startswith("blessed: accuracy")
+    assert "no comparison (no complete push in" in lines["eval accuracy"]
+    assert lines["data"] == f"{data} (span 0)"
+    report = lines["image report"]
+    assert report.endswith("report.html") and os.path.isfile(report)
 
     assert cli.main(argv) == 0
     second = capsys.readouterr().out
     assert local_runner.latest_results(config).all_cached
     assert "served from TFX's cache" in second
-    assert os.listdir(tmp_path / "serving") == served
+    assert served_models.latest(str(serving)) == champion

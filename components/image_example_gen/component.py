@@ -3,29 +3,15 @@
 from __future__ import annotations
 
 from tfx.dsl.components.base import base_beam_component, executor_spec
+from tfx.orchestration import data_types
 from tfx.proto import example_gen_pb2, range_config_pb2
 from tfx.utils import proto_utils
 
 from imgpipe.components.common import config_loader
 from imgpipe.components.image_example_gen import options as opts
 from imgpipe.components.image_example_gen import spec
-from imgpipe.components.image_example_gen.driver import ImageFolderDriver
+from imgpipe.components.image_example_gen.driver import ImageFolderDriver, split_input_base
 from imgpipe.components.image_example_gen.executor import Executor
-
-
-def split_input_base(input_base: str) -> tuple[str, str]:
-    """Splits a path into the fixed base and the last part(s) the driver resolves.
-
-    `/data/imgs/span-{SPAN}/v{VERSION}` -> (`/data/imgs`, `span-{SPAN}/v{VERSION}`);
-    a path without patterns -> (parent, folder name).
-    """
-    path = input_base.rstrip("/")
-    cut = path.find("{")
-    head = path if cut < 0 else path[:cut]
-    slash = head.rfind("/")
-    if slash < 0:
-        raise ValueError(f"input_base {input_base!r} must be a path with at least one folder")
-    return path[:slash] or "/", path[slash + 1 :]
 
 
 class ImageExampleGen(base_beam_component.BaseBeamComponent):
@@ -47,13 +33,14 @@ class ImageExampleGen(base_beam_component.BaseBeamComponent):
 
     def __init__(
         self,
-        input_base: str,
+        input_base: str | data_types.RuntimeParameter,
         image_options: opts.ImageOptions | None = None,
         output_options: opts.OutputOptions | None = None,
         range_config: range_config_pb2.RangeConfig | None = None,
     ):
         """Args:
-        input_base: the image folder; may hold TFX's {SPAN} and {VERSION} patterns.
+        input_base: the image folder; may hold TFX's {SPAN} and {VERSION} patterns. A
+          RuntimeParameter (Kubeflow) is split into base and pattern by the executor.
         image_options: what is done to each image (default: bytes kept).
         output_options: layout, splits, shards and error policy.
         range_config: which spans to take, as for FileBasedExampleGen.
@@ -62,7 +49,11 @@ class ImageExampleGen(base_beam_component.BaseBeamComponent):
         output_options = output_options or opts.OutputOptions()
         image_options.validate()
         output_options.validate()
-        base, pattern = split_input_base(input_base)
+        if isinstance(input_base, data_types.RuntimeParameter):
+            base: str | data_types.RuntimeParameter = input_base
+            pattern = ""
+        else:
+            base, pattern = split_input_base(input_base)
         input_config = example_gen_pb2.Input(
             splits=[example_gen_pb2.Input.Split(name=spec.IMAGES_INPUT_SPLIT, pattern=pattern)]
         )

@@ -18,6 +18,21 @@ from tfx.components.example_gen import input_processor
 from tfx.proto import example_gen_pb2, range_config_pb2
 
 
+def split_input_base(input_base: str) -> tuple[str, str]:
+    """Splits a path into the fixed base and the last part(s) the driver resolves.
+
+    `/data/imgs/span-{SPAN}/v{VERSION}` -> (`/data/imgs`, `span-{SPAN}/v{VERSION}`);
+    a path without patterns -> (parent, folder name).
+    """
+    path = input_base.rstrip("/")
+    cut = path.find("{")
+    head = path if cut < 0 else path[:cut]
+    slash = head.rfind("/")
+    if slash < 0:
+        raise ValueError(f"input_base {input_base!r} must be a path with at least one folder")
+    return path[:slash] or "/", path[slash + 1 :]
+
+
 def tree_fingerprint(root: str) -> str:
     """A digest of every file below root: relative path, size and mtime."""
     digest = hashlib.sha256()

@@ -18,7 +18,7 @@ from imgpipe.components.common import config_loader
 from imgpipe.components.image_example_gen import options as opts
 from imgpipe.components.image_example_gen import spec
 from imgpipe.components.image_example_gen.convert import run_conversion
-from imgpipe.components.image_example_gen.driver import ImageFolderInputProcessor
+from imgpipe.components.image_example_gen.driver import ImageFolderInputProcessor, split_input_base
 
 # TFX readers pick the codec from the file suffix; 'tfrecords_gzip' is the one TFRecord
 # format name tfx-bsl accepts, and it reads plain shards (no .gz suffix) as plain.
@@ -82,6 +82,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         if len(input_config.splits) != 1:
             raise ValueError(f"ImageExampleGen takes one input pattern, got {input_config}")
         pattern = input_config.splits[0].pattern
+        if not pattern:  # the whole path was a runtime parameter: split it here
+            input_base, pattern = split_input_base(input_base)
+            input_config.splits[0].pattern = pattern
         if "{" in pattern:
             range_config = None
             if exec_properties.get(spec.RANGE_CONFIG_KEY):

@@ -114,6 +114,12 @@ def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
             container.setdefault("env", []).append(
                 {"name": ARTIFACT_IO_ENV, "value": config.kubeflow.artifact_io}
             )
+    # TFX declares the root parameters without their defaults; KFP needs them to run
+    # the package with no arguments.
+    declared = spec["root"].get("inputDefinitions", {}).get("parameters", {})
+    for name, parameter in pl.runtime_parameters(config).items():
+        declared[name]["defaultValue"] = parameter.default
+        declared[name]["isOptional"] = True
     # KFP's cache key covers parameters and input artifacts, not the files under
     # data_root: a cached ImageExampleGen would never see new images or a new span.
     spec["root"]["dag"]["tasks"][ids.EXAMPLE_GEN]["cachingOptions"] = {"enableCache": False}

@@ -1,0 +1,170 @@
+"""Retraining unattended, span after span, into one pipeline root and one serving
+directory: on LocalDagRunner and on the compiled package under kfp.local.
+
+span 1 is trained and pushed; span 2 adds images and is pushed only if not worse than
+span 1's model; span 3 has shuffled labels and is refused, the champion unchanged.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+from imgpipe.components.common import conversion_summary, served_models
+from imgpipe.components.evaluator import evaluation as ev
+from imgpipe.pipelines import component_ids as ids
+from imgpipe.pipelines import config as cfg
+from imgpipe.pipelines import local_runner
+from tests import retraining_data
+from tests.test_kubeflow_local import subprocess_runner_for_tfx_steps
+
+PER_CLASS = {1: 40, 2: 60, 3: 60}
+
+# Small and fast, but the rules are the defaults: significance 0.01, tolerance 0.01.
+SETTINGS = {
+    "pipeline_name": "retraining-test",
+    "trainer": {
+        "image_size": 32,
+        "batch_size": 16,
+        "epochs": 2,
+        "min_train_steps": 60,
+        "warm_start": True,
+        "tensorboard_images": 0,
+    },
+    "example_gen": {"output": {"num_shards": 1}},
+    "beam_args": ["--direct_num_workers=1", "--direct_running_mode=in_memory"],
+}
+
+
+def _make_spans(root: str) -> dict[int, str]:
+    return {
+        1: retraining_data.span_folder(root, 1, PER_CLASS[1]),
+        2: retraining_data.span_folder(root, 2, PER_CLASS[2]),
+        3: retraining_data.span_folder(root, 3, PER_CLASS[3], shuffle_labels=True),
+    }
+
+
+def _assert_span_2_is_compared_with_span_1(second: ev.Evaluation, first_push) -> None:
+    assert second.champion.status == ev.COMPARED
+    assert second.champion.version == first_push.version
+    assert second.champion.metrics is not None
+
+
+@pytest.mark.pipeline
+def test_retraining_on_local_dag_runner(tmp_path):
+    images = str(tmp_path / "images")
+    serving = str(tmp_path / "serving")
+    config = cfg.from_dict(
+        {
+            **SETTINGS,
+            "data_root": os.path.join(images, "span-{SPAN}"),
+            "pipeline_root": str(tmp_path / "root"),
+            "serving_dir": serving,
+        }
+    )
+    spans = _make_spans(str(tmp_path / "staged"))
+
+    def run_span(span: int) -> tuple[local_runner.RunResult, ev.Evaluation, list[str]]:
+        os.rename(spans[span], os.path.join(images, f"span-{span}"))  # new data lands
+        result = local_runner.run(config)
+        examples = result.artifact(ids.EXAMPLE_GEN, "examples")
+        assert examples is not None and examples.properties["span"] == span
+        summary = local_runner.summary_lines(result, config)
+        evaluation = ev.read(result.uri(ids.EVALUATOR, "evaluation"))
+        return result, evaluation, summary
+
+    os.makedirs(images)
+    _, first, summary = run_span(1)
+    assert first.decision.blessed, first.decision.reason
+    assert first.champion.status == ev.NO_CHAMPION
+    champion_1 = served_models.latest(serving)
+    assert champion_1 is not None
+    assert retraining_data.served_accuracy(champion_1.path) > 0.9
+    assert any(line.startswith("data") and "(span 1)" in line for line in summary)
+    assert any(line.startswith("warm start           fresh: no champion") for line in summary)
+
+    _, second, summary = run_span(2)
+    _assert_span_2_is_compared_with_span_1(second, champion_1)
+    champion_2 = served_models.latest(serving)
+    # Pushed exactly when not worse than span 1's model, by the tolerance.
+    not_worse = second.candidate.accuracy >= second.champion.metrics.accuracy - 0.01
+    assert second.decision.blessed == not_worse
+    assert (champion_2 != champion_1) == not_worse
+    assert any(
+        line.startswith(f"warm start           full: from champion {champion_1.path}")
+        for line in summary
+    )
+    assert any(
+        line.startswith("eval accuracy") and f"champion {champion_1.version}" in line
+        for line in summary
+    )
+
+    _, third, summary = run_span(3)
+    assert not third.decision.blessed
+    assert third.decision.reason.startswith("not blessed: ")
+    assert served_models.latest(serving) == champion_2
+    assert any(line.startswith("model (served)       not pushed") for line in summary)
+
+
+@pytest.mark.pipeline
+def test_retraining_with_the_compiled_package_under_kfp_local(tmp_path):
+    """One compiled package, three runs, each with its own data_root parameter."""
+    from kfp import components, local
+
+    from imgpipe.pipelines.kubeflow import compiler
+
+    spans = _make_spans(str(tmp_path / "images"))
+    serving = str(tmp_path / "serving")
+    config = cfg.from_dict(
+        {
+            **SETTINGS,
+            "data_root": spans[1],
+            "pipeline_root": str(tmp_path / "unused-root"),
+            "serving_dir": serving,
+        }
+    )
+    package = compiler.compile_to_file(config, str(tmp_path / "pipeline.yaml"))
+    pipeline_root = tmp_path / "kfp-root"
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(pipeline_root),
+        raise_on_error=True,
+    )
+    pipeline = components.load_component_from_file(package)
+
+    def run(**arguments) -> tuple[ev.Evaluation, conversion_summary.ConversionSummary]:
+        before = set(os.listdir(pipeline_root)) if pipeline_root.exists() else set()
+        with subprocess_runner_for_tfx_steps():
+            pipeline(**arguments)
+        (run_dir,) = set(os.listdir(pipeline_root)) - before
+        found = glob.glob(
+            str(pipeline_root / run_dir / ids.EVALUATOR / "**" / ev.EVALUATION_FILE), recursive=True
+        )
+        summaries = glob.glob(
+            str(pipeline_root / run_dir / ids.EXAMPLE_GEN / "**" / "conversion_summary.json"),
+            recursive=True,
+        )
+        return ev.read(os.path.dirname(found[0])), conversion_summary.read(
+            os.path.dirname(summaries[0])
+        )
+
+    first, data_1 = run()  # the compiled defaults: span 1
+    assert first.decision.blessed, first.decision.reason
+    champion_1 = served_models.latest(serving)
+    assert champion_1 is not None
+
+    second, data_2 = run(data_root=spans[2], epochs=3, tolerance=0.02)
+    # Two data roots, two datasets.
+    assert data_1.written == 3 * PER_CLASS[1]
+    assert data_2.written == 3 * PER_CLASS[2]
+    _assert_span_2_is_compared_with_span_1(second, champion_1)
+    not_worse = second.candidate.accuracy >= second.champion.metrics.accuracy - 0.02
+    assert second.decision.blessed == not_worse
+    champion_2 = served_models.latest(serving)
+    assert (champion_2 != champion_1) == not_worse
+
+    third, _ = run(data_root=spans[3])
+    assert not third.decision.blessed
+    assert served_models.latest(serving) == champion_2
