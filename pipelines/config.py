@@ -19,8 +19,8 @@ Example YAML (every key optional; unknown keys are errors that list the allowed 
       image: {resize: 256, center_crop: true}
       output: {splits: [[train, 0.9], [eval, 0.1]], stratify: true}
     statistics: {leakage_threshold: 0.01, fail_on_anomalies: true}
-    trainer: {backbone: mobilenet_v3_small, image_size: 224, epochs: 5, num_gpus: 1}
-    evaluator: {accuracy_threshold: 0.7}
+    trainer: {weights: imagenet, epochs: 5, num_gpus: 1, warm_start: true}
+    evaluator: {accuracy_threshold: 0.7, tolerance: 0.01}
     kubeflow:
       resources: {ImageExampleGen: {cpu_request: "4", memory_request: 8Gi}}
       gpu: {node_selector: {cloud.google.com/gke-accelerator: nvidia-tesla-t4}}
