@@ -32,9 +32,10 @@ Everything is validated when the config is loaded, before any step runs.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from imgpipe.components.common import config_loader
@@ -149,14 +150,46 @@ def from_dict(values: Mapping[str, Any], source: str = "config") -> PipelineConf
         raise ValueError(f"{source}: {e}") from None
 
 
-def load(path: str | None, **overrides: Any) -> PipelineConfig:
-    """Loads a YAML file (None: the defaults) and applies top-level overrides.
+def apply_settings(values: dict[str, Any], settings: Sequence[str]) -> dict[str, Any]:
+    """Applies `section.key=value` settings (the CLI's --set) to a config's plain data.
+
+    Values are YAML, so `trainer.epochs=3`, `statistics.fail_on_drift=false` and
+    `example_gen.output.splits=[[train, 0.8], [eval, 0.2]]` have their types.
+
+    Raises:
+      ValueError: a setting that is not KEY=VALUE, or a value that is not YAML.
+    """
+    import yaml
+
+    merged = copy.deepcopy(values)
+    for setting in settings:
+        key, sep, text = setting.partition("=")
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ValueError(f"--set takes section.key=VALUE, got {setting!r}")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ValueError(f"--set {key}: {text!r} is not YAML: {e}") from None
+        *parents, last = key.split(".")
+        node = merged
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ValueError(f"--set {key}: {part} is a value, not a section")
+            node = child
+        node[last] = value
+    return merged
+
+
+def load(path: str | None, settings: Sequence[str] = (), **overrides: Any) -> PipelineConfig:
+    """Loads a YAML file (None: the defaults), then applies `settings` (section.key=VALUE,
+    see apply_settings) and top-level overrides.
 
     Raises:
       ValueError: the file is missing, is not YAML, or holds a bad setting.
 
     Example:
-      load("pipeline.yaml", data_root="/data/flowers")
+      load("pipeline.yaml", ["evaluator.tolerance=0.02"], data_root="/data/flowers")
     """
     import yaml
 
@@ -176,6 +209,7 @@ def load(path: str | None, **overrides: Any) -> PipelineConfig:
                 f"{path}: the top level must be a mapping, got {type(loaded).__name__}"
             )
         values = loaded or {}
+    values = apply_settings(values, settings)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return from_dict(values, source=path or "config")
 

@@ -289,3 +289,28 @@ def test_argparse_defaults_are_not_spelled_twice():
                             f"{module.__name__}: literal default {ast.unparse(keyword.value)} "
                             f"for {ast.unparse(node.args[0])}"
                         )
+
+
+def test_set_flags_reach_any_section_with_yaml_types(tmp_path):
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text("evaluator: {accuracy_threshold: 0.5}\ntrainer: {epochs: 9}\n")
+    config = cfg.load(
+        str(config_file),
+        [
+            "evaluator.tolerance=0.02",
+            "trainer.warm_start=true",
+            "example_gen.output.splits=[[train, 0.8], [eval, 0.2]]",
+            "statistics.fail_on_anomalies=false",
+        ],
+        data_root="/data",
+    )
+    assert config.evaluator == EvaluatorConfig(accuracy_threshold=0.5, tolerance=0.02)
+    assert config.trainer.epochs == 9 and config.trainer.warm_start is True
+    assert config.example_gen.output.splits == (("train", 0.8), ("eval", 0.2))
+    assert config.statistics.fail_on_anomalies is False
+    with pytest.raises(ValueError, match="--set takes section.key=VALUE"):
+        cfg.load(None, ["trainer.epochs"])
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['tolerence'\] in evaluator"):
+        cfg.load(None, ["evaluator.tolerence=0.1"])
+    with pytest.raises(ValueError, match="--set trainer.epochs.x: epochs is a value"):
+        cfg.load(str(config_file), ["trainer.epochs.x=1"])

@@ -13,6 +13,8 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from imgpipe.pipelines.cli.settings import add_set_argument
+
 DEFAULT_OUTPUT = "pipeline.yaml"
 
 
@@ -24,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "compile", help="compile to a KFP v2 YAML package (KubeflowV2DagRunner)"
     )
     compile_.add_argument("--config", metavar="FILE", help="pipeline config YAML")
+    add_set_argument(compile_)
     compile_.add_argument(
         "-o",
         "--output",
@@ -65,6 +68,7 @@ def _client_args(parser: argparse.ArgumentParser) -> None:
         "--namespace", default=None, help="Kubeflow profile namespace (multi-user installs)"
     )
     parser.add_argument("--config", metavar="FILE", help="pipeline config YAML")
+    add_set_argument(parser)
     parser.add_argument(
         "--package", metavar="FILE", help="a compiled pipeline.yaml (default: compile --config now)"
     )
@@ -145,7 +149,7 @@ def run_compile(args: argparse.Namespace) -> int:
     from imgpipe.pipelines.kubeflow import compiler
 
     try:
-        config = cfg.load(args.config)
+        config = cfg.load(args.config, args.set)
         path = compiler.compile_to_file(config, args.output)
     except ValueError as e:
         raise SystemExit(f"imgpipe kfp compile: {e}") from None
@@ -157,7 +161,7 @@ def _package_and_config(args: argparse.Namespace, workdir: str):
     from imgpipe.pipelines import config as cfg
     from imgpipe.pipelines.kubeflow import compiler
 
-    config = cfg.load(args.config)
+    config = cfg.load(args.config, args.set)
     package = args.package or compiler.compile_to_file(
         config, os.path.join(workdir, DEFAULT_OUTPUT)
     )

@@ -8,6 +8,7 @@ from typing import Any
 
 from imgpipe.components.image_example_gen.options import flat_splits
 from imgpipe.pipelines import sample_photos
+from imgpipe.pipelines.cli.settings import add_set_argument
 
 # The demo: a few hundred 160-pixel photos and the three-block tiny_cnn at 96 pixels for
 # eight epochs (64 steps); it finishes in about a minute on two CPU cores and reaches
@@ -37,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="image folder: root/<label>/... or root/<split>/<label>/...",
     )
     local.add_argument("--config", metavar="FILE", help="pipeline config YAML")
+    add_set_argument(local)
     local.add_argument("--pipeline-root", metavar="DIR", help="overrides pipeline_root")
     local.add_argument("--serving-dir", metavar="DIR", help="overrides serving_dir")
     local.set_defaults(handler=run_local)
@@ -65,6 +67,7 @@ def run_local(args: argparse.Namespace) -> int:
     try:
         config = cfg.load(
             args.config,
+            args.set,
             data_root=os.path.abspath(args.data) if "://" not in args.data else args.data,
             pipeline_root=args.pipeline_root,
             serving_dir=args.serving_dir,
