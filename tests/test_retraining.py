@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from imgpipe.components.common import conversion_summary, served_models
+from imgpipe.components.common import conversion_summary, layout, served_models
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
@@ -139,15 +139,15 @@ def test_retraining_with_the_compiled_package_under_kfp_local(tmp_path):
         with subprocess_runner_for_tfx_steps():
             pipeline(**arguments)
         (run_dir,) = set(os.listdir(pipeline_root)) - before
-        found = glob.glob(
-            str(pipeline_root / run_dir / ids.EVALUATOR / "**" / ev.EVALUATION_FILE), recursive=True
+        # kfp.local names task folders its own way: find each file under the run.
+        (evaluation,) = glob.glob(
+            str(pipeline_root / run_dir / "**" / ev.EVALUATION_FILE), recursive=True
         )
-        summaries = glob.glob(
-            str(pipeline_root / run_dir / ids.EXAMPLE_GEN / "**" / "conversion_summary.json"),
-            recursive=True,
+        (summary,) = glob.glob(
+            str(pipeline_root / run_dir / "**" / layout.SUMMARY_FILE), recursive=True
         )
-        return ev.read(os.path.dirname(found[0])), conversion_summary.read(
-            os.path.dirname(summaries[0])
+        return ev.read(os.path.dirname(evaluation)), conversion_summary.read(
+            os.path.dirname(summary)
         )
 
     first, data_1 = run()  # the compiled defaults: span 1
