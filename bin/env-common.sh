@@ -85,14 +85,17 @@ is_system_dir() {
 }
 
 # chroot_exec ROOTFS CMD...: run CMD in ROOTFS with /proc, /dev, /sys, /tmp, the repo and
-# the current directory bind-mounted at their own paths. The mounts live in a private
-# mount namespace, so they vanish when the command ends, however it ends.
+# the current directory bind-mounted at their own paths, with everything mounted below
+# them (recursive binds), so a path means the same inside and out: a tmpfs under /tmp is
+# the same tmpfs in the chroot. The mounts live in their own mount namespace, a slave of
+# the host's: they vanish when the command ends, however it ends, and neither they nor
+# their unmounting reach the host, while the host's later mounts still show inside.
 chroot_exec() {
   local rootfs="$1"; shift
   [ "$(id -u)" = 0 ] || die "the Debian 13 rootfs is entered with chroot, which needs root: run as root (sudo)"
   # The host's pip settings point at host-only paths; the rootfs has its own.
   env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PYTHONHOME -u LD_LIBRARY_PATH \
-  unshare --mount --propagation private -- bash -c '
+  unshare --mount --propagation slave -- bash -c '
     set -e
     rootfs="$1" repo="$2" cwd="$3"; shift 3
     for fs in proc dev sys; do mount --rbind "/$fs" "$rootfs/$fs"; done
@@ -101,7 +104,7 @@ chroot_exec() {
     for dir in "${binds[@]}"; do
       if ! is_system_dir "$dir"; then
         mkdir -p "$rootfs$dir"
-        mount --bind "$dir" "$rootfs$dir"
+        mount --rbind "$dir" "$rootfs$dir"
       fi
     done
     exec chroot "$rootfs" /bin/bash -c "cd \"\$0\" 2>/dev/null || cd /; exec \"\$@\"" "$cwd" "$@"
