@@ -42,7 +42,8 @@ demo: env
 bench: env
 	$(IN_ENV) python -m benchmarks.run $(BENCH_ARGS)
 
-# Re-resolve pyproject.toml's pins into requirements.lock.
+# Re-resolve pyproject.toml's pins into requirements.lock, with the sha256 of every file
+# and the CUDA libraries of tensorflow[and-cuda] (bin/lock-hashes).
 lock:
 	bin/setup-env --relock
 

@@ -3,6 +3,9 @@
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOCK_FILE="$REPO_ROOT/requirements.lock"
+# The lock's last section: the CUDA libraries of tensorflow[and-cuda], which the
+# Dockerfile installs with the rest and the development environment (no GPU) leaves out.
+LOCK_CUDA_SECTION="# ---- tensorflow[and-cuda]: the GPU image's CUDA libraries; bin/setup-env stops here"
 
 # Bump when the rootfs recipe in bin/setup-env changes, so that a new rootfs is built.
 ROOTFS_RECIPE_VERSION=1
@@ -17,6 +20,11 @@ if [ "$(id -u)" = 0 ]; then
 else
   ENV_CACHE="${IMGPIPE_ENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfx-image-pipeline}"
 fi
+
+# The lock up to its CUDA section: what the development environment installs.
+lock_without_cuda() {
+  awk -v stop="$LOCK_CUDA_SECTION" '$0 == stop { exit } { print }' "$LOCK_FILE"
+}
 
 lock_key() {
   if [ -f "$LOCK_FILE" ]; then sha256sum "$LOCK_FILE" | cut -c1-16; else echo unlocked; fi
