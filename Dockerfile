@@ -5,8 +5,12 @@
 # tensorflow[and-cuda] section), so the same image trains on GPU nodes and runs the CPU
 # steps.
 
+# Base images are pinned by digest: a tag can be moved to another image, a digest cannot.
+# `make pin-images` (bin/pin-base-images) asks the registry what the tags name now and
+# rewrites these lines; review and commit the change like any other.
+
 # ---- build stage: compilers and pip caches stay here ---------------------------------
-FROM python:3.13-trixie AS build
+FROM python:3.13-trixie@sha256:c68b61ac211bc17bda0dfabff372246fd7dbb7dceaeabdb01cd6042a197c53c2 AS build
 
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
@@ -27,7 +31,7 @@ RUN pip install --require-virtualenv --no-deps --no-build-isolation /src \
  && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +
 
 # ---- runtime stage -------------------------------------------------------------------
-FROM python:3.13-slim-trixie
+FROM python:3.13-slim-trixie@sha256:9662417aace5ae7b8e2609cce472b72a8958e134ba372808abe9cc1a0c0125e6
 
 RUN groupadd --gid 1000 imgpipe \
  && useradd --uid 1000 --gid imgpipe --create-home --shell /usr/sbin/nologin imgpipe

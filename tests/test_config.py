@@ -150,6 +150,16 @@ def test_keys_of_the_first_release_say_where_they_went(moved, where):
             {"kubeflow": {"resources": {"Trainer": {"cpu_request": "lots"}}}},
             r"kubeflow\.resources\.Trainer\.cpu_request must look like",
         ),
+        (
+            {"kubeflow": {"images": {"default": "registry.example/app@sha256:abc"}}},
+            r"kubeflow\.images\.default: 'registry\.example/app@sha256:abc' has a malformed "
+            r"digest; a digest is '@sha256:' and 64 lowercase hex digits",
+        ),
+        (
+            {"kubeflow": {"images": {"Trainer": "registry.example/app:two words"}}},
+            r"kubeflow\.images\.Trainer: 'registry\.example/app:two words' is not an image "
+            r"reference; give REPOSITORY:TAG or, to run exactly one build, REPOSITORY@sha256:",
+        ),
     ],
 )
 def test_bad_values_fail_when_the_config_is_loaded(values, message):

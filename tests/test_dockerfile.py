@@ -11,6 +11,9 @@ import importlib.util
 import os
 import re
 import subprocess
+import sysconfig
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 from packaging.requirements import Requirement
@@ -56,10 +59,86 @@ DOCKERFILE = read("Dockerfile")
 BUILD, RUNTIME = stages(DOCKERFILE)
 
 
-def test_debian_13_and_python_3_13_in_both_stages():
+def test_debian_13_and_python_3_13_in_both_stages_pinned_by_digest():
     for stage in (BUILD, RUNTIME):
         base = stage[0][1].split()[0]
-        assert re.fullmatch(r"python:3\.13(-slim)?-trixie", base), base
+        assert re.fullmatch(r"python:3\.13(-slim)?-trixie@sha256:[0-9a-f]{64}", base), base
+
+
+SCOPE = "repository:library/python:pull"
+
+
+class FakeRegistry(BaseHTTPRequestHandler):
+    """The OCI distribution API as a public registry serves it: an anonymous token, then
+    the manifest's digest in a header. TAGS: tag -> digest."""
+
+    TAGS: dict[str, str] = {}
+    TOKEN = "anonymous-pull-token"
+
+    def do_GET(self):  # noqa: N802 - the token endpoint
+        assert (
+            self.path.startswith("/token?") and "repository%3Alibrary%2Fpython%3Apull" in self.path
+        )
+        self._answer(
+            200, {"Content-Type": "application/json"}, b'{"token": "%s"}' % self.TOKEN.encode()
+        )
+
+    def do_HEAD(self):  # noqa: N802 - the manifest
+        if self.headers.get("Authorization") != f"Bearer {self.TOKEN}":
+            realm = f"http://127.0.0.1:{self.server.server_port}/token"
+            challenge = (
+                f'Bearer realm="{realm}",service="fake",scope="repository:library/python:pull"'
+            )
+            return self._answer(401, {"WWW-Authenticate": challenge})
+        assert "application/vnd.oci.image.index.v1+json" in self.headers["Accept"]
+        tag = self.path.removeprefix("/v2/library/python/manifests/")
+        self._answer(200, {"Docker-Content-Digest": self.TAGS[tag]})
+
+    def _answer(self, code: int, headers: dict, body: bytes = b"") -> None:
+        self.send_response(code)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_pin_base_images_rewrites_the_from_lines_to_what_the_tags_name(tmp_path):
+    FakeRegistry.TAGS = {
+        "3.13-trixie": "sha256:" + "a" * 64,
+        "3.13-slim-trixie": "sha256:" + "b" * 64,
+    }
+    server = HTTPServer(("127.0.0.1", 0), FakeRegistry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(DOCKERFILE)
+
+    def pin(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [os.path.join(ROOT, "bin", "pin-base-images"), *args, str(dockerfile)],
+            env={**os.environ, "IMGPIPE_REGISTRY_URL": f"http://127.0.0.1:{server.server_port}"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    try:
+        assert pin("--check").returncode == 1  # the tags have "moved" to the fake digests
+        assert pin().returncode == 0
+        checked = pin("--check")
+    finally:
+        server.shutdown()
+    assert (checked.returncode, checked.stdout) == (0, "")
+    build, runtime = stages(dockerfile.read_text())
+    assert build[0] == ("FROM", f"python:3.13-trixie@sha256:{'a' * 64} AS build")
+    assert runtime[0] == ("FROM", f"python:3.13-slim-trixie@sha256:{'b' * 64}")
+    # Nothing else changed.
+    assert [i for i in instructions(dockerfile.read_text()) if i[0] != "FROM"] == [
+        i for i in instructions(DOCKERFILE) if i[0] != "FROM"
+    ]
 
 
 def test_installs_the_whole_lock_with_its_hashes():
@@ -117,7 +196,11 @@ def test_the_environment_is_the_locks_main_section():
     from importlib import metadata
 
     main, cuda = lock_sections()
-    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    # The venv's own folder: setuptools, once imported, puts its vendored copies on sys.path.
+    venv = [sysconfig.get_paths()["purelib"]]
+    installed = {
+        canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions(path=venv)
+    }
     for pin in main:
         name, version = pin.split("==")
         assert installed.get(canonicalize_name(name)) == version, pin
@@ -161,6 +244,14 @@ def test_runtime_stage_is_small_and_non_root():
     users = [rest for keyword, rest in RUNTIME if keyword == "USER"]
     assert users and users[-1].split(":")[0] not in ("0", "root")
     assert keywords.index("USER") > keywords.index("COPY")
+
+
+def test_the_runtime_user_is_the_one_the_compiled_steps_run_as():
+    runs = " ".join(rest for keyword, rest in RUNTIME if keyword == "RUN")
+    assert f"groupadd --gid {images.RUNTIME_GID} " in runs
+    assert f"useradd --uid {images.RUNTIME_UID} " in runs
+    users = [rest for keyword, rest in RUNTIME if keyword == "USER"]
+    assert users[-1] == f"{images.RUNTIME_UID}:{images.RUNTIME_GID}"  # numeric: kubelet checks
 
 
 def test_dockerignore_sends_only_what_the_build_copies():
