@@ -5,7 +5,7 @@ PYTEST_ARGS ?=
 # Empty: the demo's own default folder (imgpipe demo --help).
 DEMO_DIR ?=
 
-.PHONY: env test test-fast lint typecheck format demo bench lock image clean-env
+.PHONY: env test test-fast lint typecheck format demo bench lock image pin-images clean-env
 
 # pytest exits 5 when it collected nothing: a broken set-up, never a pass.
 define run_pytest
@@ -42,13 +42,19 @@ demo: env
 bench: env
 	$(IN_ENV) python -m benchmarks.run $(BENCH_ARGS)
 
-# Re-resolve pyproject.toml's pins into requirements.lock.
+# Re-resolve pyproject.toml's pins into requirements.lock, with the sha256 of every file
+# and the CUDA libraries of tensorflow[and-cuda] (bin/lock-hashes).
 lock:
 	bin/setup-env --relock
 
 # The Kubeflow runtime image; needs a Docker engine (none on the project's build machines).
 image:
 	docker build -t $$($(IN_ENV) python -c 'from imgpipe.pipelines.images import RUNTIME_IMAGE; print(RUNTIME_IMAGE)') .
+
+# Pin the Dockerfile's base images to the digests their tags name now (needs the
+# registry; no Docker engine).
+pin-images:
+	bin/pin-base-images Dockerfile
 
 clean-env:
 	rm -f .venv

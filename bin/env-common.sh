@@ -3,6 +3,9 @@
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOCK_FILE="$REPO_ROOT/requirements.lock"
+# The lock's last section: the CUDA libraries of tensorflow[and-cuda], which the
+# Dockerfile installs with the rest and the development environment (no GPU) leaves out.
+LOCK_CUDA_SECTION="# ---- tensorflow[and-cuda]: the GPU image's CUDA libraries; bin/setup-env stops here"
 
 # Bump when the rootfs recipe in bin/setup-env changes, so that a new rootfs is built.
 ROOTFS_RECIPE_VERSION=1
@@ -17,6 +20,11 @@ if [ "$(id -u)" = 0 ]; then
 else
   ENV_CACHE="${IMGPIPE_ENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfx-image-pipeline}"
 fi
+
+# The lock up to its CUDA section: what the development environment installs.
+lock_without_cuda() {
+  awk -v stop="$LOCK_CUDA_SECTION" '$0 == stop { exit } { print }' "$LOCK_FILE"
+}
 
 lock_key() {
   if [ -f "$LOCK_FILE" ]; then sha256sum "$LOCK_FILE" | cut -c1-16; else echo unlocked; fi
@@ -85,14 +93,17 @@ is_system_dir() {
 }
 
 # chroot_exec ROOTFS CMD...: run CMD in ROOTFS with /proc, /dev, /sys, /tmp, the repo and
-# the current directory bind-mounted at their own paths. The mounts live in a private
-# mount namespace, so they vanish when the command ends, however it ends.
+# the current directory bind-mounted at their own paths, with everything mounted below
+# them (recursive binds), so a path means the same inside and out: a tmpfs under /tmp is
+# the same tmpfs in the chroot. The mounts live in their own mount namespace, a slave of
+# the host's: they vanish when the command ends, however it ends, and neither they nor
+# their unmounting reach the host, while the host's later mounts still show inside.
 chroot_exec() {
   local rootfs="$1"; shift
   [ "$(id -u)" = 0 ] || die "the Debian 13 rootfs is entered with chroot, which needs root: run as root (sudo)"
   # The host's pip settings point at host-only paths; the rootfs has its own.
   env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PYTHONHOME -u LD_LIBRARY_PATH \
-  unshare --mount --propagation private -- bash -c '
+  unshare --mount --propagation slave -- bash -c '
     set -e
     rootfs="$1" repo="$2" cwd="$3"; shift 3
     for fs in proc dev sys; do mount --rbind "/$fs" "$rootfs/$fs"; done
@@ -101,7 +112,7 @@ chroot_exec() {
     for dir in "${binds[@]}"; do
       if ! is_system_dir "$dir"; then
         mkdir -p "$rootfs$dir"
-        mount --bind "$dir" "$rootfs$dir"
+        mount --rbind "$dir" "$rootfs$dir"
       fi
     done
     exec chroot "$rootfs" /bin/bash -c "cd \"\$0\" 2>/dev/null || cd /; exec \"\$@\"" "$cwd" "$@"

@@ -17,3 +17,28 @@ def local_beam_args(given: Sequence[str]) -> list[str]:
     if any(arg.startswith("--runner") for arg in given):
         return list(given)
     return list(DEFAULT_LOCAL_BEAM_ARGS) + list(given)
+
+
+def unknown_beam_args(args: Sequence[str]) -> list[str]:
+    """The arguments Beam's own parser does not know, in order: typos and stray words.
+
+    Parsed as PipelineOptions.get_all_options parses them (the same parser class, every
+    registered options class, no abbreviations), so what passes here is what Beam will
+    use; Beam has no public call that returns the arguments it does not know.
+
+    Raises:
+      ValueError: an option Beam knows, with a value it refuses.
+    """
+    import argparse
+
+    from apache_beam.options import pipeline_options
+
+    parser = pipeline_options._BeamArgumentParser(allow_abbrev=False, exit_on_error=False)
+    classes = {str(cls): cls for cls in pipeline_options.PipelineOptions.__subclasses__()}
+    for cls in classes.values():
+        cls._add_argparse_args(parser)
+    try:
+        _, unknown = parser.parse_known_args(list(args))
+    except argparse.ArgumentError as e:
+        raise ValueError(f"Apache Beam option {e}") from None
+    return unknown

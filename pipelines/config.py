@@ -203,7 +203,7 @@ def load(path: str | None, settings: Sequence[str] = (), **overrides: Any) -> Pi
             try:
                 loaded = yaml.safe_load(f.read())
             except yaml.YAMLError as e:
-                raise ValueError(f"{path} is not valid YAML: {' '.join(str(e).split())}") from None
+                raise ValueError(f"{path}: {yaml_problem(e)}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ValueError(
                 f"{path}: the top level must be a mapping, got {type(loaded).__name__}"
@@ -212,6 +212,14 @@ def load(path: str | None, settings: Sequence[str] = (), **overrides: Any) -> Pi
     values = apply_settings(values, settings)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return from_dict(values, source=path or "config")
+
+
+def yaml_problem(error: Exception) -> str:
+    """'not valid YAML: line N, column M: <problem>' of a YAML error, on one line."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"not valid YAML: {where}{' '.join(problem.split())}"
 
 
 def to_dict(config: PipelineConfig) -> dict[str, Any]:

@@ -158,6 +158,16 @@ def test_keys_of_the_first_release_say_where_they_went(moved, where):
             {"kubeflow": {"resources": {"Trainer": {"cpu_request": "lots"}}}},
             r"kubeflow\.resources\.Trainer\.cpu_request must look like",
         ),
+        (
+            {"kubeflow": {"images": {"default": "registry.example/app@sha256:abc"}}},
+            r"kubeflow\.images\.default: 'registry\.example/app@sha256:abc' has a malformed "
+            r"digest; a digest is '@sha256:' and 64 lowercase hex digits",
+        ),
+        (
+            {"kubeflow": {"images": {"Trainer": "registry.example/app:two words"}}},
+            r"kubeflow\.images\.Trainer: 'registry\.example/app:two words' is not an image "
+            r"reference; give REPOSITORY:TAG or, to run exactly one build, REPOSITORY@sha256:",
+        ),
     ],
 )
 def test_bad_values_fail_when_the_config_is_loaded(values, message):
@@ -197,7 +207,7 @@ def test_yaml_round_trips_and_a_broken_file_is_one_line(tmp_path):
     path.write_text(yaml.safe_dump(cfg.to_dict(config)))
     assert cfg.load(str(path)) == config
     path.write_text("trainer: {epochs: 3\n")
-    with pytest.raises(ValueError, match="is not valid YAML") as raised:
+    with pytest.raises(ValueError, match=r"pipeline.yaml: not valid YAML: line 2, col") as raised:
         cfg.load(str(path))
     assert "\n" not in str(raised.value)
     with pytest.raises(ValueError, match="does not exist"):

@@ -6,11 +6,18 @@ No Docker engine exists on the build machines, so these tests read the Dockerfil
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
 import re
 import subprocess
+import sysconfig
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from imgpipe.pipelines import images
 
@@ -52,42 +59,181 @@ DOCKERFILE = read("Dockerfile")
 BUILD, RUNTIME = stages(DOCKERFILE)
 
 
-def test_debian_13_and_python_3_13_in_both_stages():
+def test_debian_13_and_python_3_13_in_both_stages_pinned_by_digest():
     for stage in (BUILD, RUNTIME):
         base = stage[0][1].split()[0]
-        assert re.fullmatch(r"python:3\.13(-slim)?-trixie", base), base
+        assert re.fullmatch(r"python:3\.13(-slim)?-trixie@sha256:[0-9a-f]{64}", base), base
 
 
-def test_installs_the_environments_lock_file():
+SCOPE = "repository:library/python:pull"
+
+
+class FakeRegistry(BaseHTTPRequestHandler):
+    """The OCI distribution API as a public registry serves it: an anonymous token, then
+    the manifest's digest in a header. TAGS: tag -> digest."""
+
+    TAGS: dict[str, str] = {}
+    TOKEN = "anonymous-pull-token"
+
+    def do_GET(self):  # noqa: N802 - the token endpoint
+        assert (
+            self.path.startswith("/token?") and "repository%3Alibrary%2Fpython%3Apull" in self.path
+        )
+        self._answer(
+            200, {"Content-Type": "application/json"}, b'{"token": "%s"}' % self.TOKEN.encode()
+        )
+
+    def do_HEAD(self):  # noqa: N802 - the manifest
+        if self.headers.get("Authorization") != f"Bearer {self.TOKEN}":
+            realm = f"http://127.0.0.1:{self.server.server_port}/token"
+            challenge = (
+                f'Bearer realm="{realm}",service="fake",scope="repository:library/python:pull"'
+            )
+            return self._answer(401, {"WWW-Authenticate": challenge})
+        assert "application/vnd.oci.image.index.v1+json" in self.headers["Accept"]
+        tag = self.path.removeprefix("/v2/library/python/manifests/")
+        self._answer(200, {"Docker-Content-Digest": self.TAGS[tag]})
+
+    def _answer(self, code: int, headers: dict, body: bytes = b"") -> None:
+        self.send_response(code)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_pin_base_images_rewrites_the_from_lines_to_what_the_tags_name(tmp_path):
+    FakeRegistry.TAGS = {
+        "3.13-trixie": "sha256:" + "a" * 64,
+        "3.13-slim-trixie": "sha256:" + "b" * 64,
+    }
+    server = HTTPServer(("127.0.0.1", 0), FakeRegistry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(DOCKERFILE)
+
+    def pin(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [os.path.join(ROOT, "bin", "pin-base-images"), *args, str(dockerfile)],
+            env={**os.environ, "IMGPIPE_REGISTRY_URL": f"http://127.0.0.1:{server.server_port}"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    try:
+        assert pin("--check").returncode == 1  # the tags have "moved" to the fake digests
+        assert pin().returncode == 0
+        checked = pin("--check")
+    finally:
+        server.shutdown()
+    assert (checked.returncode, checked.stdout) == (0, "")
+    build, runtime = stages(dockerfile.read_text())
+    assert build[0] == ("FROM", f"python:3.13-trixie@sha256:{'a' * 64} AS build")
+    assert runtime[0] == ("FROM", f"python:3.13-slim-trixie@sha256:{'b' * 64}")
+    # Nothing else changed.
+    assert [i for i in instructions(dockerfile.read_text()) if i[0] != "FROM"] == [
+        i for i in instructions(DOCKERFILE) if i[0] != "FROM"
+    ]
+
+
+def test_installs_the_whole_lock_with_its_hashes():
     copies = [rest for keyword, rest in BUILD if keyword == "COPY"]
     assert "requirements.lock /tmp/requirements.lock" in copies
     runs = " ".join(rest for keyword, rest in BUILD if keyword == "RUN")
-    assert "pip install --require-virtualenv -r /tmp/requirements.lock" in runs
-    # TensorFlow's CUDA extra is resolved against the lock, at the lock's version.
-    assert "-c /tmp/requirements.lock" in runs
-    assert "tensorflow[and-cuda]==${TF_VERSION}" in runs
-    lock = read("requirements.lock")
-    assert re.search(r"^tensorflow==2\.21\.0$", lock, re.M)
+    assert (
+        "pip install --require-virtualenv --require-hashes --no-deps -r /tmp/requirements.lock"
+        in runs
+    )
+    assert "pip check" in runs
     # The lock is the environment's: bin/env-common.sh keys the venv by its hash.
     assert 'LOCK_FILE="$REPO_ROOT/requirements.lock"' in read("bin/env-common.sh")
 
 
-def test_the_tensorflow_version_expression_reads_the_lock():
-    # Run the Dockerfile's own sed expression on the real lock file.
-    run = next(rest for keyword, rest in BUILD if keyword == "RUN" and "TF_VERSION" in rest)
-    expression = re.search(r"sed -n '([^']+)'", run).group(1)
-    version = subprocess.run(
-        ["sed", "-n", expression, os.path.join(ROOT, "requirements.lock")],
+def lock_sections() -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(main, CUDA) sections of the lock: 'name==version' -> its sha256 digests."""
+    cuda_section = env_common('echo "$LOCK_CUDA_SECTION"')
+    sections: list[dict[str, list[str]]] = [{}]
+    pin = None
+    for line in read("requirements.lock").splitlines():
+        if line == cuda_section:
+            sections.append({})
+        elif line.startswith("#") or not line.strip():
+            continue
+        elif line.startswith(" "):
+            digest = re.fullmatch(r"\s+--hash=sha256:([0-9a-f]{64})( \\)?", line)
+            assert digest and pin, line
+            sections[-1][pin].append(digest.group(1))
+        else:
+            pin = re.fullmatch(r"([A-Za-z0-9_.\-]+==[^ ]+) \\", line).group(1)
+            sections[-1][pin] = []
+    main, cuda = sections
+    return main, cuda
+
+
+def env_common(command: str) -> str:
+    return subprocess.run(
+        ["bash", "-c", f"source bin/env-common.sh && {command}"],
+        cwd=ROOT,
         check=True,
         capture_output=True,
         text=True,
-    ).stdout.strip()
-    assert version == "2.21.0"
+    ).stdout.rstrip("\n")
 
 
-def test_the_package_is_installed_without_re_resolving():
+def test_every_pin_of_the_lock_carries_hashes():
+    main, cuda = lock_sections()
+    assert "tensorflow==2.21.0" in main and "tfx==1.21.0" in main
+    for pin, digests in {**main, **cuda}.items():
+        assert digests, f"{pin} has no --hash"
+
+
+def test_the_environment_is_the_locks_main_section():
+    from importlib import metadata
+
+    main, cuda = lock_sections()
+    # The venv's own folder: setuptools, once imported, puts its vendored copies on sys.path.
+    venv = [sysconfig.get_paths()["purelib"]]
+    installed = {
+        canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions(path=venv)
+    }
+    for pin in main:
+        name, version = pin.split("==")
+        assert installed.get(canonicalize_name(name)) == version, pin
+    # No GPU here: bin/setup-env stops before the CUDA section.
+    assert not any(canonicalize_name(pin.split("==")[0]) in installed for pin in cuda)
+    assert "nvidia" not in env_common("lock_without_cuda")
+    assert "tensorflow==2.21.0 \\" in env_common("lock_without_cuda")
+
+
+def test_the_cuda_section_pins_what_tensorflow_and_cuda_requires():
+    from importlib import metadata
+
+    _, cuda = lock_sections()
+    locked = {canonicalize_name(pin.split("==")[0]): pin.split("==")[1] for pin in cuda}
+    required = [
+        Requirement(r)
+        for r in metadata.requires("tensorflow") or []
+        if "and-cuda" in r and Requirement(r).marker.evaluate({"extra": "and-cuda"})
+    ]
+    assert len(required) > 10
+    for requirement in required:
+        name = canonicalize_name(requirement.name)
+        assert name in locked, f"{requirement} is not in the lock's CUDA section"
+        assert requirement.specifier.contains(locked[name]), f"{name}=={locked[name]}"
+
+
+def test_the_package_is_built_and_installed_with_the_locks_tools_only():
     runs = " ".join(rest for keyword, rest in BUILD if keyword == "RUN")
-    assert "pip install --require-virtualenv --no-deps /src" in runs
+    assert "pip install --require-virtualenv --no-deps --no-build-isolation /src" in runs
+    # The build backend comes from the lock, not from an unpinned isolated build.
+    main, _ = lock_sections()
+    backend = read("pyproject.toml").split('build-backend = "')[1].split(".")[0]
+    assert any(pin.startswith(backend + "==") for pin in main)
 
 
 def test_runtime_stage_is_small_and_non_root():
@@ -98,6 +244,14 @@ def test_runtime_stage_is_small_and_non_root():
     users = [rest for keyword, rest in RUNTIME if keyword == "USER"]
     assert users and users[-1].split(":")[0] not in ("0", "root")
     assert keywords.index("USER") > keywords.index("COPY")
+
+
+def test_the_runtime_user_is_the_one_the_compiled_steps_run_as():
+    runs = " ".join(rest for keyword, rest in RUNTIME if keyword == "RUN")
+    assert f"groupadd --gid {images.RUNTIME_GID} " in runs
+    assert f"useradd --uid {images.RUNTIME_UID} " in runs
+    users = [rest for keyword, rest in RUNTIME if keyword == "USER"]
+    assert users[-1] == f"{images.RUNTIME_UID}:{images.RUNTIME_GID}"  # numeric: kubelet checks
 
 
 def test_dockerignore_sends_only_what_the_build_copies():
@@ -112,3 +266,37 @@ def test_the_image_tag_is_set_in_one_place():
     assert images.RUNTIME_IMAGE.endswith(":" + images.TAG)
     assert images.TAG not in DOCKERFILE
     assert "imgpipe.pipelines.images import RUNTIME_IMAGE" in read("Makefile")
+
+
+def load_lock_hashes():
+    loader = importlib.machinery.SourceFileLoader(
+        "lock_hashes", os.path.join(ROOT, "bin/lock-hashes")
+    )
+    spec = importlib.util.spec_from_loader("lock_hashes", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_lock_hashes_keeps_the_files_a_linux_x86_64_cpython_can_install():
+    lock_hashes = load_lock_hashes()
+    files = [
+        ("numpy-2.4.6-cp313-cp313-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl", True),
+        ("numpy-2.4.6-cp310-cp310-manylinux_2_17_x86_64.whl", True),
+        ("numpy-2.4.6-cp313-cp313-manylinux_2_28_aarch64.whl", False),
+        ("numpy-2.4.6-cp313-cp313-musllinux_1_2_x86_64.whl", False),
+        ("numpy-2.4.6-cp313-cp313-macosx_14_0_x86_64.whl", False),
+        ("numpy-2.4.6-cp313-cp313-win_amd64.whl", False),
+        ("numpy-2.4.6.tar.gz", True),
+        ("numpy-2.4.5-cp313-cp313-manylinux_2_28_x86_64.whl", False),
+        ("numpy-2.4.6-py3-none-any.whl", True),
+        ("numpy-2.4.6.exe", False),
+    ]
+    index = [
+        {"filename": name, "hashes": {"sha256": f"{i:064x}"}} for i, (name, _) in enumerate(files)
+    ]
+    kept = lock_hashes.file_hashes(index, lock_hashes.Version("2.4.6"))
+    assert kept == sorted(f"{i:064x}" for i, (_, keep) in enumerate(files) if keep)
+    assert lock_hashes.format_pin("numpy", "2.4.6", ["a" * 64]) == (
+        "numpy==2.4.6 \\\n    --hash=sha256:" + "a" * 64
+    )

@@ -149,3 +149,26 @@ def test_the_example_pipeline_config_loads_and_uses_the_claim():
     assert config.kubeflow.pvc_name == claim["metadata"]["name"]
     assert config.data_root.startswith(config.kubeflow.mount_path)
     assert config.trainer.num_gpus == 1
+
+
+def test_the_namespace_enforces_the_restricted_pod_security_standard():
+    namespace = next(d for _, d in DOCUMENTS if d["kind"] == "Namespace")
+    labels = namespace["metadata"]["labels"]
+    for mode in ("enforce", "warn", "audit"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+
+
+def test_every_pod_meets_the_restricted_standard_as_the_compiled_steps_user():
+    """The fields the restricted standard checks, and the user the compiler names."""
+    from imgpipe.pipelines.kubeflow.compiler import security_context
+
+    pods = [d for _, d in DOCUMENTS if d["kind"] == "Pod"]
+    assert pods
+    for pod in pods:
+        pod_context = pod["spec"]["securityContext"]
+        assert pod_context["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert {k: pod_context[k] for k in security_context()} == security_context()
+        for container in pod["spec"]["containers"]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"] == {"drop": ["ALL"]}

@@ -22,6 +22,7 @@ from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines.cli import kfp as cli_kfp
 from imgpipe.pipelines.container import entrypoint
+from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
 from imgpipe.pipelines.kfp_contract import ARTIFACT_IO_ENV, MODE_AUTO, MODE_LOCAL
 from imgpipe.pipelines.kubeflow import compiler
 from imgpipe.pipelines.kubeflow.config import DEFAULT_IMAGE_KEY
@@ -154,6 +155,28 @@ def test_every_step_runs_the_project_entrypoint_with_tfxs_arguments(compiled):
     tasks = spec["root"]["dag"]["tasks"]
     assert tasks[ids.EXAMPLE_GEN]["cachingOptions"] == {"enableCache": False}
     assert tasks[ids.TRAINER]["cachingOptions"] == {"enableCache": True}
+
+
+def test_every_step_runs_as_the_images_non_root_user(compiled):
+    from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
+
+    _, _, _, spec, platform = compiled
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert set(executors) == set(compiler.executor_labels(spec).values())
+    for entry in executors.values():
+        context = json_format.ParseDict(entry, k8s_pb2.KubernetesExecutorConfig()).security_context
+        assert context.run_as_non_root is True
+        assert (context.run_as_user, context.run_as_group) == (RUNTIME_UID, RUNTIME_GID)
+
+
+def test_images_given_by_digest_reach_their_steps():
+    default = "registry.example/imgpipe@sha256:" + "1" * 64
+    trainer = "registry.example/imgpipe-gpu@sha256:" + "2" * 64
+    kubeflow = {**TEST_SETTINGS["kubeflow"], "images": {"default": default, "Trainer": trainer}}
+    spec, _ = compiler.compile_pipeline(cfg.from_dict({**TEST_SETTINGS, "kubeflow": kubeflow}))
+    for task in ids.COMPONENT_IDS:
+        image = executor(spec, task)["container"]["image"]
+        assert image == (trainer if task == ids.TRAINER else default), task
 
 
 def test_beam_args_for_flink_reach_every_beam_component():

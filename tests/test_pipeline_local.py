@@ -5,14 +5,15 @@ unchanged images is served from TFX's cache."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
-from imgpipe.components.common import served_models
+from imgpipe.components.common import layout, served_models
 from imgpipe.pipelines import cli, local_runner, sample_photos
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
-from tests import retraining_data
+from tests import imagegen, retraining_data
 
 
 @pytest.mark.unit
@@ -68,3 +69,28 @@ def test_run_local_with_defaults_learns_pushes_and_reruns_from_cache(tmp_path, c
     assert local_runner.latest_results(config).all_cached
     assert "served from TFX's cache" in second
     assert served_models.latest(str(serving)) == champion
+
+
+@pytest.mark.pipeline
+def test_run_local_stops_on_data_anomalies_with_one_line_naming_the_report(tmp_path, capsys):
+    data = tmp_path / "images"
+    imagegen.make_image_folder(str(data / "train"), {"a": 4, "b": 4})
+    imagegen.make_image_folder(str(data / "eval"), {"a": 2})  # no "b", and copies of train's
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(
+        "pipeline_name: anomalies-test\n"
+        "example_gen: {output: {num_shards: 1}}\n"
+        "beam_args: [--direct_num_workers=1, --direct_running_mode=in_memory]\n"
+    )
+    argv = ["run", "local", "--data", str(data), "--config", str(config_file)]
+    argv += ["--pipeline-root", str(tmp_path / "root")]
+
+    assert cli.main(argv) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    report = re.fullmatch(
+        r"imgpipe: error: ImageStatistics found 2 data anomalies \(labels_differ, leakage\), "
+        r"so the run stopped before training; see (\S+), then fix the data or set "
+        r"statistics.fail_on_anomalies: false in the pipeline config",
+        line,
+    ).group(1)
+    assert os.path.isfile(report) and report.endswith(layout.REPORT_FILE)

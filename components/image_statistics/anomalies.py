@@ -27,7 +27,21 @@ EXAMPLE_VALIDATOR = "example_validator"
 
 
 class AnomaliesFoundError(RuntimeError):
-    """The data has anomalies and fail_on_anomalies is set; the message lists them."""
+    """The data has anomalies and fail_on_anomalies is set; the message lists them.
+
+    Attributes:
+      anomalies: what was found.
+      report: the HTML report that shows them.
+    """
+
+    def __init__(self, anomalies: Sequence[Anomaly], output_uri: str):
+        self.anomalies = tuple(anomalies)
+        self.output_uri = output_uri
+        self.report = os.path.join(output_uri, layout.REPORT_FILE)
+        super().__init__(gate_message(self.anomalies, output_uri))
+
+    def __reduce__(self):
+        return type(self), (self.anomalies, self.output_uri)
 
 
 def _reference_split(splits: list[str]) -> str:

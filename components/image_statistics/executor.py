@@ -89,9 +89,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         # user to inspect.
         rejected = output.uri.rstrip("/") + REJECTED_SUFFIX
         _write(rejected, produced)
-        raise anomaly_lib.AnomaliesFoundError(
-            anomaly_lib.gate_message(produced.anomalies, rejected)
-        )
+        raise anomaly_lib.AnomaliesFoundError(produced.anomalies, rejected)
 
 
 def _write(folder: str, produced: Produced) -> None:

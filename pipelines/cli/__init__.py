@@ -3,50 +3,122 @@
 One module per command (convert, stats, run, kfp, version); each registers its parser
 and imports its heavy dependencies lazily, so `imgpipe --help` is quick. Flag defaults
 come from the components' own option types, never from literals here.
+
+Errors: a mistake the user can fix (`errors.is_user_error`) is one line,
+`imgpipe: error: ...`, that names the fix; anything else is a bug, also one line, that
+says so. `--debug` (or IMGPIPE_DEBUG=1) shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
+
+from imgpipe.pipelines.cli import errors
+
+DEBUG_FLAG = "--debug"
+# What separates the options of a command from the Beam options passed through verbatim.
+BEAM_SEPARATOR = "--"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Parse errors are one line too, with where to read the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        raise errors.UsageError(f"{message}; see '{self.prog} --help'")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from imgpipe.pipelines.cli import convert, kfp, run, stats, version
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="imgpipe",
         description="Folders of labelled images to a trained, servable Keras model, "
         "with TFX and Kubeflow Pipelines.",
     )
+    parser.add_argument(
+        DEBUG_FLAG,
+        action="store_true",
+        help="on an error, show the traceback (allowed anywhere before --)",
+    )
     subparsers = parser.add_subparsers(title="subcommands", metavar="COMMAND")
     for module in (version, convert, run, kfp, stats):
         module.register(subparsers)
+    _remember_command_parsers(parser)
     return parser
 
 
+def _remember_command_parsers(parser: argparse.ArgumentParser) -> None:
+    """Each (sub)command's parser sets itself as `command_parser`, the innermost winning."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.set_defaults(command_parser=sub)
+                _remember_command_parsers(sub)
+
+
+def _split_argv(argv: Sequence[str]) -> tuple[list[str], list[str], bool]:
+    """(the command's arguments, the Beam arguments after --, whether --debug was given)."""
+    argv = list(argv)
+    passthrough: list[str] = []
+    if BEAM_SEPARATOR in argv:
+        at = argv.index(BEAM_SEPARATOR)
+        argv, passthrough = argv[:at], argv[at + 1 :]
+    return [a for a in argv if a != DEBUG_FLAG], passthrough, DEBUG_FLAG in argv
+
+
+def _beam_args(args: argparse.Namespace, extra: list[str], after: list[str]) -> list[str]:
+    """The Beam arguments of a command: options Beam knows, then everything after --.
+
+    Raises:
+      UsageError: an argument neither the command nor Beam knows, or Beam arguments
+        given to a command that runs no Beam pipeline.
+    """
+    from imgpipe.pipelines.beam_args import unknown_beam_args
+
+    command: argparse.ArgumentParser = args.command_parser
+    own = [s for action in command._actions for s in action.option_strings]
+    if not getattr(args, "accepts_extra_args", False):
+        if extra or after:
+            unknown = (extra or after)[0]
+            raise errors.UsageError(
+                f"unrecognized arguments: {' '.join(extra + after)}"
+                f"{errors.did_you_mean(unknown, own)}; see '{command.prog} --help'"
+            )
+        return []
+    unknown_to_beam = unknown_beam_args(extra)
+    if unknown_to_beam:
+        raise errors.UsageError(
+            f"unrecognized arguments: {' '.join(unknown_to_beam)}"
+            f"{errors.did_you_mean(unknown_to_beam[0], own)}; see '{command.prog} --help'. "
+            f"Apache Beam options it does not know go after '{BEAM_SEPARATOR}'"
+        )
+    return extra + after
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if not hasattr(args, "handler"):
-        parser.print_help()
-        return 2
-    if extra and not getattr(args, "accepts_extra_args", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args.extra_args = extra
-    if not os.environ.get("IMGPIPE_VERBOSE"):
-        # Beam's local workers log every start-up at WARNING; keep the terminal readable.
-        logging.getLogger("apache_beam").setLevel(logging.ERROR)
-    try:
-        return args.handler(args)
-    except (ValueError, FileNotFoundError) as e:
-        if os.environ.get("IMGPIPE_DEBUG"):
-            raise
-        print(f"imgpipe: error: {e}", file=sys.stderr)
-        return 1
+    own, after, debug = _split_argv(sys.argv[1:] if argv is None else argv)
+    debug = debug or bool(os.environ.get("IMGPIPE_DEBUG"))
+    with contextlib.ExitStack() as stack:
+        if not os.environ.get("IMGPIPE_VERBOSE"):
+            stack.enter_context(errors.quiet_library_logs(debug))
+        try:
+            parser = build_parser()
+            args, extra = parser.parse_known_args(own)
+            if not hasattr(args, "handler"):  # a command that needs a subcommand
+                getattr(args, "command_parser", parser).print_help()
+                return 2
+            args.extra_args = _beam_args(args, extra, after)
+            return args.handler(args)
+        except Exception as e:
+            if debug:
+                raise
+            print(errors.one_line(e), file=sys.stderr)
+            return errors.exit_code(e)
 
 
 if __name__ == "__main__":

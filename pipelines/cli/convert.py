@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from imgpipe.components.common import config_loader, layout
 from imgpipe.components.image_example_gen import options as opts
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
+from imgpipe.pipelines.cli import errors
+from imgpipe.pipelines.cli.errors import UserError
 
 if TYPE_CHECKING:  # conversion_summary loads TensorFlow, which `imgpipe --help` need not
     from imgpipe.components.common.conversion_summary import ConversionSummary
@@ -28,9 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "convert",
         help="convert an image folder to sharded TFRecords (the ImageExampleGen transforms)",
         description="Convert SRC (root/<label>/... or root/<split>/<label>/...) into TFRecord "
-        "shards under OUT. Arguments not listed here (--runner, "
-        "--direct_num_workers, ...) are passed to Apache Beam; without --runner "
-        "the conversion uses every local core. Defaults are ImageExampleGen's.",
+        "shards under OUT. Apache Beam's own options (--runner, "
+        "--direct_num_workers, ...) are passed to Beam, and so is everything after "
+        "'--'; an option neither knows is an error. Without --runner the conversion "
+        "uses every local core. Defaults are ImageExampleGen's.",
     )
     parser.add_argument("src", help="image folder (local, gs:// or s3://)")
     parser.add_argument("out", help="output folder; must be new or empty")
@@ -214,11 +217,18 @@ def run(args: argparse.Namespace) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from imgpipe.components.image_example_gen.convert import run_conversion
+    from imgpipe.components.image_example_gen.transforms import ImageConversionError
     from imgpipe.pipelines.beam_args import local_beam_args
 
     image_options, output_options = options_from_args(args)
+    if not tf.io.gfile.isdir(args.src):
+        raise UserError(
+            f"{args.src}: no such folder; give the image folder "
+            "(root/<label>/... or root/<split>/<label>/...)"
+        )
+    _check_output_path(args.out)
     if tf.io.gfile.exists(args.out) and tf.io.gfile.listdir(args.out):
-        raise SystemExit(f"imgpipe convert: {args.out} is not empty; give a new or empty folder")
+        raise UserError(f"{args.out} is not empty; give a new or empty folder")
     pipeline_args = local_beam_args(args.extra_args)
     bar = ProgressBar(enabled=not args.no_progress)
     try:
@@ -230,10 +240,30 @@ def run(args: argparse.Namespace) -> int:
             make_pipeline=lambda: beam.Pipeline(options=PipelineOptions(pipeline_args)),
             progress=bar.start,
         )
+    except ImageConversionError as e:  # --on-error fail
+        raise UserError(
+            f"{errors.message(e)}; fix or remove the file, or convert with "
+            f"--on-error {opts.ON_ERROR_SKIP} to skip it with a report entry"
+        ) from e
     finally:
         bar.stop()
     print_summary(result.summary, args.out)
     return 0
+
+
+def _check_output_path(out: str) -> None:
+    """Raises UserError when `out`, or the nearest of its folders that exists, is a file."""
+    import tensorflow as tf
+
+    path = out.rstrip("/")
+    while path and not tf.io.gfile.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+    if path and not tf.io.gfile.isdir(path):
+        where = "" if path == out.rstrip("/") else f", so {out} cannot be made"
+        raise UserError(f"{path} is a file{where}; give a new or empty folder as the output")
 
 
 def print_summary(summary: ConversionSummary, out: str) -> None:

@@ -8,14 +8,22 @@ recurring run (max concurrency 1, no catch-up), both through kfp.Client. Without
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from imgpipe.pipelines.cli.errors import UserError
 from imgpipe.pipelines.cli.settings import add_set_argument
 
 DEFAULT_OUTPUT = "pipeline.yaml"
+# kfp.Client's first call, and the one that tells a KFP API from anything else.
+HEALTHZ_PATH = "/apis/v2beta1/healthz"
+HOST_TIMEOUT_S = 10.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -133,14 +141,31 @@ def validate_cron(expression: str) -> str:
 
 
 def load_package(path: str) -> dict[str, Any]:
-    """The PipelineSpec document of a compiled package."""
+    """The PipelineSpec document of a compiled package.
+
+    Raises:
+      UserError: the file is missing, is not YAML, or is not a compiled pipeline.
+    """
     import tensorflow as tf
     import yaml
 
+    from imgpipe.pipelines.config import yaml_problem
+
+    if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
+        raise UserError(
+            f"--package {path}: no such file; give a package that "
+            "`imgpipe kfp compile` wrote, or leave --package out to compile --config now"
+        )
     with tf.io.gfile.GFile(path) as f:
-        documents = [d for d in yaml.safe_load_all(f.read()) if d]
-    if not documents or "pipelineInfo" not in documents[0]:
-        raise ValueError(f"{path}: not a compiled KFP pipeline (no pipelineInfo)")
+        try:
+            documents = [d for d in yaml.safe_load_all(f.read()) if d]
+        except yaml.YAMLError as e:
+            raise UserError(f"--package {path}: {yaml_problem(e)}") from None
+    if not documents or not isinstance(documents[0], dict) or "pipelineInfo" not in documents[0]:
+        raise UserError(
+            f"--package {path}: not a compiled KFP pipeline (no pipelineInfo); "
+            "give a package that `imgpipe kfp compile` wrote"
+        )
     return documents[0]
 
 
@@ -148,11 +173,8 @@ def run_compile(args: argparse.Namespace) -> int:
     from imgpipe.pipelines import config as cfg
     from imgpipe.pipelines.kubeflow import compiler
 
-    try:
-        config = cfg.load(args.config, args.set)
-        path = compiler.compile_to_file(config, args.output)
-    except ValueError as e:
-        raise SystemExit(f"imgpipe kfp compile: {e}") from None
+    config = cfg.load(args.config, args.set)
+    path = compiler.compile_to_file(config, args.output)
     print(f"compiled {config.pipeline_name} to {path}")
     return 0
 
@@ -230,30 +252,95 @@ def _experiment_id(client, name: str, namespace: str | None) -> str:
     return experiment.experiment_id
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect (to a login page) is reported, not followed."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def check_kfp_host(host: str, timeout: float = HOST_TIMEOUT_S) -> None:
+    """Asks the KFP API's health endpoint, as kfp.Client does first, but once.
+
+    kfp.Client retries an endpoint that does not answer five times, five seconds apart,
+    logging a traceback each time. An answer that needs credentials (a login redirect,
+    401, 403) is left to kfp.Client, which sends the ones its context holds.
+
+    Raises:
+      UserError: nothing answers at `host`, or what answers is not the KFP API.
+    """
+    url = kfp_url(host) + HEALTHZ_PATH
+    fix = (
+        "give --host the KFP API endpoint, e.g. http://localhost:8080 after "
+        "'kubectl -n kubeflow port-forward svc/ml-pipeline-ui 8080:80'"
+    )
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(url, timeout=timeout) as response:
+            body = response.read(65536)
+    except urllib.error.HTTPError as e:
+        if e.code in (301, 302, 303, 307, 308, 401, 403):
+            return
+        raise UserError(
+            f"--host {host} is not the KFP API: GET {url} answered HTTP {e.code} {e.reason}; {fix}"
+        ) from None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        raise UserError(
+            f"cannot reach the KFP API at {host}: GET {url} failed ({reason}); {fix}"
+        ) from None
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise UserError(f"--host {host} is not the KFP API: GET {url} answered with no JSON; {fix}")
+
+
+def kfp_url(host: str) -> str:
+    """The endpoint as kfp.Client reads --host: https:// unless a scheme is given."""
+    host = host.rstrip("/")
+    return host if host.startswith("http") else "https://" + host
+
+
 def _client(args: argparse.Namespace):
     import kfp
 
+    check_kfp_host(args.host)
     return kfp.Client(host=args.host, namespace=args.namespace or "kubeflow")
+
+
+@contextlib.contextmanager
+def _api_errors(host: str):
+    """A refusal of the KFP API as one line that names the host and the answer."""
+    import kfp_server_api
+
+    try:
+        yield
+    except kfp_server_api.ApiException as e:
+        body = " ".join(str(e.body or "").split())[:300]
+        raise UserError(
+            f"the KFP API at {host} refused the request: HTTP {e.status} {e.reason}"
+            + (f": {body}" if body else "")
+        ) from e
 
 
 def run_submit(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as workdir:
-        try:
-            package, config = _package_and_config(args, workdir)
-            spec = load_package(package)
-            params = parse_params(args.param, spec)
-        except ValueError as e:
-            raise SystemExit(f"imgpipe kfp submit: {e}") from None
-        result = submit(
-            _client(args),
-            package,
-            args.experiment,
-            params,
-            args.run_name,
-            args.namespace,
-            args.service_account or config.kubeflow.service_account,
-            remote_pipeline_root(config.pipeline_root),
-        )
+        package, config = _package_and_config(args, workdir)
+        spec = load_package(package)
+        params = parse_params(args.param, spec)
+        with _api_errors(args.host):
+            result = submit(
+                _client(args),
+                package,
+                args.experiment,
+                params,
+                args.run_name,
+                args.namespace,
+                args.service_account or config.kubeflow.service_account,
+                remote_pipeline_root(config.pipeline_root),
+            )
     print(
         f"submitted run {result.run_id} of {spec['pipelineInfo']['name']} "
         f"in experiment {args.experiment}"
@@ -263,25 +350,23 @@ def run_submit(args: argparse.Namespace) -> int:
 
 def run_schedule(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as workdir:
-        try:
-            validate_cron(args.cron)
-            package, config = _package_and_config(args, workdir)
-            spec = load_package(package)
-            params = parse_params(args.param, spec)
-        except ValueError as e:
-            raise SystemExit(f"imgpipe kfp schedule: {e}") from None
+        validate_cron(args.cron)
+        package, config = _package_and_config(args, workdir)
+        spec = load_package(package)
+        params = parse_params(args.param, spec)
         name = spec["pipelineInfo"]["name"]
-        job = schedule(
-            _client(args),
-            package,
-            args.experiment,
-            args.cron,
-            args.job_name or f"{name}-schedule",
-            params,
-            args.namespace,
-            args.service_account or config.kubeflow.service_account,
-            remote_pipeline_root(config.pipeline_root),
-        )
+        with _api_errors(args.host):
+            job = schedule(
+                _client(args),
+                package,
+                args.experiment,
+                args.cron,
+                args.job_name or f"{name}-schedule",
+                params,
+                args.namespace,
+                args.service_account or config.kubeflow.service_account,
+                remote_pipeline_root(config.pipeline_root),
+            )
     print(
         f"scheduled {name} as recurring run {job.recurring_run_id} ({args.cron}), "
         f"max concurrency 1, no catch-up"

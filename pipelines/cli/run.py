@@ -8,6 +8,7 @@ from typing import Any
 
 from imgpipe.components.image_example_gen.options import flat_splits
 from imgpipe.pipelines import sample_photos
+from imgpipe.pipelines.cli.errors import UserError
 from imgpipe.pipelines.cli.settings import add_set_argument
 
 # The demo: a few hundred 160-pixel photos and the three-block tiny_cnn at 96 pixels for
@@ -62,18 +63,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_local(args: argparse.Namespace) -> int:
+    import tensorflow as tf
+
     from imgpipe.pipelines import config as cfg
 
-    try:
-        config = cfg.load(
-            args.config,
-            args.set,
-            data_root=os.path.abspath(args.data) if "://" not in args.data else args.data,
-            pipeline_root=args.pipeline_root,
-            serving_dir=args.serving_dir,
+    if not tf.io.gfile.isdir(args.data):
+        raise UserError(
+            f"--data {args.data}: no such folder; give the image folder "
+            "(root/<label>/... or root/<split>/<label>/...)"
         )
-    except ValueError as e:
-        raise SystemExit(f"imgpipe run local: {e}") from None
+    config = cfg.load(
+        args.config,
+        args.set,
+        data_root=os.path.abspath(args.data) if "://" not in args.data else args.data,
+        pipeline_root=args.pipeline_root,
+        serving_dir=args.serving_dir,
+    )
     return _run_and_report(config)
 
 
@@ -82,10 +87,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     workdir = os.path.abspath(args.workdir)
     data_root = os.path.join(workdir, "data")
-    try:
-        counts = sample_photos.make_dataset(data_root, per_class=args.per_class)
-    except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"imgpipe demo: {e}") from None
+    counts = sample_photos.make_dataset(data_root, per_class=args.per_class)
     print(
         f"sample data          {data_root}: "
         + ", ".join(f"{n} {name}" for name, n in sorted(counts.items()))
@@ -104,9 +106,19 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_and_report(config) -> int:
+    from imgpipe.components.image_statistics.anomalies import AnomaliesFoundError
     from imgpipe.pipelines import local_runner
 
-    result = local_runner.run(config)
+    try:
+        result = local_runner.run(config)
+    except AnomaliesFoundError as e:
+        raise UserError(
+            f"ImageStatistics found {len(e.anomalies)} data anomal"
+            f"{'y' if len(e.anomalies) == 1 else 'ies'} "
+            f"({', '.join(sorted({a.code for a in e.anomalies}))}), so the run stopped "
+            f"before training; see {e.report}, then fix the data or set "
+            "statistics.fail_on_anomalies: false in the pipeline config"
+        ) from e
     for line in local_runner.summary_lines(result, config):
         print(line)
     return 0

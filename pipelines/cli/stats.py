@@ -10,6 +10,7 @@ from imgpipe.components.common import config_loader, layout
 from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.trainer.config import TrainerConfig
+from imgpipe.pipelines.cli.errors import UserError
 
 if TYPE_CHECKING:  # image_stats loads TensorFlow, which `imgpipe --help` need not
     from imgpipe.components.common.image_stats import ImageStats
@@ -28,8 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "leakage of EXAMPLES_DIR (the output of ImageExampleGen or `imgpipe "
         "convert`), and draw them in a self-contained HTML report. Exits with "
         "status 1 when it finds anomalies, unless --no-fail-on-anomalies. "
-        "Arguments not listed here (--runner, --direct_num_workers, ...) go to "
-        "Apache Beam. Defaults are ImageStatistics'.",
+        "Apache Beam's own options (--runner, --direct_num_workers, ...) go to Beam, "
+        "and so does everything after '--'; an option neither knows is an error. "
+        "Defaults are ImageStatistics'.",
     )
     parser.add_argument(
         "examples_dir",
@@ -98,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     import tempfile
 
     import apache_beam as beam
+    import tensorflow as tf
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from imgpipe.components.common import conversion_summary, fileio, image_stats
@@ -106,6 +109,11 @@ def run(args: argparse.Namespace) -> int:
     from imgpipe.components.image_statistics.produce import produce
     from imgpipe.pipelines.beam_args import local_beam_args
 
+    if not tf.io.gfile.isdir(args.examples_dir):
+        raise UserError(
+            f"{args.examples_dir}: no such folder; give the output folder of "
+            "`imgpipe convert` or an Examples artifact's folder"
+        )
     spec.validate_geometry(args.image_size, args.crop_fraction)
     config = config_loader.from_dict(
         StatisticsConfig,

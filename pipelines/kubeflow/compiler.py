@@ -6,8 +6,9 @@ all taken from the one `PipelineConfig` (its `kubeflow` section and the Trainer'
 - per-component resources (CPU/memory requests and limits) and, for the Trainer with
   num_gpus > 0, the accelerator type and count;
 - a Kubernetes platform spec (the second YAML document, as kfp's own compiler and
-  kfp-kubernetes write it): node selector and tolerations of GPU steps, and an optional
-  PersistentVolumeClaim mount on every step;
+  kfp-kubernetes write it): every step runs as the image's non-root user, GPU steps get
+  their node selector and tolerations, and every step an optional PersistentVolumeClaim
+  mount;
 - an image per component;
 - Beam args for every Beam component (Dataflow, Flink, or a local DirectRunner sized
   to the step's CPU request);
@@ -25,6 +26,7 @@ from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import pipeline as pl
 from imgpipe.pipelines import tfx_patches
 from imgpipe.pipelines.config import PipelineConfig
+from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
 from imgpipe.pipelines.kfp_contract import ARTIFACT_IO_ENV, ENTRYPOINT_COMMAND
 from imgpipe.pipelines.kubeflow.config import DEFAULT_IMAGE_KEY, Resources
 from imgpipe.pipelines.kubeflow.quantities import cpu_cores, memory_gb
@@ -86,7 +88,7 @@ def configure_for_kubeflow(components: list, config: PipelineConfig) -> None:
 
 
 def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Compiles to (pipeline spec, platform spec) dicts; the platform spec may be empty."""
+    """Compiles to (pipeline spec, platform spec) dicts."""
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as v2
 
     components = pl.create_components(config, parameterized=True)
@@ -135,12 +137,25 @@ def executor_labels(spec: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def security_context() -> dict[str, Any]:
+    """Every step runs as the image's own user, never as root.
+
+    This is all a KFP 2.16 platform spec can say (kfp-kubernetes' SecurityContext:
+    runAsUser, runAsGroup, runAsNonRoot). The rest is the backend's: KFP 2.16 gives every
+    step's container allowPrivilegeEscalation: false, capabilities drop ALL and the
+    RuntimeDefault seccomp profile (kubeflow/pipelines #12782, #12832), and a namespace
+    labelled for the restricted Pod Security Standard refuses a pod without them
+    (k8s/namespace.yaml).
+    """
+    return {"runAsNonRoot": True, "runAsUser": RUNTIME_UID, "runAsGroup": RUNTIME_GID}
+
+
 def platform_spec(spec: dict[str, Any], config: PipelineConfig) -> dict[str, Any]:
     """The Kubernetes platform spec, in the form kfp-kubernetes writes it."""
     gpu = config.kubeflow.gpu
     executors: dict[str, dict[str, Any]] = {}
     for task, label in sorted(executor_labels(spec).items()):
-        entry: dict[str, Any] = {}
+        entry: dict[str, Any] = {"securityContext": security_context()}
         if gpu_count(config, task):
             if gpu.node_selector:
                 entry["nodeSelector"] = {"labels": dict(gpu.node_selector)}
@@ -167,10 +182,7 @@ def platform_spec(spec: dict[str, Any], config: PipelineConfig) -> dict[str, Any
                     "pvcNameParameter": {"runtimeValue": {"constant": pvc}},
                 }
             ]
-        if entry:
-            executors[label] = entry
-    if not executors:
-        return {}
+        executors[label] = entry
     return {"platforms": {"kubernetes": {"deploymentSpec": {"executors": executors}}}}
 
 

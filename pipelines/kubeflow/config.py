@@ -84,7 +84,8 @@ class KubeflowConfig:
 
     Attributes:
       images: container image per component id; DEFAULT_IMAGE_KEY for the rest. Entries
-        given in a config are merged over DEFAULT_IMAGES.
+        given in a config are merged over DEFAULT_IMAGES. REPOSITORY:TAG, or
+        REPOSITORY@sha256:<digest> to run exactly one build.
       resources: per-component requests and limits, by component id. Entries given in
         a config are merged over DEFAULT_RESOURCES.
       gpu: accelerator type, node selector and tolerations of GPU steps.
@@ -122,6 +123,8 @@ class KubeflowConfig:
                 f"unknown component ids {unknown} in resources or images; "
                 f"known: {list(COMPONENT_IDS)}"
             )
+        for component_id, reference in self.images.items():
+            image_names.check_reference(reference, f"images.{component_id}")
         if self.artifact_io not in ARTIFACT_IO_MODES:
             raise ValueError(
                 f"artifact_io must be one of {list(ARTIFACT_IO_MODES)}, got {self.artifact_io!r}"

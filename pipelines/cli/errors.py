@@ -1,0 +1,128 @@
+"""What `imgpipe` prints when a command fails: one line, that says whose fault it is.
+
+A user error is a mistake the user can fix: a bad value (ValueError, which every
+settings loader and executor raises naming the value), a path, disk or host that is
+not there or not usable (OSError and TensorFlow's file errors), invalid YAML, or a
+UserError that a command raises with the fix in its message. It prints as
+`imgpipe: error: <message>`. Anything else is a bug: one line that says so, and how to
+see the traceback (--debug).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import logging
+import re
+import sys
+from collections.abc import Iterator, Sequence
+
+PREFIX = "imgpipe: error: "
+# Beam appends the step to an exception raised in a DoFn; the user needs the message.
+_BEAM_STEP = re.compile(r"\s*\[while running '[^']*'\]")
+
+
+class UserError(Exception):
+    """A mistake the user can fix; the message names the fix."""
+
+    exit_code = 1
+
+
+class UsageError(UserError):
+    """A command line that does not parse: exit code 2, as argparse's."""
+
+    exit_code = 2
+
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [UserError, ValueError, OSError]
+    # Only when loaded: the command that failed loaded them if they raised.
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        errors = tf.errors
+        types += [
+            errors.NotFoundError,
+            errors.PermissionDeniedError,
+            errors.AlreadyExistsError,
+            errors.FailedPreconditionError,
+        ]
+    yaml = sys.modules.get("yaml")
+    if yaml is not None:
+        types.append(yaml.YAMLError)
+    return tuple(types)
+
+
+def user_error(error: BaseException) -> BaseException | None:
+    """The user error in `error`'s chain of causes (TFX and Beam wrap them), or None."""
+    types = _user_error_types()
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, types):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def message(error: BaseException) -> str:
+    """The error's message on one line, without the library noise around it."""
+    if isinstance(error, OSError) and error.filename and error.strerror:
+        text = f"{error.filename}: {error.strerror}"
+    elif hasattr(error, "message") and isinstance(error.message, str):  # TensorFlow's
+        text = error.message
+    else:
+        text = str(error) or type(error).__name__
+    return " ".join(_BEAM_STEP.sub("", text).split())
+
+
+def one_line(error: BaseException) -> str:
+    """What the command prints for an exception it ends with."""
+    cause = user_error(error)
+    if cause is not None:
+        return PREFIX + message(cause)
+    return (
+        f"imgpipe: internal error: {type(error).__name__}: {message(error)} "
+        "(a bug: rerun with --debug for the traceback, and report it)"
+    )
+
+
+def exit_code(error: BaseException) -> int:
+    return getattr(user_error(error), "exit_code", 1)
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    """' (did you mean --quality?)' when a choice is close to `word`, else ''."""
+    if not word.startswith("-"):
+        return ""
+    close = difflib.get_close_matches(word.split("=", 1)[0], choices, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+@contextlib.contextmanager
+def quiet_library_logs(debug: bool) -> Iterator[None]:
+    """Library logs that do not bury the one line main prints.
+
+    Beam's local workers log every start-up at WARNING, and Beam logs an exception
+    raised in a DoFn, with its traceback, before raising it to main. TFX and kfp log
+    theirs with logging.exception. Without --debug, Beam's errors go (main reports
+    them) and every log record loses its traceback; the messages stay.
+    """
+    beam = logging.getLogger("apache_beam")
+    beam_level = beam.level
+    make_record = logging.getLogRecordFactory()
+
+    def without_traceback(*args, **kwargs) -> logging.LogRecord:
+        record = make_record(*args, **kwargs)
+        record.exc_info = None
+        record.exc_text = record.stack_info = None
+        return record
+
+    beam.setLevel(logging.ERROR if debug else logging.CRITICAL)
+    if not debug:
+        logging.setLogRecordFactory(without_traceback)
+    try:
+        yield
+    finally:
+        logging.setLogRecordFactory(make_record)
+        beam.setLevel(beam_level)
