@@ -24,6 +24,7 @@ ASPECT_EDGES = (0.0, 0.5, 0.67, 0.8, 0.95, 1.05, 1.25, 1.5, 2.0, 3.0)
 BYTES_EDGES = tuple(k * 1024 for k in (0, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192))
 
 CHANNELS = 3
+CHANNEL_NAMES = ("red", "green", "blue")  # pixels are RGB
 LEVELS = 256
 MAX_LISTED_FAILURES = 100
 
@@ -96,6 +97,8 @@ class SplitAccumulator:
     channels: dict[int, int] = dataclasses.field(default_factory=dict)
     modes: dict[str, int] = dataclasses.field(default_factory=dict)
     labels: dict[int, int] = dataclasses.field(default_factory=dict)
+    # label -> [pixels per channel, sum of R, sum of G, sum of B] of its eval_image pixels.
+    class_sums: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
     thumbnails: dict[int, list[Thumbnail]] = dataclasses.field(default_factory=dict)
 
     def add_images(
@@ -117,6 +120,7 @@ class SplitAccumulator:
         self.images += len(labels)
         self.pixel_hist += hists.sum(axis=0)
         self._add_image_means(self.image_mean_partials, hists)
+        self._add_class_sums(labels, hists)
         self.width_hist += _bin_counts(SIDE_EDGES, width_array)
         self.height_hist += _bin_counts(SIDE_EDGES, height_array)
         self.aspect_hist += _bin_counts(ASPECT_EDGES, width_array / height_array)
@@ -190,9 +194,22 @@ class SplitAccumulator:
             mine = getattr(self, name)
             for key, count in getattr(other, name).items():
                 _count(mine, key, count)
+        for label, sums in other.class_sums.items():
+            _add_sums(self.class_sums, label, sums)
         for label, thumbnails in other.thumbnails.items():
             for thumbnail in thumbnails:
                 self.offer_thumbnail(label, thumbnail, keep_thumbnails)
+
+    def _add_class_sums(self, labels: Sequence[int], hists: np.ndarray) -> None:
+        """Adds each image's pixel count and per-channel sums to its class's."""
+        rows = np.concatenate(
+            [hists[:, :1].sum(axis=2), hists @ np.arange(LEVELS, dtype=np.int64)], axis=1
+        )
+        classes, index = np.unique(np.asarray(labels, np.int64), return_inverse=True)
+        totals: np.ndarray = np.zeros((len(classes), 1 + CHANNELS), np.int64)
+        np.add.at(totals, index, rows)
+        for label, sums in zip(classes.tolist(), totals, strict=True):
+            _add_sums(self.class_sums, label, sums)
 
     @staticmethod
     def _add_image_means(partials: list[list[float]], hists: np.ndarray) -> None:
@@ -213,6 +230,13 @@ def _bin_counts(edges: tuple[float, ...], values: np.ndarray) -> np.ndarray:
 
 def _count(counts: dict, key, n: int = 1) -> None:
     counts[key] = counts.get(key, 0) + n
+
+
+def _add_sums(class_sums: dict[int, np.ndarray], label: int, sums: np.ndarray) -> None:
+    if label in class_sums:
+        class_sums[label] = class_sums[label] + sums
+    else:
+        class_sums[label] = sums.copy()
 
 
 def image_weighted_mean(partials: list[list[float]], images: int) -> list[float] | None:
