@@ -565,10 +565,12 @@ def test_executor_writes_outputs_then_gates(dataset, tmp_path):
         assert not [p for p in os.listdir(uri) if p.startswith(".imgpipe")]
 
 
-def test_cli_stats_writes_json_and_html(dataset, tmp_path):
+def test_cli_stats_writes_json_and_html(dataset, tmp_path, capsys):
     from imgpipe.pipelines import cli
 
     out_json, out_html = tmp_path / "s.json", tmp_path / "r.html"
+    # The same data as its own baseline: checked, and no drift.
+    baseline = schema.write_file(str(tmp_path / "baseline.json"), dataset["produced"].stats)
     code = cli.main(
         [
             "stats",
@@ -580,6 +582,8 @@ def test_cli_stats_writes_json_and_html(dataset, tmp_path):
             "--image-size",
             str(IMAGE_SIZE),
             "--fail-on-anomalies",
+            "--baseline",
+            baseline,
             "--direct_running_mode=in_memory",
             "--direct_num_workers=1",
         ]
@@ -591,6 +595,9 @@ def test_cli_stats_writes_json_and_html(dataset, tmp_path):
         == (dataset["stats"]["splits"]["train"]["pixels"]["mean"])
     )
     assert "<svg" in out_html.read_text()
+    assert written["drift"]["checked"] and written["drift"]["baseline_uri"] == baseline
+    assert not [c for c in written["drift"]["checks"] if c["drifted"]]
+    assert f"drift      none (baseline {baseline})" in capsys.readouterr().out
 
 
 def test_resize_skips_only_an_identity_resize():

@@ -292,7 +292,7 @@ def test_drift_results_round_trip_through_image_stats_json():
     assert json.loads(image_stats.to_json_text(stats))["version"] == 2
 
 
-def test_drift_settings_come_from_the_pipeline_config_and_the_cli():
+def test_drift_settings_come_from_the_pipeline_config_and_the_cli(capsys):
     from imgpipe.pipelines import cli
     from imgpipe.pipelines import config as cfg
 
@@ -317,3 +317,9 @@ def test_drift_settings_come_from_the_pipeline_config_and_the_cli():
     for metric in drift.METRICS:
         assert getattr(defaults, metric) == config_loader.field_default(StatisticsConfig, metric)
     assert defaults.fail_on_drift is True and defaults.baseline is None
+    missing = "/nonexistent/serving"
+    assert cli.main(["stats", "ex", "--baseline", missing]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"imgpipe: error: --baseline {missing} does not exist") and (
+        "\n" not in error
+    )
