@@ -173,6 +173,22 @@ def test_pixel_statistics_are_exact_against_numpy_float64(dataset):
         assert np.max(np.abs(mean_of_means - mean)) > 10.0
 
 
+def test_class_means_are_exact_against_numpy_float64(dataset):
+    pattern = artifacts.split_shard_pattern(dataset["examples"], "train")
+    by_label: dict[str, list[np.ndarray]] = {}
+    for record in tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(pattern)), "GZIP"):
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
+        encoded = feature[fk.IMAGE_ENCODED_KEY].bytes_list.value[0]
+        label = feature[fk.LABEL_TEXT_KEY].bytes_list.value[0].decode()
+        by_label.setdefault(label, []).append(eval_image(tf.constant(encoded), IMAGE_SIZE, CROP))
+    class_means = dataset["produced"].stats.splits["train"].class_means
+    assert sorted(class_means) == sorted(by_label) == sorted(CLASS_COLOURS)
+    for label, images in by_label.items():
+        mean, _, _ = reference_moments([im.numpy() for im in images])
+        np.testing.assert_allclose(class_means[label].mean, mean, rtol=0, atol=1e-9)
+        assert class_means[label].pixels_per_channel == len(images) * IMAGE_SIZE**2
+
+
 def test_the_typed_schema_round_trips_and_gives_the_normalization(dataset, tmp_path):
     typed = dataset["produced"].stats
     schema.write(str(tmp_path), typed)

@@ -97,8 +97,9 @@ class SplitAccumulator:
     channels: dict[int, int] = dataclasses.field(default_factory=dict)
     modes: dict[str, int] = dataclasses.field(default_factory=dict)
     labels: dict[int, int] = dataclasses.field(default_factory=dict)
-    # label -> [pixels per channel, sum of R, sum of G, sum of B] of its eval_image pixels.
-    class_sums: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
+    # label -> [pixels per channel, sum of R, sum of G, sum of B] of its eval_image pixels,
+    # as Python ints (exact at any size).
+    class_sums: dict[int, list[int]] = dataclasses.field(default_factory=dict)
     thumbnails: dict[int, list[Thumbnail]] = dataclasses.field(default_factory=dict)
 
     def add_images(
@@ -119,8 +120,9 @@ class SplitAccumulator:
         bytes_array = np.asarray(num_bytes, np.int64)
         self.images += len(labels)
         self.pixel_hist += hists.sum(axis=0)
-        self._add_image_means(self.image_mean_partials, hists)
-        self._add_class_sums(labels, hists)
+        pixels, sums = _channel_sums(hists)
+        self._add_image_means(self.image_mean_partials, pixels, sums)
+        self._add_class_sums(labels, pixels, sums)
         self.width_hist += _bin_counts(SIDE_EDGES, width_array)
         self.height_hist += _bin_counts(SIDE_EDGES, height_array)
         self.aspect_hist += _bin_counts(ASPECT_EDGES, width_array / height_array)
@@ -148,7 +150,7 @@ class SplitAccumulator:
         hists = hists.reshape(-1, CHANNELS, LEVELS)
         self.native_images += len(hists)
         self.native_hist += hists.sum(axis=0)
-        self._add_image_means(self.native_image_mean_partials, hists)
+        self._add_image_means(self.native_image_mean_partials, *_channel_sums(hists))
 
     def add_failure(self, path: str, reason: str) -> None:
         self.failed += 1
@@ -195,27 +197,28 @@ class SplitAccumulator:
             for key, count in getattr(other, name).items():
                 _count(mine, key, count)
         for label, sums in other.class_sums.items():
-            _add_sums(self.class_sums, label, sums)
+            self._add_to_class(label, sums)
         for label, thumbnails in other.thumbnails.items():
             for thumbnail in thumbnails:
                 self.offer_thumbnail(label, thumbnail, keep_thumbnails)
 
-    def _add_class_sums(self, labels: Sequence[int], hists: np.ndarray) -> None:
+    def _add_class_sums(self, labels: Sequence[int], pixels: np.ndarray, sums: np.ndarray) -> None:
         """Adds each image's pixel count and per-channel sums to its class's."""
-        rows = np.concatenate(
-            [hists[:, :1].sum(axis=2), hists @ np.arange(LEVELS, dtype=np.int64)], axis=1
-        )
-        classes, index = np.unique(np.asarray(labels, np.int64), return_inverse=True)
-        totals: np.ndarray = np.zeros((len(classes), 1 + CHANNELS), np.int64)
-        np.add.at(totals, index, rows)
-        for label, sums in zip(classes.tolist(), totals, strict=True):
-            _add_sums(self.class_sums, label, sums)
+        rows = np.column_stack([pixels, sums]).tolist()
+        for label, row in zip(labels, rows, strict=True):
+            self._add_to_class(int(label), row)
+
+    def _add_to_class(self, label: int, row: list[int]) -> None:
+        total = self.class_sums.get(label)
+        if total is None:
+            self.class_sums[label] = list(row)
+        else:
+            for i, value in enumerate(row):
+                total[i] += value
 
     @staticmethod
-    def _add_image_means(partials: list[list[float]], hists: np.ndarray) -> None:
-        """Adds each image's per-channel mean, from [B, 3, 256] histograms."""
-        pixels = hists[:, 0].sum(axis=1)
-        sums = hists @ np.arange(LEVELS, dtype=np.int64)
+    def _add_image_means(partials: list[list[float]], pixels: np.ndarray, sums: np.ndarray) -> None:
+        """Adds each image's per-channel mean, from its pixel count and channel sums."""
         means = sums / pixels[:, np.newaxis]  # int64 / int64: each correctly rounded
         for channel in range(CHANNELS):
             for mean in means[:, channel].tolist():
@@ -232,11 +235,9 @@ def _count(counts: dict, key, n: int = 1) -> None:
     counts[key] = counts.get(key, 0) + n
 
 
-def _add_sums(class_sums: dict[int, np.ndarray], label: int, sums: np.ndarray) -> None:
-    if label in class_sums:
-        class_sums[label] = class_sums[label] + sums
-    else:
-        class_sums[label] = sums.copy()
+def _channel_sums(hists: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each image's pixel count [B] and per-channel sums [B, 3], from [B, 3, 256] histograms."""
+    return hists[:, 0].sum(axis=1), hists @ np.arange(LEVELS, dtype=np.int64)
 
 
 def image_weighted_mean(partials: list[list[float]], images: int) -> list[float] | None:
