@@ -76,8 +76,12 @@ def typed_stats(
             names,
             side,
         )
+    return build(accumulators, names)
+
+
+def build(accumulators: dict[str, SplitAccumulator], names: list[str]) -> image_stats.ImageStats:
     return summary.build_stats(
-        splits=list(splits),
+        splits=list(accumulators),
         accumulators=accumulators,
         groups=[],
         labels=names,
@@ -127,6 +131,22 @@ def test_grayscale_drifts_on_std_and_class_means_while_the_overall_mean_stays():
         assert f"{check.baseline:.4g}" in anomaly.message
         assert f"{check.current:.4g}" in anomaly.message
         assert f"threshold {check.threshold:g}" in anomaly.message
+
+
+def test_shuffled_labels_drift_on_the_class_means_alone():
+    """The same images under shuffled labels: every pooled figure stays, and each
+    class's mean moves toward the grey average."""
+    pictures = [imagegen.colour_class_image(label, i) for label in RGB for i in range(30)]
+    order = np.random.default_rng(0).permutation(len(pictures))
+    names = [RGB[i // 30] for i in range(len(pictures))]
+    shuffled: dict[str, list[np.ndarray]] = {label: [] for label in RGB}
+    for name, j in zip(names, order, strict=True):
+        shuffled[name].append(pictures[j])
+    after = build({"train": accumulate(shuffled, RGB, 64)}, RGB)
+    result = drift.compare(typed_stats(30), after, CONFIG, "champion.json")
+    assert [c.metric for c in result.checks if c.drifted] == [drift.CLASS_MEAN_SHIFT]
+    assert checks(result)[drift.MEAN_SHIFT].distance == pytest.approx(0, abs=1e-9)
+    assert checks(result)[drift.STD_RATIO].distance == pytest.approx(1)
 
 
 def test_classes_added_and_removed_and_the_label_shares():
