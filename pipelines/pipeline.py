@@ -98,6 +98,7 @@ def create_components(
         image_size=config.trainer.input_size,
         crop_fraction=config.trainer.crop_fraction or DEFAULT_CROP_FRACTION,
         config=config.statistics,
+        serving_dir=config.serving_dir,
     ).with_id(ids.IMAGE_STATISTICS)
     trainer = ImageTrainer(
         examples=examples,

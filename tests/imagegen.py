@@ -76,3 +76,45 @@ def make_image_folder(
             write(os.path.join(root, rel), jpeg_bytes(rgb))
             written.append(rel)
     return written
+
+
+# Three saturated colour classes: any model separates them, and their grayscale copies
+# keep the overall per-channel means while every class's colour goes.
+COLOUR_CLASSES = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (30, 40, 210)}
+
+
+def colour_class_image(label: str, index: int, size: tuple[int, int] = (32, 32)) -> np.ndarray:
+    """Image `index` of a COLOUR_CLASSES class: its colour, a smooth random pattern and
+    noise, seeded by (label, index)."""
+    seed = sorted(COLOUR_CLASSES).index(label) * 100_000 + index
+    rng = np.random.default_rng(seed)
+    height, width = size
+    small = rng.integers(-60, 60, (4, 4, 1)).astype(np.float32)
+    pattern = cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC)[..., None]
+    noise = rng.normal(0, 8, (height, width, 3))
+    colour = np.array(COLOUR_CLASSES[label], np.float32)
+    return np.clip(colour + pattern + noise, 0, 255).astype(np.uint8)
+
+
+def make_colour_folder(
+    root: str, per_class: int, size: tuple[int, int] = (32, 32), grayscale: bool = False
+) -> list[str]:
+    """root/<colour>/<i>.jpg for each COLOUR_CLASSES class; returns the relative paths.
+
+    Image i of a class is the same picture whatever per_class, so a larger per_class
+    adds images to a smaller one's. grayscale writes the same pictures as grey JPEGs.
+    """
+    written = []
+    for label in sorted(COLOUR_CLASSES):
+        for i in range(per_class):
+            rgb = colour_class_image(label, i, size)
+            rel = f"{label}/img_{i:03d}.jpg"
+            if grayscale:
+                ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY))
+                assert ok
+                data = buf.tobytes()
+            else:
+                data = jpeg_bytes(rgb)
+            write(os.path.join(root, rel), data)
+            written.append(rel)
+    return written

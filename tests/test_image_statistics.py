@@ -173,6 +173,22 @@ def test_pixel_statistics_are_exact_against_numpy_float64(dataset):
         assert np.max(np.abs(mean_of_means - mean)) > 10.0
 
 
+def test_class_means_are_exact_against_numpy_float64(dataset):
+    pattern = artifacts.split_shard_pattern(dataset["examples"], "train")
+    by_label: dict[str, list[np.ndarray]] = {}
+    for record in tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(pattern)), "GZIP"):
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
+        encoded = feature[fk.IMAGE_ENCODED_KEY].bytes_list.value[0]
+        label = feature[fk.LABEL_TEXT_KEY].bytes_list.value[0].decode()
+        by_label.setdefault(label, []).append(eval_image(tf.constant(encoded), IMAGE_SIZE, CROP))
+    class_means = dataset["produced"].stats.splits["train"].class_means
+    assert sorted(class_means) == sorted(by_label) == sorted(CLASS_COLOURS)
+    for label, images in by_label.items():
+        mean, _, _ = reference_moments([im.numpy() for im in images])
+        np.testing.assert_allclose(class_means[label].mean, mean, rtol=0, atol=1e-9)
+        assert class_means[label].pixels_per_channel == len(images) * IMAGE_SIZE**2
+
+
 def test_the_typed_schema_round_trips_and_gives_the_normalization(dataset, tmp_path):
     typed = dataset["produced"].stats
     schema.write(str(tmp_path), typed)
@@ -565,10 +581,12 @@ def test_executor_writes_outputs_then_gates(dataset, tmp_path):
         assert not [p for p in os.listdir(uri) if p.startswith(".imgpipe")]
 
 
-def test_cli_stats_writes_json_and_html(dataset, tmp_path):
+def test_cli_stats_writes_json_and_html(dataset, tmp_path, capsys):
     from imgpipe.pipelines import cli
 
     out_json, out_html = tmp_path / "s.json", tmp_path / "r.html"
+    # The same data as its own baseline: checked, and no drift.
+    baseline = schema.write_file(str(tmp_path / "baseline.json"), dataset["produced"].stats)
     code = cli.main(
         [
             "stats",
@@ -580,6 +598,8 @@ def test_cli_stats_writes_json_and_html(dataset, tmp_path):
             "--image-size",
             str(IMAGE_SIZE),
             "--fail-on-anomalies",
+            "--baseline",
+            baseline,
             "--direct_running_mode=in_memory",
             "--direct_num_workers=1",
         ]
@@ -591,6 +611,9 @@ def test_cli_stats_writes_json_and_html(dataset, tmp_path):
         == (dataset["stats"]["splits"]["train"]["pixels"]["mean"])
     )
     assert "<svg" in out_html.read_text()
+    assert written["drift"]["checked"] and written["drift"]["baseline_uri"] == baseline
+    assert not [c for c in written["drift"]["checks"] if c["drifted"]]
+    assert f"drift      none (baseline {baseline})" in capsys.readouterr().out
 
 
 def test_resize_skips_only_an_identity_resize():
@@ -730,3 +753,78 @@ def test_a_shard_cut_at_a_record_boundary_is_caught_by_the_counts(dataset, tmp_p
             StatisticsConfig(),
             make_pipeline,
         )
+
+
+def test_executor_checks_drift_against_the_served_models_training_data(tmp_path):
+    """A first run with nothing served, then a fabricated push of its statistics as the
+    champion's: more images of the same classes pass, their grayscale copies drift, and
+    fail_on_drift decides between stopping and warning."""
+    from tfx.types import artifact_utils, standard_artifacts
+
+    from imgpipe.components.common import served_models
+    from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
+    from imgpipe.components.image_statistics import drift
+    from tests import imagegen
+
+    serving = tmp_path / "serving"
+    serving.mkdir()
+    executor = Executor(
+        Executor.Context(beam_pipeline_args=["--direct_num_workers=1"], tmp_dir=str(tmp_path))
+    )
+
+    def run(name: str, per_class: int, fail_on_drift: bool = True, grayscale: bool = False):
+        images, converted = tmp_path / name, str(tmp_path / f"{name}-examples")
+        imagegen.make_colour_folder(str(images), per_class, grayscale=grayscale)
+        run_conversion(
+            str(images), converted, ImageOptions(), OutputOptions(num_shards=1), make_pipeline
+        )
+        examples = standard_artifacts.Examples()
+        examples.uri = converted
+        examples.split_names = artifact_utils.encode_split_names(SPLITS)
+        output = ImageStatisticsArtifact()
+        output.uri = str(tmp_path / f"{name}-statistics")
+        config = StatisticsConfig(sample_thumbnails=0, fail_on_drift=fail_on_drift)
+        properties = {
+            spec.IMAGE_SIZE_KEY: 32,
+            spec.CROP_FRACTION_KEY: 1.0,
+            spec.STATISTICS_CONFIG_KEY: config_loader.to_json(config),
+            spec.SERVING_DIR_KEY: str(serving),
+        }
+        executor.Do({spec.EXAMPLES_KEY: [examples]}, {spec.STATISTICS_KEY: [output]}, properties)
+        return output.uri
+
+    first = run("span1", 12)
+    stats = schema.read(first)
+    assert not stats.drift.checked and not stats.anomalies
+    assert stats.drift.reason.startswith(f"no model has been pushed to {serving} yet")
+    report = (tmp_path / "span1-statistics" / layout.REPORT_FILE).read_text()
+    assert f"Not checked: no model has been pushed to {serving} yet" in report
+
+    # The push the Trainer and Pusher would make: the statistics beside the model.
+    extra = serving / "1700000000" / served_models.ASSETS_EXTRA_DIR
+    extra.mkdir(parents=True)
+    shutil.copy(os.path.join(first, layout.IMAGE_STATS_FILE), extra)
+    (extra / layout.LABELS_TXT_FILE).write_text("\n".join(sorted(imagegen.COLOUR_CLASSES)) + "\n")
+    (serving / "1700000000" / served_models.PUSH_COMPLETE_FILE).touch()
+
+    stats = schema.read(run("span2", 24))
+    assert stats.drift.checked and stats.drift.baseline_uri == str(extra / layout.IMAGE_STATS_FILE)
+    assert stats.drift.baseline.images == 36 and stats.drift.current.images == 72
+    assert not [c for c in stats.drift.checks if c.drifted] and not stats.anomalies
+
+    with pytest.raises(anomaly_lib.AnomaliesFoundError) as stopped:
+        run("span4", 24, grayscale=True)
+    message = str(stopped.value)
+    assert "the run stops before training (statistics.fail_on_drift: true)" in message
+    drift_lines = [line for line in message.splitlines() if line.startswith("  - [drift]")]
+    assert drift_lines and any(drift.STD_RATIO in line for line in drift_lines)
+    assert all("the served model's data" in line and "threshold" in line for line in drift_lines)
+
+    warned = schema.read(run("span4-warned", 24, fail_on_drift=False, grayscale=True))
+    drifted = {c.metric for c in warned.drift.checks if c.drifted}
+    assert {drift.STD_RATIO, drift.CLASS_MEAN_SHIFT} <= drifted
+    assert drift.MEAN_SHIFT not in drifted
+    assert [a.code for a in warned.anomalies] == [anomaly_lib.DRIFT] * len(drifted)
+    assert len(drift_lines) == len(drifted)
+    report = (tmp_path / "span4-warned-statistics" / layout.REPORT_FILE).read_text()
+    assert f'data-metric="{drift.STD_RATIO}" data-drifted="true"' in report

@@ -67,8 +67,8 @@ def to_document(value: Any) -> str:
     return json.dumps(to_dict(value), indent=2, sort_keys=True) + "\n"
 
 
-def from_document(cls: type[T], text: str, where: str, version: int) -> T:
-    """`cls` from a file's JSON text whose "version" must be `version`.
+def from_document(cls: type[T], text: str, where: str, version: int | tuple[int, ...]) -> T:
+    """`cls` from a file's JSON text whose "version" must be `version` (or one of them).
 
     Raises:
       ValueError: not JSON, another version, or a field that does not fit; the message
@@ -79,9 +79,11 @@ def from_document(cls: type[T], text: str, where: str, version: int) -> T:
     except json.JSONDecodeError as e:
         raise ValueError(f"{where} is not JSON: {e}") from None
     found = values.get("version") if isinstance(values, dict) else None
-    if found != version:
+    readable = version if isinstance(version, tuple) else (version,)
+    if found not in readable:
         raise ValueError(
-            f"{where} has schema version {found!r}; this release reads version {version}"
+            f"{where} has schema version {found!r}; this release reads version "
+            f"{' or '.join(str(v) for v in readable)}"
         )
     try:
         return from_dict(cls, values)

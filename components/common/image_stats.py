@@ -18,7 +18,10 @@ import os
 from imgpipe.components.common import config_loader, fileio
 from imgpipe.components.common.layout import IMAGE_STATS_FILE, TRAIN_SPLIT
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 2 added fields with defaults (SplitStats.class_means, ImageStats.drift), so a
+# version 1 file still reads, with those fields empty.
+READABLE_VERSIONS = (1, 2)
 EXACT = "exact"
 NEAR = "near"
 
@@ -98,6 +101,14 @@ class LabelStats:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClassMean:
+    """One class's exact per-channel mean over its eval_image pixels."""
+
+    mean: tuple[float, ...]
+    pixels_per_channel: int
+
+
+@dataclasses.dataclass(frozen=True)
 class GroupFile:
     split: str
     path: str
@@ -152,6 +163,7 @@ class SplitStats:
     duplicates: Duplicates
     near_duplicates: NearDuplicates
     thumbnails: dict[str, tuple[str, ...]]  # label -> paths (the pictures are in the report)
+    class_means: dict[str, ClassMean] = dataclasses.field(default_factory=dict)  # version 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +182,64 @@ class Anomaly:
     code: str
     split: str | None
     message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSummary:
+    """One side of a drift comparison: every split of a data set, pooled."""
+
+    images: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    labels: dict[str, int]  # images per class
+    class_means: dict[str, tuple[float, ...]]
+    sizes: Sizes
+
+
+@dataclasses.dataclass(frozen=True)
+class DriftCheck:
+    """One drift metric where it is largest: both sides, the distance and the threshold.
+
+    Attributes:
+      metric: the metric, named as its threshold in StatisticsConfig.
+      subject: where the distance is largest, e.g. "channel green",
+        "class 'cat', channel red", "label 'cat'", "width >=512".
+      baseline, current: the compared values on each side.
+      distance: the metric's value there.
+      threshold: the configured limit.
+      drifted: distance > threshold.
+    """
+
+    metric: str
+    subject: str
+    baseline: float
+    current: float
+    distance: float
+    threshold: float
+    drifted: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Drift:
+    """This data compared with the data the served model (the champion) was trained on.
+
+    Attributes:
+      checked: whether the comparison ran; if not, `reason` says why.
+      reason: why there was no comparison, or notes on metrics left out ("" if none).
+      baseline_uri: the baseline's image_stats.json ("" when there is none).
+      baseline, current: both sides, pooled over their splits.
+      checks: one per metric.
+      classes_added, classes_removed: classes with images on one side only.
+    """
+
+    checked: bool
+    reason: str
+    baseline_uri: str = ""
+    baseline: DataSummary | None = None
+    current: DataSummary | None = None
+    checks: tuple[DriftCheck, ...] = ()
+    classes_added: tuple[str, ...] = ()
+    classes_removed: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +264,7 @@ class ImageStats:
     splits: dict[str, SplitStats]
     leakage: Leakage
     anomalies: tuple[Anomaly, ...] = ()
+    drift: Drift | None = None  # version 2; None when no comparison was asked for
 
     def normalization(self, split: str = TRAIN_SPLIT) -> Normalization:
         """The Trainer's normalization constants, from `split`'s pixels.
@@ -228,9 +299,10 @@ def from_json_text(text: str, where: str = IMAGE_STATS_FILE) -> ImageStats:
     """Parses and checks the file's text.
 
     Raises:
-      ValueError: not JSON, another schema version, or a field that does not fit.
+      ValueError: not JSON, a schema version not in READABLE_VERSIONS, or a field that
+        does not fit.
     """
-    return config_loader.from_document(ImageStats, text, where, SCHEMA_VERSION)
+    return config_loader.from_document(ImageStats, text, where, READABLE_VERSIONS)
 
 
 def write(folder: str, stats: ImageStats) -> str:

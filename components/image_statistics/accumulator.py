@@ -24,6 +24,7 @@ ASPECT_EDGES = (0.0, 0.5, 0.67, 0.8, 0.95, 1.05, 1.25, 1.5, 2.0, 3.0)
 BYTES_EDGES = tuple(k * 1024 for k in (0, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192))
 
 CHANNELS = 3
+CHANNEL_NAMES = ("red", "green", "blue")  # pixels are RGB
 LEVELS = 256
 MAX_LISTED_FAILURES = 100
 
@@ -96,6 +97,9 @@ class SplitAccumulator:
     channels: dict[int, int] = dataclasses.field(default_factory=dict)
     modes: dict[str, int] = dataclasses.field(default_factory=dict)
     labels: dict[int, int] = dataclasses.field(default_factory=dict)
+    # label -> [pixels per channel, sum of R, sum of G, sum of B] of its eval_image pixels,
+    # as Python ints (exact at any size).
+    class_sums: dict[int, list[int]] = dataclasses.field(default_factory=dict)
     thumbnails: dict[int, list[Thumbnail]] = dataclasses.field(default_factory=dict)
 
     def add_images(
@@ -116,7 +120,9 @@ class SplitAccumulator:
         bytes_array = np.asarray(num_bytes, np.int64)
         self.images += len(labels)
         self.pixel_hist += hists.sum(axis=0)
-        self._add_image_means(self.image_mean_partials, hists)
+        pixels, sums = _channel_sums(hists)
+        self._add_image_means(self.image_mean_partials, pixels, sums)
+        self._add_class_sums(labels, pixels, sums)
         self.width_hist += _bin_counts(SIDE_EDGES, width_array)
         self.height_hist += _bin_counts(SIDE_EDGES, height_array)
         self.aspect_hist += _bin_counts(ASPECT_EDGES, width_array / height_array)
@@ -144,7 +150,7 @@ class SplitAccumulator:
         hists = hists.reshape(-1, CHANNELS, LEVELS)
         self.native_images += len(hists)
         self.native_hist += hists.sum(axis=0)
-        self._add_image_means(self.native_image_mean_partials, hists)
+        self._add_image_means(self.native_image_mean_partials, *_channel_sums(hists))
 
     def add_failure(self, path: str, reason: str) -> None:
         self.failed += 1
@@ -190,15 +196,29 @@ class SplitAccumulator:
             mine = getattr(self, name)
             for key, count in getattr(other, name).items():
                 _count(mine, key, count)
+        for label, sums in other.class_sums.items():
+            self._add_to_class(label, sums)
         for label, thumbnails in other.thumbnails.items():
             for thumbnail in thumbnails:
                 self.offer_thumbnail(label, thumbnail, keep_thumbnails)
 
+    def _add_class_sums(self, labels: Sequence[int], pixels: np.ndarray, sums: np.ndarray) -> None:
+        """Adds each image's pixel count and per-channel sums to its class's."""
+        rows = np.column_stack([pixels, sums]).tolist()
+        for label, row in zip(labels, rows, strict=True):
+            self._add_to_class(int(label), row)
+
+    def _add_to_class(self, label: int, row: list[int]) -> None:
+        total = self.class_sums.get(label)
+        if total is None:
+            self.class_sums[label] = list(row)
+        else:
+            for i, value in enumerate(row):
+                total[i] += value
+
     @staticmethod
-    def _add_image_means(partials: list[list[float]], hists: np.ndarray) -> None:
-        """Adds each image's per-channel mean, from [B, 3, 256] histograms."""
-        pixels = hists[:, 0].sum(axis=1)
-        sums = hists @ np.arange(LEVELS, dtype=np.int64)
+    def _add_image_means(partials: list[list[float]], pixels: np.ndarray, sums: np.ndarray) -> None:
+        """Adds each image's per-channel mean, from its pixel count and channel sums."""
         means = sums / pixels[:, np.newaxis]  # int64 / int64: each correctly rounded
         for channel in range(CHANNELS):
             for mean in means[:, channel].tolist():
@@ -213,6 +233,11 @@ def _bin_counts(edges: tuple[float, ...], values: np.ndarray) -> np.ndarray:
 
 def _count(counts: dict, key, n: int = 1) -> None:
     counts[key] = counts.get(key, 0) + n
+
+
+def _channel_sums(hists: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each image's pixel count [B] and per-channel sums [B, 3], from [B, 3, 256] histograms."""
+    return hists[:, 0].sum(axis=1), hists @ np.arange(LEVELS, dtype=np.int64)
 
 
 def image_weighted_mean(partials: list[list[float]], images: int) -> list[float] | None:

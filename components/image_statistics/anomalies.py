@@ -2,7 +2,8 @@
 
 TFX's ExampleValidator only records anomalies. ImageStatistics adds its own checks,
 reads ExampleValidator's, and with fail_on_anomalies raises `AnomaliesFoundError`
-after its outputs are written, so the run ends before the Trainer.
+after its outputs are written, so the run ends before the Trainer. Drift anomalies
+(drift.py) pass the same gate under their own switch, fail_on_drift.
 """
 
 from __future__ import annotations
@@ -24,24 +25,25 @@ LOW_SUPPORTED_FRACTION = "low_supported_fraction"
 LEAKAGE = "leakage"
 EMPTY_SPLIT = "empty_split"
 EXAMPLE_VALIDATOR = "example_validator"
+DRIFT = "drift"  # drift.py's: the data moved away from the served model's
 
 
 class AnomaliesFoundError(RuntimeError):
     """The data has anomalies and fail_on_anomalies is set; the message lists them.
 
     Attributes:
-      anomalies: what was found.
+      anomalies: what stopped the run.
       report: the HTML report that shows them.
     """
 
-    def __init__(self, anomalies: Sequence[Anomaly], output_uri: str):
+    def __init__(self, anomalies: Sequence[Anomaly], output_uri: str, message: str):
         self.anomalies = tuple(anomalies)
         self.output_uri = output_uri
         self.report = os.path.join(output_uri, layout.REPORT_FILE)
-        super().__init__(gate_message(self.anomalies, output_uri))
+        super().__init__(message)
 
     def __reduce__(self):
-        return type(self), (self.anomalies, self.output_uri)
+        return type(self), (self.anomalies, self.output_uri, str(self))
 
 
 def _reference_split(splits: list[str]) -> str:
@@ -141,22 +143,52 @@ def validator_anomalies(anomalies_uri: str, split_names: Sequence[str]) -> list[
     return found
 
 
-def gate_message(anomalies: Sequence[Anomaly], output_uri: str, failing: bool = True) -> str:
-    """The anomalies, one a line, and where the report is."""
+def blocking(anomalies: Sequence[Anomaly], config: StatisticsConfig) -> list[Anomaly]:
+    """The anomalies that stop the run: drift under fail_on_drift, the others under
+    fail_on_anomalies."""
+    return [
+        a
+        for a in anomalies
+        if (config.fail_on_drift if a.code == DRIFT else config.fail_on_anomalies)
+    ]
+
+
+def switches(anomalies: Sequence[Anomaly]) -> str:
+    codes = {a.code for a in anomalies}
+    names = (["fail_on_anomalies"] if codes - {DRIFT} else []) + (
+        ["fail_on_drift"] if DRIFT in codes else []
+    )
+    return " and ".join(f"statistics.{name}" for name in names)
+
+
+def gate_message(anomalies: Sequence[Anomaly], output_uri: str, config: StatisticsConfig) -> str:
+    """The anomalies, one a line, whether the run stops, and where the report is."""
+    stopping = blocking(anomalies, config)
     outcome = (
-        "the run stops before training (statistics.fail_on_anomalies: true)"
-        if failing
-        else "training goes on (statistics.fail_on_anomalies: false)"
+        f"the run stops before training ({switches(stopping)}: true)"
+        if stopping
+        else f"training goes on ({switches(anomalies)}: false)"
     )
     lines = [
         f"ImageStatistics found {len(anomalies)} data anomal"
         f"{'y' if len(anomalies) == 1 else 'ies'}; {outcome}:"
     ]
     lines += [f"  - [{a.code}{'/' + a.split if a.split else ''}] {a.message}" for a in anomalies]
+    fixes = []
+    if any(a.code != DRIFT for a in anomalies):
+        fixes.append(
+            "fix the data, or set statistics.fail_on_anomalies: false (or raise "
+            "statistics.leakage_threshold or lower statistics.min_supported_fraction) in "
+            "the pipeline config"
+        )
+    if any(a.code == DRIFT for a in anomalies):
+        fixes.append(
+            "if the data is wrong, fix it; if it changed on purpose, raise the "
+            "statistics.drift_* threshold named, or run once with statistics.fail_on_drift: "
+            "false, after which the model pushed carries the new data as the baseline"
+        )
     lines.append(
         f"Inspect {os.path.join(output_uri, layout.REPORT_FILE)} and "
-        f"{layout.IMAGE_STATS_FILE}, then fix the data, or set "
-        "statistics.fail_on_anomalies: false (or raise statistics.leakage_threshold "
-        "or lower statistics.min_supported_fraction) in the pipeline config."
+        f"{layout.IMAGE_STATS_FILE}, then {'; '.join(fixes)}."
     )
     return "\n".join(lines)

@@ -19,9 +19,10 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
 
     Per split: exact per-channel mean and std of the pixels the model sees (the
     Trainer reads them), size, format and label distributions, duplicates, and
-    duplicates across splits (leakage). With config.fail_on_anomalies the executor
-    raises after writing image_stats.json and report.html, so the run stops before
-    training.
+    duplicates across splits (leakage), and drift from the data the served model in
+    `serving_dir` was trained on. With config.fail_on_anomalies (and fail_on_drift for
+    drift) the executor raises after writing image_stats.json and report.html, so the
+    run stops before training.
 
     Example:
       stats = ImageStatistics(examples=gen.outputs["examples"],
@@ -40,6 +41,7 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
         crop_fraction: float = DEFAULT_CROP_FRACTION,
         anomalies: types.BaseChannel | None = None,
         config: StatisticsConfig | None = None,
+        serving_dir: str = "",
     ):
         """Args:
           examples: ImageExampleGen's `Examples` (label_map.json beside the splits).
@@ -47,6 +49,9 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
           crop_fraction: eval_image's center-crop fraction.
           anomalies: ExampleValidator's `ExampleAnomalies`, gated with ours.
           config: thumbnails, thresholds and the gate.
+          serving_dir: where served models are pushed: the newest one's training
+            statistics are the drift baseline ("" for no drift check). A plain string,
+            so a runtime parameter can stand in for it.
 
         Raises:
           ValueError: a bad setting, named.
@@ -62,6 +67,7 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
                     spec.IMAGE_SIZE_KEY: image_size,
                     spec.CROP_FRACTION_KEY: crop_fraction,
                     spec.STATISTICS_CONFIG_KEY: config_loader.to_json(config),
+                    spec.SERVING_DIR_KEY: serving_dir,
                     spec.STATISTICS_KEY: types.Channel(type=ImageStatisticsArtifact),
                 }
             )

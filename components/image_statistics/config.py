@@ -20,7 +20,26 @@ class StatisticsConfig:
         that have an exact copy in another split.
       min_supported_fraction: the smallest tolerated fraction of usable images.
       fail_on_anomalies: stop the run (after writing the statistics and the report)
-        when any anomaly is found; False only warns.
+        when any anomaly is found; False only warns. Drift has its own switch.
+      fail_on_drift: stop the run when the data drifted from the served model's
+        training data beyond a threshold below, or gained or lost a class; False only
+        warns. On by default: an unattended retrain would otherwise train and push on
+        data that no longer looks like what the served model learned from (a camera
+        gone grayscale, a broken resize), and every later run is compared with the same
+        served model, so the stop holds until someone looks. To accept new data, run
+        once with it off: the model pushed then carries the new baseline.
+      drift_mean_shift: the largest tolerated move of a channel's mean over all images,
+        in units of that channel's std in the baseline.
+      drift_class_mean_shift: the same for each class's channel means (classes on both
+        sides), still in units of the baseline's overall std of the channel. A colour
+        change can leave the overall means in place while every class's moves.
+      drift_std_ratio: the largest tolerated ratio between a channel's std now and in
+        the baseline, either way up (>= 1).
+      drift_label_distance: the largest tolerated change of a class's share of the
+        images (L-infinity distance of the label distributions, as TFDV's drift
+        comparator measures categorical features).
+      drift_size_distance: the largest tolerated change of the share of images in one
+        bin of the width, height or aspect-ratio histogram (L-infinity distance).
     """
 
     sample_thumbnails: int = 8
@@ -28,6 +47,12 @@ class StatisticsConfig:
     leakage_threshold: float = 0.0
     min_supported_fraction: float = 0.99
     fail_on_anomalies: bool = True
+    fail_on_drift: bool = True
+    drift_mean_shift: float = 0.5
+    drift_class_mean_shift: float = 0.5
+    drift_std_ratio: float = 1.5
+    drift_label_distance: float = 0.1
+    drift_size_distance: float = 0.25
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
@@ -39,3 +64,11 @@ class StatisticsConfig:
             raise ValueError(
                 f"min_supported_fraction must be in [0, 1], got {self.min_supported_fraction}"
             )
+        for name in ("drift_mean_shift", "drift_class_mean_shift"):
+            if getattr(self, name) <= 0.0:
+                raise ValueError(f"{name} must be > 0 (baseline std), got {getattr(self, name)}")
+        if self.drift_std_ratio <= 1.0:
+            raise ValueError(f"drift_std_ratio must be > 1, got {self.drift_std_ratio}")
+        for name in ("drift_label_distance", "drift_size_distance"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")

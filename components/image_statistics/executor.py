@@ -13,7 +13,7 @@ from tfx.types import artifact_utils
 
 from imgpipe.components.common import config_loader, fileio, image_stats, layout
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
-from imgpipe.components.image_statistics import spec
+from imgpipe.components.image_statistics import baseline, spec
 from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.produce import Produced, produce
@@ -51,7 +51,9 @@ def analysis_options(
 class Executor(base_beam_executor.BaseBeamExecutor):
     """Keys: inputs `examples` (Examples) and optional `anomalies` (ExampleAnomalies);
     parameters `image_size`, `crop_fraction`, `statistics_config` (StatisticsConfig
-    JSON); output `statistics` (ImageStatistics). Splits are the Examples' split_names."""
+    JSON) and `serving_dir` (the served model, whose training statistics drift is
+    checked against; "" for none); output `statistics` (ImageStatistics). Splits are
+    the Examples' split_names."""
 
     def Do(  # noqa: N802 - TFX's executor interface
         self,
@@ -71,25 +73,39 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                 artifact_utils.decode_split_names(anomalies_artifact.split_names),
             )
         logging.info("ImageStatistics: %s %s -> %s", examples.uri, splits, output.uri)
+        drift_baseline = baseline.from_serving_dir(exec_properties.get(spec.SERVING_DIR_KEY) or "")
+        logging.info(
+            "ImageStatistics: drift baseline %s",
+            drift_baseline.uri or f"none: {drift_baseline.reason}",
+        )
 
         produced = produce(
-            examples.uri, splits, output.uri, options, config, self._make_beam_pipeline, validator
+            examples.uri,
+            splits,
+            output.uri,
+            options,
+            config,
+            self._make_beam_pipeline,
+            validator,
+            drift_baseline,
         )
         _write(output.uri, produced)
         output.set_int_custom_property(spec.ANOMALY_COUNT_PROPERTY, len(produced.anomalies))
         output.set_int_custom_property(spec.IMAGES_PROPERTY, produced.stats.source.images_decoded)
         if not produced.anomalies:
             return
-        if not config.fail_on_anomalies:
-            logging.warning(
-                "%s", anomaly_lib.gate_message(produced.anomalies, output.uri, failing=False)
-            )
+        if not anomaly_lib.blocking(produced.anomalies, config):
+            logging.warning("%s", anomaly_lib.gate_message(produced.anomalies, output.uri, config))
             return
         # TFX deletes the output folder of a failed execution; this copy stays for the
         # user to inspect.
         rejected = output.uri.rstrip("/") + REJECTED_SUFFIX
         _write(rejected, produced)
-        raise anomaly_lib.AnomaliesFoundError(produced.anomalies, rejected)
+        raise anomaly_lib.AnomaliesFoundError(
+            anomaly_lib.blocking(produced.anomalies, config),
+            rejected,
+            anomaly_lib.gate_message(produced.anomalies, rejected, config),
+        )
 
 
 def _write(folder: str, produced: Produced) -> None:

@@ -12,8 +12,10 @@ import apache_beam as beam
 
 from imgpipe.components.common import artifacts, image_stats
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
+from imgpipe.components.image_statistics import drift as drift_lib
 from imgpipe.components.image_statistics import report, summary
 from imgpipe.components.image_statistics.analyze import AnalysisOptions
+from imgpipe.components.image_statistics.baseline import Baseline
 from imgpipe.components.image_statistics.compute import run_statistics
 from imgpipe.components.image_statistics.config import StatisticsConfig
 
@@ -36,6 +38,7 @@ def produce(
     config: StatisticsConfig,
     make_pipeline: Callable[[], beam.Pipeline],
     extra_anomalies: Sequence[image_stats.Anomaly] = (),
+    baseline: Baseline | None = None,
 ) -> Produced:
     """Runs the statistics over the splits and checks them.
 
@@ -47,6 +50,8 @@ def produce(
       config: the thresholds of the anomaly checks.
       make_pipeline: returns the Beam pipeline to run on.
       extra_anomalies: anomalies found elsewhere (ExampleValidator), listed with ours.
+      baseline: the served model's training statistics to check drift against, or
+        why there are none; None: no drift check asked for (stats.drift is None).
     """
     labels = artifacts.load_labels(examples_uri)
     skipped = [
@@ -64,8 +69,19 @@ def produce(
         skipped=len(skipped),
         leakage_threshold=config.leakage_threshold,
     )
+    drift = None
+    if baseline is not None:
+        drift = (
+            drift_lib.compare(baseline.stats, stats, config, baseline.uri)
+            if baseline.stats is not None
+            else drift_lib.skipped(baseline.reason)
+        )
     stats = dataclasses.replace(
-        stats, anomalies=tuple(anomaly_lib.check(stats, config) + list(extra_anomalies))
+        stats,
+        anomalies=tuple(
+            anomaly_lib.check(stats, config) + drift_lib.anomalies(drift) + list(extra_anomalies)
+        ),
+        drift=drift,
     )
     thumbnails = {
         split: {

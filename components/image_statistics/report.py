@@ -15,9 +15,10 @@ from typing import Any
 
 from imgpipe.components.common import image_stats as schema
 from imgpipe.components.common.layout import IMAGE_STATS_FILE
+from imgpipe.components.image_statistics import drift as drift_lib
+from imgpipe.components.image_statistics.accumulator import CHANNEL_NAMES
 
 CHANNEL_COLOURS = ("#d62728", "#2ca02c", "#1f77b4")
-CHANNEL_NAMES = ("red", "green", "blue")
 BAR_COLOUR = "#4c72b0"
 MAX_THUMBNAIL_CLASSES = 100
 MAX_LISTED_ROWS = 500
@@ -227,6 +228,102 @@ def _split_section(split: str, s: schema.SplitStats, thumbnails: dict[str, list]
     return "".join(parts)
 
 
+def _share(count: int, total: int) -> str:
+    return f"{count} ({count / total:.1%})" if total else str(count)
+
+
+def _sides_table(base: schema.DataSummary, now: schema.DataSummary) -> str:
+    """Both sides, row by row: pixels, classes, class means and size bins."""
+    rows: list[list[Any]] = [["images", base.images, now.images]]
+    for c, channel in enumerate(CHANNEL_NAMES):
+        rows.append([f"mean {channel}", base.mean[c], now.mean[c]])
+        rows.append([f"std {channel}", base.std[c], now.std[c]])
+    for label in sorted(set(base.labels) | set(now.labels)):
+        rows.append(
+            [
+                f"images of {label!r}",
+                _share(base.labels.get(label, 0), base.images),
+                _share(now.labels.get(label, 0), now.images),
+            ]
+        )
+    for label in sorted(set(base.class_means) | set(now.class_means)):
+        rows.append(
+            [
+                f"mean RGB of {label!r}",
+                base.class_means.get(label),
+                now.class_means.get(label),
+            ]
+        )
+    for name in drift_lib.SIZE_HISTOGRAMS:
+        before, after = getattr(base.sizes, name), getattr(now.sizes, name)
+        for edge, b, a in zip(before.edges, before.counts, after.counts, strict=True):
+            if b or a:
+                rows.append(
+                    [
+                        f"{name} >={edge:g}",
+                        _share(b, sum(before.counts)),
+                        _share(a, sum(after.counts)),
+                    ]
+                )
+    return _table(["", "served model's data (baseline)", "this data"], rows, "drift-sides")
+
+
+def _drift_section(drift: schema.Drift | None) -> str:
+    title = "<h2>Drift from the served model's training data</h2>"
+    if drift is None:
+        return (
+            f'<section class="drift" data-checked="false">{title}'
+            "<p>No comparison was asked for.</p></section>"
+        )
+    if not drift.checked:
+        return (
+            f'<section class="drift" data-checked="false">{title}'
+            f'<p class="drift-reason">Not checked: {_e(drift.reason)}</p></section>'
+        )
+    rows = "".join(
+        f'<tr data-metric="{_e(c.metric)}" data-drifted="{str(c.drifted).lower()}" '
+        f'data-distance="{c.distance!r}" data-threshold="{c.threshold!r}" '
+        f'class="{"anomaly" if c.drifted else "ok"}">'
+        + "".join(
+            f"<td>{_e(v)}</td>"
+            for v in (
+                c.metric,
+                c.subject,
+                drift_lib.value_text(c, c.baseline),
+                drift_lib.value_text(c, c.current),
+                f"{c.distance:.4g}",
+                f"{c.threshold:g}",
+                "drift" if c.drifted else "ok",
+            )
+        )
+        + "</tr>"
+        for c in drift.checks
+    )
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("metric", "where largest", "baseline", "now", "distance", "threshold", "")
+    )
+    classes = (
+        f'<p class="{"anomaly" if drift.classes_added or drift.classes_removed else "ok"}" '
+        f'data-added="{_e(",".join(drift.classes_added))}" '
+        f'data-removed="{_e(",".join(drift.classes_removed))}">Classes added: '
+        f"{_e(', '.join(drift.classes_added) or 'none')}; removed: "
+        f"{_e(', '.join(drift.classes_removed) or 'none')}.</p>"
+    )
+    notes = f'<p class="drift-reason">{_e(drift.reason)}</p>' if drift.reason else ""
+    sides = (
+        _sides_table(drift.baseline, drift.current)
+        if drift.baseline is not None and drift.current is not None
+        else ""
+    )
+    return (
+        f'<section class="drift" data-checked="true">{title}'
+        f"<p>Baseline: {_e(drift.baseline_uri)}. Every split pooled on each side.</p>"
+        f'<table class="drift-checks"><tr>{head}</tr>{rows}</table>{classes}{notes}'
+        f"<h3>Both sides</h3>{sides}</section>"
+    )
+
+
 def _group_key(group: schema.ExactGroup | schema.NearGroup) -> str:
     return group.sha256 if isinstance(group, schema.ExactGroup) else group.dhash
 
@@ -253,6 +350,7 @@ def render(
         )
     else:
         body.append('<p class="ok">No anomalies.</p>')
+    body.append(_drift_section(stats.drift))
     body.extend(
         _split_section(split, s, thumbnails.get(split, {})) for split, s in stats.splits.items()
     )

@@ -14,6 +14,9 @@ IMAGE_SIZE_KEY = "image_size"
 CROP_FRACTION_KEY = "crop_fraction"
 # StatisticsConfig as JSON (components/image_statistics/config.py).
 STATISTICS_CONFIG_KEY = "statistics_config"
+# The serving directory, whose newest push's training statistics drift is checked
+# against (components/common/served_models.py); "" for no drift check.
+SERVING_DIR_KEY = "serving_dir"
 
 # Custom properties set on the output artifact.
 ANOMALY_COUNT_PROPERTY = "anomalies"
@@ -28,6 +31,7 @@ class ImageStatisticsSpec(component_spec.ComponentSpec):
         IMAGE_SIZE_KEY: component_spec.ExecutionParameter(type=int),
         CROP_FRACTION_KEY: component_spec.ExecutionParameter(type=float),
         STATISTICS_CONFIG_KEY: component_spec.ExecutionParameter(type=str),
+        SERVING_DIR_KEY: component_spec.ExecutionParameter(type=str, optional=True),
     }
     INPUTS = {
         EXAMPLES_KEY: component_spec.ChannelParameter(type=standard_artifacts.Examples),

@@ -32,6 +32,10 @@ NOTES = {
     "share the 64-bit difference hash of the eval image but not the content.",
     "leakage": "Images whose content is in more than one split: evaluation on them "
     "measures memory, not generalization.",
+    "class_means": "Exact per-channel mean of each class's eval_image pixels.",
+    "drift": "This data (every split pooled) compared with the data the served model was "
+    "trained on: each metric where it is largest, against its threshold in "
+    "StatisticsConfig; null when no comparison was asked for.",
 }
 
 
@@ -125,6 +129,17 @@ def _split_stats(
             label_name(label, names): tuple(t.path for t in kept)
             for label, kept in sorted(a.thumbnails.items())
         },
+        class_means={
+            label_name(label, names): _class_mean(sums)
+            for label, sums in sorted(a.class_sums.items())
+        },
+    )
+
+
+def _class_mean(sums) -> schema.ClassMean:
+    pixels, *channel_sums = (int(v) for v in sums)
+    return schema.ClassMean(
+        mean=tuple(total / pixels for total in channel_sums), pixels_per_channel=pixels
     )
 
 

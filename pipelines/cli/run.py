@@ -106,7 +106,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_and_report(config) -> int:
-    from imgpipe.components.image_statistics.anomalies import AnomaliesFoundError
+    from imgpipe.components.image_statistics.anomalies import AnomaliesFoundError, switches
     from imgpipe.pipelines import local_runner
 
     try:
@@ -117,7 +117,7 @@ def _run_and_report(config) -> int:
             f"{'y' if len(e.anomalies) == 1 else 'ies'} "
             f"({', '.join(sorted({a.code for a in e.anomalies}))}), so the run stopped "
             f"before training; see {e.report}, then fix the data or set "
-            "statistics.fail_on_anomalies: false in the pipeline config"
+            f"{switches(e.anomalies)}: false in the pipeline config"
         ) from e
     for line in local_runner.summary_lines(result, config):
         print(line)

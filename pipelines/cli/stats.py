@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "status 1 when it finds anomalies, unless --no-fail-on-anomalies. "
         "Apache Beam's own options (--runner, --direct_num_workers, ...) go to Beam, "
         "and so does everything after '--'; an option neither knows is an error. "
+        "With --baseline, also compares the data with a baseline's (drift). "
         "Defaults are ImageStatistics'.",
     )
     parser.add_argument(
@@ -93,6 +94,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=_default("fail_on_anomalies"),
         help="exit with status 1 when anomalies are found",
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="PATH",
+        help="compare with this data's statistics (drift): an image_stats.json, a folder "
+        "holding one, or a serving directory (its newest pushed model's training data)",
+    )
+    parser.add_argument(
+        "--fail-on-drift",
+        action=argparse.BooleanOptionalAction,
+        default=_default("fail_on_drift"),
+        help="exit with status 1 when the data drifted from the baseline",
+    )
+    for name, meaning in (
+        ("drift_mean_shift", "a channel's mean move, in baseline std"),
+        ("drift_class_mean_shift", "a class's channel mean move, in baseline std"),
+        ("drift_std_ratio", "a channel's std ratio, either way up"),
+        ("drift_label_distance", "a class's share change (L-infinity)"),
+        ("drift_size_distance", "a size bin's share change (L-infinity)"),
+    ):
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=float,
+            default=_default(name),
+            help=f"largest tolerated drift: {meaning} (default %(default)s)",
+        )
     parser.set_defaults(handler=run, accepts_extra_args=True)
 
 
@@ -104,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from imgpipe.components.common import conversion_summary, fileio, image_stats
-    from imgpipe.components.image_statistics import spec
+    from imgpipe.components.image_statistics import anomalies, baseline, spec
     from imgpipe.components.image_statistics.executor import analysis_options
     from imgpipe.components.image_statistics.produce import produce
     from imgpipe.pipelines.beam_args import local_beam_args
@@ -123,8 +149,22 @@ def run(args: argparse.Namespace) -> int:
             "leakage_threshold": args.leakage_threshold,
             "min_supported_fraction": args.min_supported_fraction,
             "fail_on_anomalies": args.fail_on_anomalies,
+            "fail_on_drift": args.fail_on_drift,
+            "drift_mean_shift": args.drift_mean_shift,
+            "drift_class_mean_shift": args.drift_class_mean_shift,
+            "drift_std_ratio": args.drift_std_ratio,
+            "drift_label_distance": args.drift_label_distance,
+            "drift_size_distance": args.drift_size_distance,
         },
     )
+    drift_baseline = None
+    if args.baseline is not None:
+        if not fileio.exists(args.baseline):
+            raise FileNotFoundError(
+                f"--baseline {args.baseline} does not exist: give an {layout.IMAGE_STATS_FILE}, "
+                "a folder holding one, or a serving directory"
+            )
+        drift_baseline = baseline.from_path(args.baseline)
     options = analysis_options(args.image_size, args.crop_fraction, config)
     splits = conversion_summary.read(args.examples_dir).split_names
     pipeline_args = local_beam_args(args.extra_args)
@@ -136,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
             options,
             config,
             make_pipeline=lambda: beam.Pipeline(options=PipelineOptions(pipeline_args)),
+            baseline=drift_baseline,
         )
     for path in (args.json, args.html):
         if os.path.dirname(path):
@@ -143,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     image_stats.write_file(args.json, produced.stats)
     fileio.write_text(args.html, produced.html)
     print_summary(produced.stats, args.json, args.html)
-    return 1 if produced.anomalies and config.fail_on_anomalies else 0
+    return 1 if anomalies.blocking(produced.anomalies, config) else 0
 
 
 def print_summary(stats: ImageStats, json_path: str, html_path: str) -> None:
@@ -153,6 +194,15 @@ def print_summary(stats: ImageStats, json_path: str, html_path: str) -> None:
         std = ", ".join(f"{v:.3f}" for v in pixels.std) if pixels else "n/a"
         print(f"{split:10s} {s.images} images  mean [{mean}]  std [{std}]")
     print(f"leakage    {stats.leakage.groups} groups of identical images across splits")
+    drift = stats.drift
+    if drift is not None:
+        if drift.checked:
+            found = [c.metric for c in drift.checks if c.drifted]
+            if drift.classes_added or drift.classes_removed:
+                found.append("classes changed")
+            print(f"drift      {', '.join(found) or 'none'} (baseline {drift.baseline_uri})")
+        else:
+            print(f"drift      not checked: {drift.reason}")
     if stats.anomalies:
         print(f"anomalies  {len(stats.anomalies)}:")
         for anomaly in stats.anomalies:

@@ -1,0 +1,80 @@
+"""Where drift's baseline comes from: the statistics the served model was trained on.
+
+The champion is the newest complete push in the serving directory
+(components/common/served_models.py); its assets.extra/ holds the image_stats.json of
+its training data. Whatever stands in the way of reading it (nothing pushed yet, a
+model pushed without statistics, a file this release cannot read) is not an error: the
+comparison is skipped, and the reason goes into image_stats.json and the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import tensorflow as tf
+
+from imgpipe.components.common import fileio, image_stats, layout, served_models
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """The statistics to compare with, or why there are none.
+
+    Attributes:
+      stats: the baseline's statistics; None when there is none.
+      uri: the image_stats.json read ("" when none was found).
+      reason: why there is no baseline ("" when there is one).
+    """
+
+    stats: image_stats.ImageStats | None
+    uri: str = ""
+    reason: str = ""
+
+
+# What reading a pushed model's files can raise: missing or unreadable files (local,
+# or tf.io.gfile's errors on object stores) and files that do not fit their schema.
+_READ_ERRORS = (OSError, ValueError, KeyError, tf.errors.OpError)
+
+
+def none(reason: str) -> Baseline:
+    return Baseline(stats=None, reason=reason)
+
+
+def read_file(path: str) -> Baseline:
+    """The baseline in an image_stats.json file; a reason when it cannot be read."""
+    try:
+        with fileio.open_file(path, "r") as f:
+            return Baseline(image_stats.from_json_text(f.read(), path), uri=path)
+    except _READ_ERRORS as e:
+        return none(f"{path} cannot be read as a baseline: {e}")
+
+
+def from_serving_dir(serving_dir: str) -> Baseline:
+    """The served model's training statistics: the newest complete push's."""
+    if not serving_dir:
+        return none("no serving_dir is set, so there is no served model to compare with")
+    try:
+        champion = served_models.latest(serving_dir)
+    except _READ_ERRORS as e:
+        return none(f"the newest model in {serving_dir} cannot be read: {e}")
+    if champion is None:
+        return none(f"no model has been pushed to {serving_dir} yet: nothing to compare with")
+    uri = champion.statistics_uri
+    if uri is None:
+        return none(
+            f"the served model {champion.path} (version {champion.version}) carries no "
+            f"{served_models.ASSETS_EXTRA_DIR}/{layout.IMAGE_STATS_FILE} of its training data"
+        )
+    return read_file(uri)
+
+
+def from_path(path: str) -> Baseline:
+    """`imgpipe stats --baseline`: an image_stats.json, a folder holding one (an
+    ImageStatistics artifact), or a serving directory."""
+    if not tf.io.gfile.isdir(path):
+        return read_file(path)
+    in_folder = os.path.join(path, layout.IMAGE_STATS_FILE)
+    if fileio.exists(in_folder):
+        return read_file(in_folder)
+    return from_serving_dir(path)
