@@ -312,7 +312,7 @@ def test_drift_results_round_trip_through_image_stats_json():
     assert json.loads(image_stats.to_json_text(stats))["version"] == 2
 
 
-def test_drift_settings_come_from_the_pipeline_config_and_the_cli(capsys):
+def test_drift_settings_come_from_the_pipeline_config_and_the_cli(capsys, tmp_path):
     from imgpipe.pipelines import cli
     from imgpipe.pipelines import config as cfg
 
@@ -338,7 +338,8 @@ def test_drift_settings_come_from_the_pipeline_config_and_the_cli(capsys):
         assert getattr(defaults, metric) == config_loader.field_default(StatisticsConfig, metric)
     assert defaults.fail_on_drift is True and defaults.baseline is None
     missing = "/nonexistent/serving"
-    assert cli.main(["stats", "ex", "--baseline", missing]) == 1
+    # An existing examples folder, so that the baseline is what the error is about.
+    assert cli.main(["stats", str(tmp_path), "--baseline", missing]) == 1
     error = capsys.readouterr().err.strip()
     assert error.startswith(f"imgpipe: error: --baseline {missing} does not exist") and (
         "\n" not in error
