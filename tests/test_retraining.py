@@ -2,7 +2,10 @@
 directory: on LocalDagRunner and on the compiled package under kfp.local.
 
 span 1 is trained and pushed; span 2 adds images and is pushed only if not worse than
-span 1's model; span 3 has shuffled labels and is refused, the champion unchanged.
+span 1's model; span 3 has shuffled labels and is refused by the Evaluator, the champion
+unchanged (its class means drift too: that run only warns, to reach the Evaluator);
+span 4 turns every image grey, and the drift check stops the run (LocalDagRunner, the
+default) or warns (the compiled package, built with fail_on_drift false).
 """
 
 from __future__ import annotations
@@ -12,15 +15,17 @@ import os
 
 import pytest
 
-from imgpipe.components.common import conversion_summary, layout, served_models
+from imgpipe.components.common import conversion_summary, image_stats, layout, served_models
 from imgpipe.components.evaluator import evaluation as ev
+from imgpipe.components.image_statistics import drift
+from imgpipe.components.image_statistics.anomalies import AnomaliesFoundError
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines import local_runner
 from tests import retraining_data
 from tests.test_kubeflow_local import subprocess_runner_for_tfx_steps
 
-PER_CLASS = {1: 40, 2: 60, 3: 60}
+PER_CLASS = {1: 40, 2: 60, 3: 60, 4: 60}
 
 # Small and fast, but the rules are the defaults: significance 0.01, tolerance 0.01.
 SETTINGS = {
@@ -43,7 +48,13 @@ def _make_spans(root: str) -> dict[int, str]:
         1: retraining_data.span_folder(root, 1, PER_CLASS[1]),
         2: retraining_data.span_folder(root, 2, PER_CLASS[2]),
         3: retraining_data.span_folder(root, 3, PER_CLASS[3], shuffle_labels=True),
+        4: retraining_data.span_folder(root, 4, PER_CLASS[4], greyscale=True),
     }
+
+
+def _drifted(stats: image_stats.ImageStats) -> set[str]:
+    assert stats.drift.checked, stats.drift.reason
+    return {check.metric for check in stats.drift.checks if check.drifted}
 
 
 def _assert_span_2_is_compared_with_span_1(second: ev.Evaluation, first_push) -> None:
@@ -56,19 +67,21 @@ def _assert_span_2_is_compared_with_span_1(second: ev.Evaluation, first_push) ->
 def test_retraining_on_local_dag_runner(tmp_path):
     images = str(tmp_path / "images")
     serving = str(tmp_path / "serving")
-    config = cfg.from_dict(
-        {
-            **SETTINGS,
-            "data_root": os.path.join(images, "span-{SPAN}"),
-            "pipeline_root": str(tmp_path / "root"),
-            "serving_dir": serving,
-        }
-    )
+    settings = {
+        **SETTINGS,
+        "data_root": os.path.join(images, "span-{SPAN}"),
+        "pipeline_root": str(tmp_path / "root"),
+        "serving_dir": serving,
+    }
+    config = cfg.from_dict(settings)
     spans = _make_spans(str(tmp_path / "staged"))
 
-    def run_span(span: int) -> tuple[local_runner.RunResult, ev.Evaluation, list[str]]:
+    def run_span(
+        span: int, fail_on_drift: bool = True
+    ) -> tuple[local_runner.RunResult, ev.Evaluation, list[str]]:
         os.rename(spans[span], os.path.join(images, f"span-{span}"))  # new data lands
-        result = local_runner.run(config)
+        statistics = {"fail_on_drift": fail_on_drift}
+        result = local_runner.run(cfg.from_dict({**settings, "statistics": statistics}))
         examples = result.artifact(ids.EXAMPLE_GEN, "examples")
         assert examples is not None and examples.properties["span"] == span
         summary = local_runner.summary_lines(result, config)
@@ -85,8 +98,9 @@ def test_retraining_on_local_dag_runner(tmp_path):
     assert any(line.startswith("data") and "(span 1)" in line for line in summary)
     assert any(line.startswith("warm start           fresh: no champion") for line in summary)
 
-    _, second, summary = run_span(2)
+    result, second, summary = run_span(2)
     _assert_span_2_is_compared_with_span_1(second, champion_1)
+    assert not _drifted(image_stats.read(result.uri(ids.IMAGE_STATISTICS, "statistics")))
     champion_2 = served_models.latest(serving)
     # Pushed exactly when not worse than span 1's model, by the tolerance.
     not_worse = second.candidate.accuracy >= second.champion.metrics.accuracy - 0.01
@@ -101,11 +115,19 @@ def test_retraining_on_local_dag_runner(tmp_path):
         for line in summary
     )
 
-    _, third, summary = run_span(3)
+    result, third, summary = run_span(3, fail_on_drift=False)
     assert not third.decision.blessed
     assert third.decision.reason.startswith("not blessed: ")
     assert served_models.latest(serving) == champion_2
     assert any(line.startswith("model (served)       not pushed") for line in summary)
+    stats = image_stats.read(result.uri(ids.IMAGE_STATISTICS, "statistics"))
+    assert drift.CLASS_MEAN_SHIFT in _drifted(stats)
+
+    with pytest.raises(AnomaliesFoundError) as stopped:
+        run_span(4)
+    assert "the run stops before training (statistics.fail_on_drift: true)" in str(stopped.value)
+    assert {a.code for a in stopped.value.anomalies} == {"drift"}
+    assert served_models.latest(serving) == champion_2
 
 
 @pytest.mark.pipeline
@@ -123,6 +145,7 @@ def test_retraining_with_the_compiled_package_under_kfp_local(tmp_path):
             "data_root": spans[1],
             "pipeline_root": str(tmp_path / "unused-root"),
             "serving_dir": serving,
+            "statistics": {"fail_on_drift": False},
         }
     )
     package = compiler.compile_to_file(config, str(tmp_path / "pipeline.yaml"))
@@ -134,7 +157,9 @@ def test_retraining_with_the_compiled_package_under_kfp_local(tmp_path):
     )
     pipeline = components.load_component_from_file(package)
 
-    def run(**arguments) -> tuple[ev.Evaluation, conversion_summary.ConversionSummary]:
+    def run(
+        **arguments,
+    ) -> tuple[ev.Evaluation, conversion_summary.ConversionSummary, image_stats.ImageStats]:
         before = set(os.listdir(pipeline_root)) if pipeline_root.exists() else set()
         with subprocess_runner_for_tfx_steps():
             pipeline(**arguments)
@@ -146,25 +171,41 @@ def test_retraining_with_the_compiled_package_under_kfp_local(tmp_path):
         (summary,) = glob.glob(
             str(pipeline_root / run_dir / "**" / layout.SUMMARY_FILE), recursive=True
         )
-        return ev.read(os.path.dirname(evaluation)), conversion_summary.read(
-            os.path.dirname(summary)
+        (statistics,) = (
+            path
+            for path in glob.glob(
+                str(pipeline_root / run_dir / "**" / layout.IMAGE_STATS_FILE), recursive=True
+            )
+            if served_models.ASSETS_EXTRA_DIR not in path  # the model's copy
+        )
+        return (
+            ev.read(os.path.dirname(evaluation)),
+            conversion_summary.read(os.path.dirname(summary)),
+            image_stats.read(os.path.dirname(statistics)),
         )
 
-    first, data_1 = run()  # the compiled defaults: span 1
+    first, data_1, _ = run()  # the compiled defaults: span 1
     assert first.decision.blessed, first.decision.reason
     champion_1 = served_models.latest(serving)
     assert champion_1 is not None
 
-    second, data_2 = run(data_root=spans[2], epochs=3, tolerance=0.02)
+    second, data_2, stats_2 = run(data_root=spans[2], epochs=3, tolerance=0.02)
     # Two data roots, two datasets.
     assert data_1.written == 3 * PER_CLASS[1]
     assert data_2.written == 3 * PER_CLASS[2]
     _assert_span_2_is_compared_with_span_1(second, champion_1)
+    assert not _drifted(stats_2)
     not_worse = second.candidate.accuracy >= second.champion.metrics.accuracy - 0.02
     assert second.decision.blessed == not_worse
     champion_2 = served_models.latest(serving)
     assert (champion_2 != champion_1) == not_worse
 
-    third, _ = run(data_root=spans[3])
+    third, _, stats_3 = run(data_root=spans[3])
     assert not third.decision.blessed
     assert served_models.latest(serving) == champion_2
+    assert drift.CLASS_MEAN_SHIFT in _drifted(stats_3)
+
+    # Compiled with fail_on_drift false: grey images are warned about, and the run goes on.
+    _, _, stats_4 = run(data_root=spans[4])
+    assert {drift.STD_RATIO, drift.CLASS_MEAN_SHIFT} <= _drifted(stats_4)
+    assert "drift" in {anomaly.code for anomaly in stats_4.anomalies}
