@@ -151,6 +151,7 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         f"data                 {config.data_root}"
         + (f" (span {span})" if span is not None else ""),
         f"model (trained)      {result.uri(ids.TRAINER, keys.MODEL_KEY) or 'not produced'}",
+        *drift_lines(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)),
         *training_lines(result.uri(ids.TRAINER, keys.MODEL_RUN_KEY)),
         *evaluation_lines(result.uri(ids.EVALUATOR, keys.EVALUATION_KEY)),
         f"model (served)       {pushed_to or f'not pushed (see {config.serving_dir})'}",
@@ -204,3 +205,25 @@ def evaluation_lines(evaluation_uri: str | None) -> list[str]:
         f"blessing             {result.decision.reason}",
         f"evaluation           {evaluation_uri}",
     ]
+
+
+def drift_lines(statistics_uri: str | None) -> list[str]:
+    """This data against the served model's training data, from image_stats.json."""
+    import tensorflow as tf
+
+    from imgpipe.components.common import image_stats
+    from imgpipe.components.common.layout import IMAGE_STATS_FILE
+
+    if not statistics_uri or not tf.io.gfile.exists(os.path.join(statistics_uri, IMAGE_STATS_FILE)):
+        return []
+    drift = image_stats.read(statistics_uri).drift
+    if drift is None:
+        return []
+    if not drift.checked:
+        return [f"drift                not checked: {drift.reason}"]
+    drifted = [c for c in drift.checks if c.drifted]
+    changed = [f"+{c}" for c in drift.classes_added] + [f"-{c}" for c in drift.classes_removed]
+    if not drifted and not changed:
+        return [f"drift                none against {drift.baseline_uri}"]
+    found = [f"{c.metric} {c.distance:.3g} > {c.threshold:g} ({c.subject})" for c in drifted]
+    return [f"drift                {'; '.join(found + changed)}"]

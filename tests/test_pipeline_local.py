@@ -58,6 +58,7 @@ def test_run_local_with_defaults_learns_pushes_and_reruns_from_cache(tmp_path, c
     lines = {line[:21].strip(): line[21:] for line in first.splitlines() if line[:1].isalpha()}
     assert lines["training"].startswith("tiny_cnn at 128 px, weights none (from scratch)")
     assert lines["warm start"].startswith("off")
+    assert lines["drift"].startswith("not checked: no model has been pushed to")
     assert lines["blessing"].startswith("blessed: accuracy")
     assert "no comparison (no complete push in" in lines["eval accuracy"]
     assert lines["data"] == f"{data} (span 0)"

@@ -120,6 +120,7 @@ def test_retraining_on_local_dag_runner(tmp_path):
     assert third.decision.reason.startswith("not blessed: ")
     assert served_models.latest(serving) == champion_2
     assert any(line.startswith("model (served)       not pushed") for line in summary)
+    assert any(line.startswith("drift") and drift.CLASS_MEAN_SHIFT in line for line in summary)
     stats = image_stats.read(result.uri(ids.IMAGE_STATISTICS, "statistics"))
     assert drift.CLASS_MEAN_SHIFT in _drifted(stats)
 
