@@ -11,6 +11,7 @@ default) or warns (the compiled package, built with fail_on_drift false).
 from __future__ import annotations
 
 import glob
+import json
 import os
 
 import pytest
@@ -165,6 +166,12 @@ def test_retraining_with_the_compiled_package_under_kfp_local(tmp_path):
         with subprocess_runner_for_tfx_steps():
             pipeline(**arguments)
         (run_dir,) = set(os.listdir(pipeline_root)) - before
+        # Every step left an executor output naming its artifacts.
+        outputs = glob.glob(str(pipeline_root / run_dir / "*" / "executor_output.json"))
+        assert len(outputs) == len(ids.COMPONENT_IDS)
+        for path in outputs:
+            with open(path) as f:
+                assert json.load(f)["artifacts"], path
         # kfp.local names task folders its own way: find each file under the run.
         (evaluation,) = glob.glob(
             str(pipeline_root / run_dir / "**" / ev.EVALUATION_FILE), recursive=True
