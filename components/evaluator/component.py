@@ -1,4 +1,5 @@
-"""ImageEvaluator: TFX's stock Evaluator with the classifier's EvalConfig.
+"""ImageEvaluator: TFX's stock Evaluator with the classifier's EvalConfig, whose executor
+first verifies that the Examples and the model are complete (executor.py).
 
 TFMA 0.52 evaluates the Keras 3 SavedModel through its `serving_examples` signature
 (serialized tf.Examples in, probabilities out): accuracy overall and per true class (a
@@ -11,11 +12,13 @@ from __future__ import annotations
 from tensorflow_model_analysis.proto import config_pb2
 from tfx import types
 from tfx.components import Evaluator
+from tfx.dsl.components.base import executor_spec
 
 from imgpipe.components.common.features import LABEL_KEY
 from imgpipe.components.common.layout import EVAL_SPLIT
 from imgpipe.components.common.serving import PROBABILITIES, SERVING_EXAMPLES
 from imgpipe.components.evaluator.config import EvaluatorConfig
+from imgpipe.components.evaluator.executor import Executor
 
 ACCURACY_METRIC = "SparseCategoricalAccuracy"
 ACCURACY_NAME = "sparse_categorical_accuracy"
@@ -78,9 +81,12 @@ def ImageEvaluator(  # noqa: N802 - reads as the component it builds
       Pusher(model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
              push_destination=...)
     """
-    return Evaluator(
+    evaluator = Evaluator(
         examples=examples,
         model=model,
         example_splits=example_splits or [EVAL_SPLIT],
         eval_config=eval_config(config),
     )
+    # Evaluator takes no executor argument; this one verifies the inputs' manifests first.
+    evaluator.executor_spec = executor_spec.BeamExecutorSpec(Executor)
+    return evaluator

@@ -26,6 +26,7 @@ from imgpipe.components.common import (
     fileio,
     layout,
     manifest,
+    outputs,
     phases,
 )
 from imgpipe.components.common.conversion_summary import ConversionSummary, SplitSummary
@@ -209,9 +210,7 @@ def clear_output(output_dir: str) -> None:
             f"{os.path.join(output_dir, foreign[0])} was not written by a conversion; give "
             "a new or empty output folder"
         )
-    for name in names:
-        fileio.remove(os.path.join(output_dir, name))
-    fileio.makedirs(output_dir)
+    outputs.clear(output_dir)
 
 
 def _plan(input_root: str, output_options: OutputOptions) -> _Plan:

@@ -17,7 +17,15 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from imgpipe.components.common import allocator, artifacts, image_stats, layout, model_input
+from imgpipe.components.common import (
+    allocator,
+    artifacts,
+    image_stats,
+    layout,
+    manifest,
+    model_input,
+    outputs,
+)
 from imgpipe.components.trainer import devices, export, memory
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
@@ -48,9 +56,11 @@ def resolve_normalization(
 
     Raises:
       ValueError: neither a statistics artifact nor mean and std in the config.
+      IncompleteOutputError: the statistics artifact is not complete.
     """
     stats: image_stats.Normalization | None = None
     if statistics_uri:
+        manifest.verify(statistics_uri)
         try:
             stats = image_stats.read(statistics_uri).normalization()
         except KeyError as e:
@@ -112,13 +122,14 @@ def run_fn(fn_args) -> None:
     """
     custom_config = dict(fn_args.custom_config or {})
     config = from_custom_config(custom_config)
+    examples_uri, train_split = examples_uri_and_split(fn_args.train_files[0])
+    _, eval_split = examples_uri_and_split(fn_args.eval_files[0])
+    manifest.verify(examples_uri)
     if config.tune_malloc:
         allocator.tune_malloc()
     mean, std, crop_fraction = resolve_normalization(
         config, custom_config.get(IMAGE_STATISTICS_URI_KEY)
     )
-    examples_uri, train_split = examples_uri_and_split(fn_args.train_files[0])
-    _, eval_split = examples_uri_and_split(fn_args.eval_files[0])
     labels = artifacts.load_labels(examples_uri)
     train_source = input_lib.split_source(examples_uri, train_split)
     eval_source = input_lib.split_source(examples_uri, eval_split)
@@ -223,14 +234,21 @@ def _train_and_export(
             callbacks=callbacks,
             verbose=2,
         )
-    export.export_serving_model(
-        model,
-        fn_args.serving_model_dir,
-        labels,
-        config.image_size,
-        crop_fraction,
-        host_norm,
-        config.feature_key_map,
+    # TFX's model artifact holds Format-Serving/ (fn_args.serving_model_dir) only. It is
+    # exported aside, then moved into place, so a retried Trainer never mixes exports.
+    model_dir, serving_subdir = os.path.split(fn_args.serving_model_dir.rstrip("/"))
+    outputs.publish_folder(
+        model_dir,
+        serving_subdir,
+        lambda folder: export.export_serving_model(
+            model,
+            folder,
+            labels,
+            config.image_size,
+            crop_fraction,
+            host_norm,
+            config.feature_key_map,
+        ),
     )
     logging.info("Exported %s", fn_args.serving_model_dir)
 

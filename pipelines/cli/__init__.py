@@ -13,6 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from imgpipe.pipelines import termination
+
 
 def build_parser() -> argparse.ArgumentParser:
     from imgpipe.pipelines.cli import convert, kfp, run, stats, version
@@ -41,7 +43,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Beam's local workers log every start-up at WARNING; keep the terminal readable.
         logging.getLogger("apache_beam").setLevel(logging.ERROR)
     try:
-        return args.handler(args)
+        with termination.stop_on_signals():
+            return args.handler(args)
+    except termination.Terminated as e:
+        print(
+            f"imgpipe: error: stopped by {e.signal_name} before finishing; run the command "
+            "again to finish",
+            file=sys.stderr,
+        )
+        return e.exit_code
     except (ValueError, FileNotFoundError) as e:
         if os.environ.get("IMGPIPE_DEBUG"):
             raise
