@@ -62,7 +62,7 @@ def check(output_dir: str, needed: int) -> None:
     if free is not None and free < needed:
         raise NotEnoughSpaceError(
             f"{output_dir} is on a filesystem with {human_size(free)} free, but this conversion "
-            f"needs about {human_size(needed)}: {_WHY}; {_FIX}"
+            f"needs about {human_size(needed)} there: {_WHY}; {_FIX}"
         )
 
 
@@ -80,14 +80,14 @@ def is_out_of_space(error: BaseException | None) -> bool:
 
 def out_of_space(output_dir: str, source_bytes: int | None) -> NotEnoughSpaceError:
     """The one-line error for a conversion that ran out of space, saying how much it needs."""
-    needed = (
-        f"up to about {human_size(needed_bytes(source_bytes))} (less when images are resized)"
+    example = (
+        f" (about {human_size(needed_bytes(source_bytes))} for output the size of its input)"
         if source_bytes is not None
-        else "about twice the size of its output"
+        else ""
     )
     return NotEnoughSpaceError(
-        f"no space left on the filesystem of {output_dir}: this conversion needs {needed} "
-        f"free there: {_WHY}; {_FIX}"
+        f"no space left on the filesystem of {output_dir}: a conversion needs about twice "
+        f"its output's size free there{example}, as {_WHY}; {_FIX}"
     )
 
 
