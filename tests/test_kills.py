@@ -12,6 +12,7 @@ imports TensorFlow.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -151,6 +152,49 @@ def test_sigterm_and_sigint_clean_up_and_exit_non_zero(images, tmp_path, phase, 
     assert "Traceback" not in stopped.stderr
     assert os.listdir(out) == []  # no work folder, spill file or staged shard is left
     assert [name for name in os.listdir(temp) if name.startswith("imgpipe")] == []
+
+
+def test_sigterm_in_a_kubeflow_step_cleans_up_and_exits_non_zero(images, tmp_path):
+    """The pod's entrypoint runs the executor as a KFP step does, and is stopped."""
+    uri = str(tmp_path / "examples")
+    component = ImageExampleGen(input_base=images, output_options=OutputOptions(num_shards=SHARDS))
+    parameters = {k: v for k, v in component.exec_properties.items() if v is not None}
+    executor_input = {
+        "inputs": {"parameterValues": parameters},
+        "outputs": {
+            "artifacts": {
+                example_gen_spec.EXAMPLES_KEY: {
+                    "artifacts": [{"type": {"schemaTitle": "tfx.Examples"}, "uri": uri}]
+                }
+            },
+            "outputFile": str(tmp_path / "executor_output.json"),
+        },
+    }
+
+    stopped = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "imgpipe.pipelines.container.entrypoint",
+            "--executor_class_path",
+            f"{ExampleGenExecutor.__module__}.{ExampleGenExecutor.__name__}",
+            "--json_serialized_invocation_args",
+            json.dumps(executor_input),
+            "--json_serialized_inputs_spec_args",
+            json.dumps({"parameters": {key: {"parameterType": "STRING"} for key in parameters}}),
+            *IN_PROCESS,
+        ],
+        env={**os.environ, phases.STOP_AT_ENV: f"{phases.WRITING}:TERM"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
+    assert "stopped by SIGTERM before finishing; KFP may retry the step" in stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    assert os.listdir(uri) == []
+    assert not os.path.exists(tmp_path / "executor_output.json")
 
 
 def test_the_executor_retried_into_a_dirty_uri_gives_the_clean_result(images, reference, tmp_path):

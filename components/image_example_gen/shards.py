@@ -216,7 +216,7 @@ def write_tfrecord(path: str, records: Iterable[bytes], gzip: bool) -> manifest.
             if gzip
             else None
         )
-        out = compressor or sink
+        out = sink if compressor is None else compressor
         for record in records:
             length = struct.pack("<Q", len(record))
             out.write(length + _masked_crc(length))
