@@ -5,9 +5,9 @@ why, and a rerun into the same folder gives byte-identical output. SIGTERM and S
 clean up and exit non-zero. The executor, retried into a dirty URI as KFP retries,
 gives the clean result.
 
-Each stop is a real `imgpipe convert` process that kills itself at a named phase
-(IMGPIPE_STOP_AT, components/common/phases.py): one process per case, as each one
-imports TensorFlow.
+Each stop is a real process, `imgpipe convert` or the Kubeflow entrypoint running the
+executor, that signals itself at a named phase (IMGPIPE_STOP_AT,
+components/common/phases.py): one process per case, as each one imports TensorFlow.
 """
 
 from __future__ import annotations
