@@ -9,7 +9,8 @@ The floors:
   imgpipe.components.<component>     imports common and its own modules only
   imgpipe.pipelines                  may import the components
   imgpipe.pipelines.kubeflow         (compile time) never imports pipelines.container
-  imgpipe.pipelines.container        (in the pod) imports only kfp_contract and tfx_patches
+  imgpipe.pipelines.container        (in the pod) imports only kfp_contract, tfx_patches
+                                     and termination
   imgpipe.pipelines.cli              nothing below imports the CLI
 """
 
@@ -28,7 +29,11 @@ COMMON = f"{NAMESPACE}.components.common"
 CONTAINER = f"{NAMESPACE}.pipelines.container"
 KUBEFLOW = f"{NAMESPACE}.pipelines.kubeflow"
 CLI = f"{NAMESPACE}.pipelines.cli"
-CONTAINER_MAY_IMPORT = (f"{NAMESPACE}.pipelines.kfp_contract", f"{NAMESPACE}.pipelines.tfx_patches")
+CONTAINER_MAY_IMPORT = (
+    f"{NAMESPACE}.pipelines.kfp_contract",
+    f"{NAMESPACE}.pipelines.tfx_patches",
+    f"{NAMESPACE}.pipelines.termination",
+)
 
 
 def modules() -> dict[str, str]:

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -15,6 +16,7 @@ import pytest
 from imgpipe.pipelines import cli
 from imgpipe.pipelines.cli import errors
 from tests import imagegen
+from tests.outputs import tree
 
 IN_PROCESS = ["--runner=DirectRunner", "--direct_num_workers=1"]
 
@@ -39,7 +41,10 @@ def test_version_prints_the_stack(capsys):
 
 
 @pytest.mark.component
-def test_convert_shows_progress_and_a_summary(tmp_path, capsys):
+def test_convert_shows_progress_and_a_summary(tmp_path, capsys, monkeypatch):
+    temp = tmp_path / "temp"  # where the progress bar's files go, and Beam's until exit
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     src = str(tmp_path / "src")
     imagegen.make_image_folder(src, {"a": 5, "b": 5})
     imagegen.write(os.path.join(src, "a", "broken.jpg"), b"")
@@ -80,19 +85,31 @@ def test_convert_shows_progress_and_a_summary(tmp_path, capsys):
         "data_tfrecord-00000-of-00002",
         "data_tfrecord-00001-of-00002",
     ]
+    assert [name for name in os.listdir(temp) if name.startswith("imgpipe")] == []
 
 
 @pytest.mark.component
-def test_convert_refuses_a_non_empty_output(tmp_path, capsys):
+def test_convert_keeps_foreign_files_and_replaces_a_finished_output_only_when_told(
+    tmp_path, capsys
+):
     src = str(tmp_path / "src")
-    imagegen.make_image_folder(src, {"a": 1})
+    imagegen.make_image_folder(src, {"a": 3, "b": 3})
     out = tmp_path / "out"
     out.mkdir()
-    (out / "old").write_text("x")
-    assert cli.main(["convert", src, str(out), *IN_PROCESS]) == 1
-    assert capsys.readouterr().err.splitlines() == [
-        f"imgpipe: error: {out} is not empty; give a new or empty folder"
-    ]
+    (out / "notes.txt").write_text("mine")
+    convert = ["convert", src, str(out), "--no-progress", *IN_PROCESS]
+
+    assert cli.main(convert) == 1
+    assert f"{out / 'notes.txt'} was not written by a conversion" in capsys.readouterr().err
+    assert os.listdir(out) == ["notes.txt"]
+
+    (out / "notes.txt").unlink()
+    assert cli.main(convert) == 0
+    first = tree(str(out))
+    assert cli.main(convert) == 1
+    assert "holds a finished conversion; pass --overwrite" in capsys.readouterr().err
+    assert cli.main([*convert, "--overwrite"]) == 0
+    assert tree(str(out)) == first
 
 
 @pytest.mark.component

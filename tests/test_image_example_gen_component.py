@@ -60,6 +60,7 @@ def test_tfx_statistics_and_schema_consume_the_output_and_new_images_rerun(tmp_p
         "ignored.json",
         "label_map.json",
         "labels.txt",
+        "manifest.json",
         "skipped.json",
     }
     (stats_dir,) = _outputs(root, "StatisticsGen", "statistics")

@@ -13,7 +13,7 @@ import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from imgpipe.components.common import artifacts, conversion_summary, layout
+from imgpipe.components.common import artifacts, conversion_summary, layout, manifest
 from imgpipe.components.common import features as fk
 from imgpipe.components.image_example_gen import tasks, transforms
 from imgpipe.components.image_example_gen.convert import run_conversion
@@ -111,6 +111,25 @@ def test_every_bad_input_is_skipped_with_its_reason(converted):
     assert {row["path"] for row in ignored} == {"README.md", "cat/.DS_Store", ".cache/thumb.jpg"}
 
 
+def test_the_manifest_lists_every_file_and_each_shard_with_its_records(converted):
+    out, result = converted
+    files = manifest.verify(out, checksums=True).files
+    assert sorted(files) == sorted(
+        [
+            f"Split-{split}/data_tfrecord-0000{i}-of-00002"
+            for split in ("eval", "train")
+            for i in (0, 1)
+        ]
+        + list(layout.EXAMPLES_METADATA_FILES)
+    )
+    for split in ("train", "eval"):
+        records = [
+            entry.records for name, entry in files.items() if name.startswith(f"Split-{split}/")
+        ]
+        assert sum(records) == result.summary.splits[split].records
+    assert not [name for name in os.listdir(out) if name.startswith(".")]
+
+
 def test_counts_reconcile_and_are_recorded(converted):
     out, result = converted
     summary = conversion_summary.read(out)
@@ -183,7 +202,12 @@ def test_two_runs_on_different_runners_give_byte_identical_shards(messy_folder, 
                 open(os.path.join(artifacts.split_dir(b, split), name), "rb") as fb,
             ):
                 assert fa.read() == fb.read(), f"{split}/{name} differs"
-    for name in (layout.SUMMARY_FILE, layout.SKIPPED_FILE, layout.LABEL_MAP_FILE):
+    for name in (
+        layout.SUMMARY_FILE,
+        layout.SKIPPED_FILE,
+        layout.LABEL_MAP_FILE,
+        layout.MANIFEST_FILE,
+    ):
         assert open(os.path.join(a, name)).read() == open(os.path.join(b, name)).read()
 
 

@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from imgpipe.components.common import artifacts, config_loader, layout
+from imgpipe.components.common import artifacts, config_loader, fileio, layout, manifest
 from imgpipe.components.common import features as fk
 from imgpipe.components.common import image_stats as schema
 from imgpipe.components.common.preprocessing import eval_image
@@ -46,6 +46,8 @@ from imgpipe.components.image_statistics.executor import (
     options_from_properties,
 )
 from imgpipe.components.image_statistics.produce import produce
+from tests import imagegen
+from tests.outputs import tree
 
 pytestmark = pytest.mark.component
 
@@ -396,6 +398,9 @@ def test_undecodable_image_is_reported_not_fatal(tmp_path):
             feature[fk.LABEL_KEY].int64_list.value.append(0)
             writer.write(example.SerializeToString())
     artifacts.write_json(str(tmp_path / layout.LABEL_MAP_FILE), {"labels": ["a"]})
+    manifest.write(
+        str(tmp_path), manifest.describe(str(tmp_path), fileio.list_files(str(tmp_path)))
+    )
     stats = config_loader.to_dict(
         produce(
             str(tmp_path),
@@ -581,6 +586,44 @@ def test_executor_writes_outputs_then_gates(dataset, tmp_path):
         assert not [p for p in os.listdir(uri) if p.startswith(".imgpipe")]
 
 
+def test_executor_retried_into_a_dirty_uri_writes_what_a_clean_run_writes(dataset, tmp_path):
+    from tfx.types import artifact_utils, standard_artifacts
+
+    from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
+
+    examples = standard_artifacts.Examples()
+    examples.uri = dataset["examples"]
+    examples.split_names = artifact_utils.encode_split_names(SPLITS)
+    properties = {
+        spec.IMAGE_SIZE_KEY: IMAGE_SIZE,
+        spec.CROP_FRACTION_KEY: CROP,
+        spec.STATISTICS_CONFIG_KEY: config_loader.to_json(
+            StatisticsConfig(sample_thumbnails=2, fail_on_anomalies=False)
+        ),
+    }
+    clean, dirty = tmp_path / "clean", tmp_path / "dirty"
+    # What a killed attempt leaves: its work folder, stale outputs and manifest, and the
+    # rejected copy of an attempt that found anomalies.
+    for stale in (".imgpipe-stats-0/stats-train.pkl", layout.IMAGE_STATS_FILE, "old.html"):
+        imagegen.write(str(dirty / stale), b"old")
+    manifest.write(str(dirty), manifest.describe(str(dirty), fileio.list_files(str(dirty))))
+    imagegen.write(str(tmp_path / f"dirty{REJECTED_SUFFIX}" / layout.REPORT_FILE), b"old")
+    for uri in (clean, dirty):
+        output = ImageStatisticsArtifact()
+        output.uri = str(uri)
+        Executor(Executor.Context(beam_pipeline_args=["--direct_num_workers=1"])).Do(
+            {spec.EXAMPLES_KEY: [examples]}, {spec.STATISTICS_KEY: [output]}, properties
+        )
+    assert tree(str(dirty)) == tree(str(clean))
+    assert sorted(tree(str(clean))) == [
+        layout.IMAGE_STATS_FILE,
+        layout.MANIFEST_FILE,
+        "report.html",
+    ]
+    manifest.verify(str(clean), checksums=True)
+    assert not (tmp_path / f"dirty{REJECTED_SUFFIX}").exists()
+
+
 def test_cli_stats_writes_json_and_html(dataset, tmp_path, capsys):
     from imgpipe.pipelines import cli
 
@@ -734,7 +777,9 @@ def test_record_batches_read_every_record_and_name_a_truncated_shard(tmp_path, g
             _ = pipeline | stats_transforms.ReadRecordBatches(shards, batch_size=2)
 
 
-def test_a_shard_cut_at_a_record_boundary_is_caught_by_the_counts(dataset, tmp_path):
+def test_a_shard_cut_at_a_record_boundary_is_caught_by_the_manifest_then_the_counts(
+    dataset, tmp_path
+):
     examples = str(tmp_path / "examples")
     shutil.copytree(dataset["examples"], examples)
     shard = sorted(tf.io.gfile.glob(artifacts.split_shard_pattern(examples, "train")))[0]
@@ -742,17 +787,20 @@ def test_a_shard_cut_at_a_record_boundary_is_caught_by_the_counts(dataset, tmp_p
     with tf.io.TFRecordWriter(shard, tf.io.TFRecordOptions(compression_type="GZIP")) as writer:
         for record in records[:-1]:  # a valid shard, one record short
             writer.write(record)
+    args = (SPLITS, str(tmp_path), AnalysisOptions(IMAGE_SIZE, CROP), StatisticsConfig())
+    with pytest.raises(
+        manifest.IncompleteOutputError, match=f"{shard} has \\d+ bytes, but .* says \\d+"
+    ):
+        produce(examples, *args, make_pipeline)
+    # Were the manifest to list the short shard, the record counts still catch it.
+    listed = manifest.read(examples).files
+    manifest.write(
+        examples, {**listed, **manifest.describe(examples, [os.path.relpath(shard, examples)])}
+    )
     with pytest.raises(
         artifacts.ShardReadError, match=r"split 'train': read \d+ records but ImageExampleGen wrote"
     ):
-        produce(
-            examples,
-            SPLITS,
-            str(tmp_path),
-            AnalysisOptions(IMAGE_SIZE, CROP),
-            StatisticsConfig(),
-            make_pipeline,
-        )
+        produce(examples, *args, make_pipeline)
 
 
 def test_executor_checks_drift_against_the_served_models_training_data(tmp_path):

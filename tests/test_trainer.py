@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import keras
@@ -18,7 +19,7 @@ import tensorflow as tf
 from PIL import Image
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from imgpipe.components.common import artifacts, layout, preprocessing
+from imgpipe.components.common import artifacts, fileio, layout, manifest, preprocessing
 from imgpipe.components.common.features import TFDS_KEY_MAP
 from imgpipe.components.trainer import devices, export, memory, task
 from imgpipe.components.trainer import input as input_lib
@@ -360,17 +361,22 @@ def test_keras_applications_backbones_build_offline(backbone):
 
 
 @pytest.mark.component
-def test_backbone_weights_from_a_local_file(tmp_path):
+@pytest.mark.parametrize("scheme", ["", "file://"])
+def test_backbone_weights_from_a_local_or_remote_file(tmp_path, monkeypatch, scheme):
+    temp = tmp_path / "temp"  # where a remote file's local copy goes, for the build only
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     config = TrainerConfig(backbone="mobilenet_v3_small", image_size=SIZE, width_multiplier=0.75)
     source = model_lib.BACKBONES[config.backbone]((SIZE, SIZE, 3), None, config)
     path = str(tmp_path / "notop.weights.h5")
     source.save_weights(path)
     loaded = model_lib.build_model(
-        TrainerConfig(**{**config.__dict__, "weights": path, "seed": 7}), 3, (MEAN, STD)
+        TrainerConfig(**{**config.__dict__, "weights": scheme + path, "seed": 7}), 3, (MEAN, STD)
     )
     backbone = loaded.get_layer(source.name)
     for a, b in zip(source.weights, backbone.weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert os.listdir(temp) == []
 
 
 @pytest.mark.component
@@ -430,9 +436,19 @@ def test_serving_signature_matches_the_eval_pipeline(data, tmp_path, on_host):
 
 
 @pytest.mark.component
-def test_run_fn_learns_separable_classes(data, tmp_path):
+def test_run_fn_learns_separable_classes_into_a_dirty_model_folder(data, tmp_path):
     args = fn_args(data, str(tmp_path), train_steps=40, epochs=2, tensorboard_images=4)
+    # A retried Trainer gets the same model folder, with what a killed attempt left.
+    model_dir = os.path.dirname(args.serving_model_dir)
+    for stale in ("Format-Serving/variables/stale.data", ".imgpipe-work-0/saved_model.pb"):
+        imagegen.write(os.path.join(model_dir, stale), b"old")
+    manifest.write(model_dir, manifest.describe(model_dir, fileio.list_files(model_dir)))
     task.run_fn(args)
+    files = manifest.verify(model_dir, checksums=True).files
+    assert "Format-Serving/saved_model.pb" in files
+    assert "Format-Serving/assets.extra/labels.txt" in files
+    assert fileio.list_files(model_dir) == sorted([*files, layout.MANIFEST_FILE])
+    assert not [name for name in files if "stale" in name or name.startswith(".")]
     loaded = tf.saved_model.load(args.serving_model_dir)
     records = eval_records(data["examples"])
     out = loaded.signatures[export.SERVING_EXAMPLES](examples=tf.constant(records))

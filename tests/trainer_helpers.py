@@ -8,7 +8,9 @@ import os
 import apache_beam as beam
 import numpy as np
 
+from imgpipe.components.common import manifest
 from imgpipe.components.common.conversion_summary import ConversionSummary
+from imgpipe.components.common.layout import IMAGE_STATS_FILE
 from imgpipe.components.image_example_gen.convert import run_conversion
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
 from tests.imagegen import jpeg_bytes, png_bytes, write
@@ -71,7 +73,8 @@ def write_stats(
     std=(70.0, 60.0, 70.0),
     crop_fraction: float = 0.875,
 ) -> str:
-    """An image_stats.json whose train and eval pixels have this mean and std."""
+    """An ImageStatistics artifact (image_stats.json and the manifest) whose train and eval
+    pixels have this mean and std."""
     from imgpipe.components.common import image_stats as schema
 
     empty = schema.Histogram(edges=(), counts=())
@@ -111,4 +114,5 @@ def write_stats(
             leakage=schema.Leakage(0, {}, {}, 0.0, ()),
         ),
     )
+    manifest.write(statistics_dir, manifest.describe(statistics_dir, [IMAGE_STATS_FILE]))
     return statistics_dir

@@ -311,9 +311,9 @@ def write(folder: str, stats: ImageStats) -> str:
 
 
 def write_file(path: str, stats: ImageStats) -> str:
-    """Writes the statistics to `path` (any name, local or remote); returns it."""
-    with fileio.open_file(path, "w") as f:
-        f.write(to_json_text(stats))
+    """Writes the statistics to `path` (any name, local or remote), whole or not at all;
+    returns it."""
+    fileio.write_atomic(path, to_json_text(stats).encode())
     return path
 
 

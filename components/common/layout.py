@@ -7,7 +7,10 @@ standard `Split-<name>/` folders of `data_tfrecord-SSSSS-of-NNNNN[.gz]` shards:
   skipped.json              [{"path", "reason"}] for every file not written
   ignored.json              [{"path", "reason"}] for every file that is not an image
   conversion_summary.json   counts and bytes per split (conversion_summary.py)
-ImageStatistics' artifact holds image_stats.json (image_stats.py) and report.html.
+  manifest.json             every other file with its size and checksum (manifest.py)
+ImageStatistics' artifact holds image_stats.json (image_stats.py), report.html and
+manifest.json; the Trainer's model artifact holds Format-Serving/ and manifest.json.
+An artifact folder is complete only when its manifest.json exists: it is written last.
 No TensorFlow here: configuration types and the CLI import it.
 """
 
@@ -20,6 +23,18 @@ IGNORED_FILE = "ignored.json"
 SUMMARY_FILE = "conversion_summary.json"
 IMAGE_STATS_FILE = "image_stats.json"
 REPORT_FILE = "report.html"
+MANIFEST_FILE = "manifest.json"
+# The files ImageExampleGen writes beside the splits.
+EXAMPLES_METADATA_FILES = (
+    LABEL_MAP_FILE,
+    LABELS_TXT_FILE,
+    SKIPPED_FILE,
+    IGNORED_FILE,
+    SUMMARY_FILE,
+)
+# Hidden folders inside an output that hold a run's intermediate files; a finished run
+# removes its own, and a rerun those of a run that was killed.
+WORK_DIR_PREFIX = ".imgpipe-work-"
 # ExampleValidator's output file in each Split-<name>/ folder
 # (tfx.components.example_validator.executor.DEFAULT_FILE_NAME).
 VALIDATOR_ANOMALIES_FILE = "SchemaDiff.pb"

@@ -15,7 +15,7 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from imgpipe.components.common import artifacts, config_loader, fileio, served_models
+from imgpipe.components.common import artifacts, config_loader, fileio, manifest, served_models
 from imgpipe.components.common.features import DEFAULT_KEY_MAP
 from imgpipe.components.common.serving import EXAMPLES_INPUT, PROBABILITIES, SERVING_EXAMPLES
 from imgpipe.components.evaluator import blessing as blessing_lib
@@ -124,6 +124,9 @@ class Executor(base_executor.BaseExecutor):
         blessing_out = artifact_utils.get_single_instance(output_dict[spec.BLESSING_KEY])
         eval_split = exec_properties.get(spec.EVAL_SPLIT_KEY) or ""
         serving_dir = exec_properties.get(spec.SERVING_DIR_KEY) or ""
+        # Outputs a killed or retried step left incomplete fail here, the file named.
+        manifest.verify(examples.uri)
+        manifest.verify(model.uri)
         splits = artifact_utils.decode_split_names(examples.split_names)
         if eval_split not in splits:
             raise ValueError(f"{examples.uri} has no split {eval_split!r}; it has {splits}")

@@ -1,9 +1,12 @@
 """One image conversion, end to end: list, label, split, run the Beam pipeline, check the
 counts, publish. Shared by the TFX executor and `imgpipe convert`.
 
-Shards are written under a work directory inside the output and moved into
-`Split-<name>/` only after the pipeline succeeded and the counts reconcile, so a
-failed run publishes no shard.
+Shards are written under a work folder inside the output and moved into
+`Split-<name>/` only after the pipeline succeeded and the counts reconcile. The
+metadata files follow, and the manifest comes last: until it exists, readers refuse
+the output. A run first removes whatever an earlier run into the same folder left (a
+retried step gets the same URI), so a rerun gives byte-identical output; a failed or
+stopped run removes what it wrote.
 """
 
 from __future__ import annotations
@@ -15,21 +18,27 @@ import uuid
 from collections.abc import Callable
 
 import apache_beam as beam
-import tensorflow as tf
 
-from imgpipe.components.common import artifacts, config_loader, conversion_summary, layout
+from imgpipe.components.common import (
+    artifacts,
+    config_loader,
+    conversion_summary,
+    fileio,
+    layout,
+    manifest,
+    outputs,
+    phases,
+)
 from imgpipe.components.common.conversion_summary import ConversionSummary, SplitSummary
+from imgpipe.components.image_example_gen import free_space, shards, splitting, tasks, transforms
 from imgpipe.components.image_example_gen import labels as label_lib
 from imgpipe.components.image_example_gen import listing as listing_lib
-from imgpipe.components.image_example_gen import shards, splitting, tasks, transforms
 from imgpipe.components.image_example_gen.options import (
     LAYOUT_SPLIT,
     ON_ERROR_FAIL,
     ImageOptions,
     OutputOptions,
 )
-
-WORK_DIR_PREFIX = ".imgpipe-work-"
 
 
 class CountMismatchError(RuntimeError):
@@ -79,7 +88,8 @@ def build_pipeline(
     output_options: OutputOptions,
     progress_dir: str | None = None,
 ) -> None:
-    """Converts into work_dir: shards under `shards/`, result rows under `results/`."""
+    """Converts into work_dir: shards under `shards/Split-<name>/`, result rows under
+    `results/` (the folders must exist)."""
     converted = (
         pipeline
         | "ListedImages" >> tasks.ReadTaskBatches(task_pattern)
@@ -110,27 +120,100 @@ def _conversion_error_message(error: Exception) -> str | None:
     return match.group(1).strip().strip("'\"") if match else None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    listing: listing_lib.Listing
+    labels: list[str]
+    tasks: list[tasks.ConversionTask]
+    split_names: list[str]
+    source_bytes: int | None  # the images' total size; None when they are not local
+
+
 def run_conversion(
     input_root: str,
     output_dir: str,
     image_options: ImageOptions,
     output_options: OutputOptions,
     make_pipeline: Callable[[], beam.Pipeline],
-    progress: Callable[[int, str | None], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+    progress_dir: str | None = None,
 ) -> ConversionResult:
     """Converts the image folder `input_root` into `output_dir`.
 
+    `output_dir` may hold what an earlier conversion left, finished or not: it is
+    removed first. Anything else there is refused.
+
     Args:
       make_pipeline: returns the Beam pipeline to run on (runner and options set).
-      progress: called as progress(total, progress_dir) before the pipeline runs, so
-        a caller can watch the local progress files; None for no progress files.
+      progress: called with the number of images before the pipeline runs.
+      progress_dir: a local folder where workers count converted images (see
+        transforms.ConvertImages); None for none.
 
     Raises:
-      ValueError: bad options, no images, or a bad image under on_error=fail.
+      ValueError: bad options, no images, a bad image under on_error=fail, or a file in
+        output_dir that a conversion does not write.
+      NotEnoughSpaceError: the output filesystem is too small.
       CountMismatchError: the counts do not reconcile.
     """
     image_options.validate()
     output_options.validate()
+    clear_output(output_dir)
+    try:
+        phases.reached(phases.LISTING)
+        plan = _plan(input_root, output_options)
+        if plan.source_bytes is not None and not image_options.transforms_pixels:
+            free_space.check(output_dir, free_space.needed_bytes(plan.source_bytes))
+        try:
+            summary, entries = _convert_and_publish(
+                plan,
+                input_root,
+                output_dir,
+                image_options,
+                output_options,
+                make_pipeline,
+                progress,
+                progress_dir,
+            )
+        except Exception as e:
+            if free_space.is_out_of_space(e):
+                raise free_space.out_of_space(output_dir, plan.source_bytes) from e
+            raise
+        phases.reached(phases.PUBLISHED)
+        manifest.write(output_dir, entries)
+    except BaseException:  # a stop by signal too: what was written goes
+        clear_output(output_dir)
+        raise
+    return ConversionResult(output_dir, plan.split_names, plan.labels, summary)
+
+
+def is_conversion_file(name: str) -> bool:
+    """Whether a name at the top of an output folder is one a conversion writes."""
+    return (
+        name.startswith((layout.SPLIT_DIR_PREFIX, layout.WORK_DIR_PREFIX))
+        or name in layout.EXAMPLES_METADATA_FILES
+        or name in (layout.MANIFEST_FILE, layout.MANIFEST_FILE + fileio.ATOMIC_TEMP_SUFFIX)
+    )
+
+
+def clear_output(output_dir: str) -> None:
+    """Empties an output folder of what an earlier conversion left (making the folder if
+    needed).
+
+    Raises:
+      ValueError: the folder holds something a conversion does not write; it is named,
+        and nothing is removed.
+    """
+    names = fileio.list_dir(output_dir)
+    foreign = [name for name in names if not is_conversion_file(name)]
+    if foreign:
+        raise ValueError(
+            f"{os.path.join(output_dir, foreign[0])} was not written by a conversion; give "
+            "a new or empty output folder"
+        )
+    outputs.clear(output_dir)
+
+
+def _plan(input_root: str, output_options: OutputOptions) -> _Plan:
     listing = listing_lib.list_images(input_root, output_options.layout)
     if not listing.images:
         raise ValueError(
@@ -147,24 +230,45 @@ def run_conversion(
         else None
     )
     labels = label_lib.build_labels(listing.labels, existing, output_options.on_new_label)
-    planned = plan_tasks(listing, labels, output_options)
     split_names = (
         listing.given_splits
         if listing.layout == LAYOUT_SPLIT
         else [name for name, _ in output_options.splits]
     )
+    return _Plan(
+        listing,
+        labels,
+        plan_tasks(listing, labels, output_options),
+        split_names,
+        free_space.input_bytes(input_root, [image.relpath for image in listing.images]),
+    )
 
-    work_dir = os.path.join(output_dir, WORK_DIR_PREFIX + uuid.uuid4().hex)
-    for sub in ("spill", "results"):
-        tf.io.gfile.makedirs(os.path.join(work_dir, sub))
+
+def _convert_and_publish(
+    plan: _Plan,
+    input_root: str,
+    output_dir: str,
+    image_options: ImageOptions,
+    output_options: OutputOptions,
+    make_pipeline: Callable[[], beam.Pipeline],
+    progress: Callable[[int], None] | None,
+    progress_dir: str | None,
+) -> tuple[ConversionSummary, dict[str, manifest.FileEntry]]:
+    """Converts in a work folder, moves the shards into place, then writes the metadata
+    files. The work folder is gone when this returns or raises.
+
+    Returns:
+      The summary, and the manifest entries of every file written.
+    """
+    work_dir = os.path.join(output_dir, layout.WORK_DIR_PREFIX + uuid.uuid4().hex)
+    staged = os.path.join(work_dir, "shards")
+    folders = [os.path.join(work_dir, "spill"), os.path.join(work_dir, "results")]
+    for folder in folders + [artifacts.split_dir(staged, split) for split in plan.split_names]:
+        fileio.makedirs(folder)
     try:
-        progress_dir = None
         if progress is not None:
-            import tempfile
-
-            progress_dir = tempfile.mkdtemp(prefix="imgpipe-progress-")
-            progress(len(planned), progress_dir)
-        task_pattern = tasks.write_task_files(planned, os.path.join(work_dir, "tasks"))
+            progress(len(plan.tasks))
+        task_pattern = tasks.write_task_files(plan.tasks, os.path.join(work_dir, "tasks"))
         pipeline = make_pipeline()
         build_pipeline(
             pipeline,
@@ -183,43 +287,53 @@ def run_conversion(
                 raise
             raise transforms.ImageConversionError(message) from e
         shard_results = shards.read_shard_results(os.path.join(work_dir, "results"))
-        skipped_files = [
-            (relpath, reason) for result in shard_results for relpath, reason in result.skipped
-        ]
         summary = _summarize(
-            listing,
+            plan.listing,
             shard_results,
-            skipped_files,
-            split_names,
-            labels,
+            plan.split_names,
+            plan.labels,
             image_options,
             output_options,
         )
-        _publish(work_dir, output_dir, split_names, shard_results, output_options)
+        entries = _publish(staged, output_dir, plan.split_names, shard_results, output_options.gzip)
     finally:
-        if tf.io.gfile.exists(work_dir):
-            tf.io.gfile.rmtree(work_dir)
+        fileio.remove(work_dir)
+    entries.update(_write_metadata(output_dir, plan, summary, shard_results))
+    return summary, entries
 
+
+def _write_metadata(
+    output_dir: str,
+    plan: _Plan,
+    summary: ConversionSummary,
+    shard_results: list[shards.ShardResult],
+) -> dict[str, manifest.FileEntry]:
+    """Writes the files beside the splits; returns their manifest entries."""
+    listing = plan.listing
     skipped = sorted(
         [{"path": f.relpath, "reason": f.reason} for f in listing.unlabeled]
-        + [{"path": relpath, "reason": reason} for relpath, reason in skipped_files],
+        + [
+            {"path": relpath, "reason": reason}
+            for result in shard_results
+            for relpath, reason in result.skipped
+        ],
         key=lambda row: row["path"],
     )
-    label_lib.write_label_files(output_dir, labels)
+    label_lib.write_label_files(output_dir, plan.labels)
     artifacts.write_json(os.path.join(output_dir, layout.SKIPPED_FILE), skipped)
     artifacts.write_json(
         os.path.join(output_dir, layout.IGNORED_FILE),
         [{"path": f.relpath, "reason": f.reason} for f in listing.ignored],
     )
     conversion_summary.write(output_dir, summary)
-    return ConversionResult(output_dir, split_names, labels, summary)
+    return manifest.describe(output_dir, layout.EXAMPLES_METADATA_FILES)
 
 
 def _summarize(
-    listing, shard_results, skipped_files, split_names, labels, image_options, output_options
+    listing, shard_results, split_names, labels, image_options, output_options
 ) -> ConversionSummary:
     written = sum(result.records for result in shard_results)
-    skipped = len(skipped_files) + len(listing.unlabeled)
+    skipped = sum(len(result.skipped) for result in shard_results) + len(listing.unlabeled)
     ignored = len(listing.ignored)
     if listing.files_seen != written + skipped + ignored:
         raise CountMismatchError(
@@ -265,30 +379,28 @@ def _summarize(
 
 
 def _publish(
-    work_dir: str,
+    staged: str,
     output_dir: str,
     split_names: list[str],
     shard_results: list[shards.ShardResult],
-    output_options: OutputOptions,
-) -> None:
-    """Moves shards into Split-<name>/, adding empty shards so every split has -of-N complete."""
-    staged = os.path.join(work_dir, "shards")
+    gzip: bool,
+) -> dict[str, manifest.FileEntry]:
+    """Moves the staged shards into Split-<name>/, adding empty shards so that every
+    split has its -of-N complete; returns the shards' manifest entries."""
+    entries = {}
     for split in split_names:
-        results = [result for result in shard_results if result.split == split]
-        num_shards = results[0].num_shards if results else 1
-        written = {result.shard for result in results}
-        split_staged = artifacts.split_dir(staged, split)
-        tf.io.gfile.makedirs(split_staged)
+        results = {result.shard: result for result in shard_results if result.split == split}
+        num_shards = next(iter(results.values())).num_shards if results else 1
         for shard in range(num_shards):
-            if shard not in written:
-                name = shards.shard_file_name(shard, num_shards, output_options.gzip)
-                shards.write_tfrecord(os.path.join(split_staged, name), [], output_options.gzip)
+            name = shards.shard_file_name(shard, num_shards, gzip)
+            relpath = f"{layout.SPLIT_DIR_PREFIX}{split}/{name}"
+            if shard in results:
+                entries[relpath] = results[shard].manifest_entry
+            else:
+                entries[relpath] = shards.write_tfrecord(os.path.join(staged, relpath), [], gzip)
     for split in split_names:
-        target = artifacts.split_dir(output_dir, split)
-        tf.io.gfile.makedirs(target)
-        for name in sorted(tf.io.gfile.listdir(artifacts.split_dir(staged, split))):
-            tf.io.gfile.rename(
-                os.path.join(artifacts.split_dir(staged, split), name),
-                os.path.join(target, name),
-                overwrite=False,
-            )
+        fileio.makedirs(artifacts.split_dir(output_dir, split))
+    for relpath in entries:
+        fileio.rename(os.path.join(staged, relpath), os.path.join(output_dir, relpath))
+        phases.reached(phases.PUBLISHING)
+    return entries

@@ -4,26 +4,38 @@ shard written in a seeded order, and its result row.
 Memory stays flat however large the dataset: converted records never go through a
 shuffle, only pointers to them do. The largest thing a worker holds is one shard.
 
-Each shard's task also writes the shard's result row (counts, and the files skipped
-among those that hashed to it) as a file named after the shard, so a retried task
-overwrites its row, and the launcher reads the rows back without a sink: a
-`WriteToText` measured about 0.25 s of a local run's fixed cost.
+Each shard's task also writes the shard's result row (counts, the file's size and
+CRC-32C for the manifest, and the files skipped among those that hashed to it) as a
+file named after the shard, so a retried task overwrites its row, and the launcher
+reads the rows back without a sink: a `WriteToText` measured about 0.25 s of a local
+run's fixed cost.
+
+Shards are written here rather than by tf.io.TFRecordWriter so that their checksum is
+computed while they are written, not by reading them again (from an object store, that
+would be a second transfer of the whole output).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gzip as gzip_lib
 import math
 import os
+import struct
 from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
+import google_crc32c
 import tensorflow as tf
 
-from imgpipe.components.common import artifacts, fileio, layout
+from imgpipe.components.common import artifacts, fileio, layout, manifest, phases
 from imgpipe.components.image_example_gen import splitting
 
 RESULT_SUFFIX = ".result.json"
+# TFRecord's CRC mask (tensorflow/core/lib/hash/crc32c.h).
+_CRC_MASK_DELTA = 0xA282EAD8
+# zlib's default level, which TensorFlow's GZIP record writer uses too.
+_GZIP_LEVEL = 6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +70,12 @@ class ShardResult:
     reencoded: int
     labels: tuple[tuple[str, int], ...]
     skipped: tuple[tuple[str, str], ...]  # (relpath, reason) of the files skipped here
+    file_size: int  # bytes of the shard file
+    crc32c: str  # of the shard file, for the manifest
+
+    @property
+    def manifest_entry(self) -> manifest.FileEntry:
+        return manifest.FileEntry(self.file_size, self.crc32c, self.records)
 
 
 def shard_file_name(shard: int, num_shards: int, gzip: bool) -> str:
@@ -107,10 +125,14 @@ class WriteShardFn(beam.DoFn):
             if handle is not None:
                 handle.close()
         records.sort(key=lambda r: (r[0], r[1]))
-        split_dir = artifacts.split_dir(self._output_dir, split)
-        tf.io.gfile.makedirs(split_dir)
-        path = os.path.join(split_dir, shard_file_name(shard, num_shards, self._gzip))
-        write_tfrecord(path, (r[2] for r in records), self._gzip)
+        # The launcher made the split folders: a task still running after its run was
+        # stopped and cleaned up must not make them again.
+        path = os.path.join(
+            artifacts.split_dir(self._output_dir, split),
+            shard_file_name(shard, num_shards, self._gzip),
+        )
+        written = write_tfrecord(path, (r[2] for r in records), self._gzip)
+        phases.reached(phases.WRITING)
         labels: dict[str, int] = {}
         for pointer in pointers:
             labels[pointer.label] = labels.get(pointer.label, 0) + 1
@@ -124,6 +146,8 @@ class WriteShardFn(beam.DoFn):
             sum(p.reencoded for p in pointers),
             tuple(sorted(labels.items())),
             tuple(sorted(skipped)),
+            written.size,
+            written.crc32c,
         )
         artifacts.write_json(
             os.path.join(self._results_dir, result_file_name(split, shard)),
@@ -153,11 +177,55 @@ def read_shard_results(results_dir: str) -> list[ShardResult]:
     return sorted(results, key=lambda r: (r.split, r.shard))
 
 
-def write_tfrecord(path: str, records: Iterable[bytes], gzip: bool) -> None:
-    options = tf.io.TFRecordOptions(compression_type=layout.GZIP if gzip else "")
-    with tf.io.TFRecordWriter(path, options) as writer:
+def _masked_crc(data: bytes) -> bytes:
+    crc = google_crc32c.value(data)
+    return struct.pack("<I", (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF)
+
+
+class _ChecksummedFile:
+    """A writable file that also feeds what it writes to a Checksum."""
+
+    def __init__(self, file, checksum: manifest.Checksum):
+        self._file = file
+        self._checksum = checksum
+
+    def write(self, data: bytes) -> int:
+        self._file.write(data)
+        self._checksum.update(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+
+def write_tfrecord(path: str, records: Iterable[bytes], gzip: bool) -> manifest.FileEntry:
+    """Writes a TFRecord file, GZIP-compressed or not; returns its manifest entry,
+    computed while writing.
+
+    The framing is TFRecord's: for each record, its length (uint64, little-endian) and
+    that length's masked CRC-32C, then the bytes and their masked CRC-32C.
+    """
+    checksum = manifest.Checksum()
+    count = 0
+    with fileio.open_file(path, "wb") as file:
+        sink = _ChecksummedFile(file, checksum)
+        compressor = (
+            gzip_lib.GzipFile(
+                filename="", mode="wb", compresslevel=_GZIP_LEVEL, fileobj=sink, mtime=0
+            )
+            if gzip
+            else None
+        )
+        out = sink if compressor is None else compressor
         for record in records:
-            writer.write(record)
+            length = struct.pack("<Q", len(record))
+            out.write(length + _masked_crc(length))
+            out.write(record)
+            out.write(_masked_crc(record))
+            count += 1
+        if compressor is not None:
+            compressor.close()  # the GZIP trailer; the file itself stays open
+    return checksum.entry(count)
 
 
 def shards_for_bytes(total_bytes: int, shard_mb: float) -> int:

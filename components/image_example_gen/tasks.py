@@ -11,7 +11,7 @@ import os
 import apache_beam as beam
 import tensorflow as tf
 
-from imgpipe.components.common import fileio
+from imgpipe.components.common import fileio, phases
 
 # Images per pipeline element: one batch goes through a worker's thread pool at once.
 CONVERT_BATCH = 32
@@ -42,6 +42,7 @@ def task_batch_to_json(batch: list[ConversionTask]) -> str:
 
 
 def task_batch_from_json(line: str) -> list[ConversionTask]:
+    phases.reached(phases.CONVERTING)  # each batch is converted as soon as it is read
     return [
         ConversionTask(relpath, label, int(label_id), split)
         for relpath, label, label_id, split in json.loads(line)

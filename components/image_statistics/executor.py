@@ -11,7 +11,7 @@ from tfx import types
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
-from imgpipe.components.common import config_loader, fileio, image_stats, layout
+from imgpipe.components.common import config_loader, fileio, image_stats, layout, manifest, outputs
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
 from imgpipe.components.image_statistics import baseline, spec
 from imgpipe.components.image_statistics.analyze import AnalysisOptions
@@ -78,6 +78,10 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             "ImageStatistics: drift baseline %s",
             drift_baseline.uri or f"none: {drift_baseline.reason}",
         )
+        # A retried step gets the same URI: nothing of an earlier attempt may stay.
+        rejected = output.uri.rstrip("/") + REJECTED_SUFFIX
+        outputs.clear(output.uri)
+        fileio.remove(rejected)
 
         produced = produce(
             examples.uri,
@@ -99,7 +103,6 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             return
         # TFX deletes the output folder of a failed execution; this copy stays for the
         # user to inspect.
-        rejected = output.uri.rstrip("/") + REJECTED_SUFFIX
         _write(rejected, produced)
         raise anomaly_lib.AnomaliesFoundError(
             anomaly_lib.blocking(produced.anomalies, config),
@@ -109,6 +112,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
 
 
 def _write(folder: str, produced: Produced) -> None:
+    """Writes the statistics and the report, then the manifest."""
     tf.io.gfile.makedirs(folder)
     image_stats.write(folder, produced.stats)
     fileio.write_text(os.path.join(folder, layout.REPORT_FILE), produced.html)
+    manifest.write(folder, manifest.describe(folder, [layout.IMAGE_STATS_FILE, layout.REPORT_FILE]))

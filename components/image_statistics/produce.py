@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import apache_beam as beam
 
-from imgpipe.components.common import artifacts, image_stats
+from imgpipe.components.common import artifacts, conversion_summary, image_stats, manifest
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
 from imgpipe.components.image_statistics import drift as drift_lib
 from imgpipe.components.image_statistics import report, summary
@@ -32,7 +32,7 @@ class Produced:
 
 def produce(
     examples_uri: str,
-    splits: Sequence[str],
+    splits: Sequence[str] | None,
     work_parent: str,
     options: AnalysisOptions,
     config: StatisticsConfig,
@@ -44,7 +44,8 @@ def produce(
 
     Args:
       examples_uri: an ImageExampleGen Examples folder (label_map.json beside Split-*/).
-      splits: the split names to analyse (the artifact's split_names).
+      splits: the split names to analyse (the artifact's split_names); None for every
+        split the conversion wrote.
       work_parent: where the pipeline may put intermediate files (removed after).
       options: how images are analysed.
       config: the thresholds of the anomaly checks.
@@ -52,7 +53,14 @@ def produce(
       extra_anomalies: anomalies found elsewhere (ExampleValidator), listed with ours.
       baseline: the served model's training statistics to check drift against, or
         why there are none; None: no drift check asked for (stats.drift is None).
+
+    Raises:
+      IncompleteOutputError: the Examples are not complete (manifest.verify), before
+        anything is read.
     """
+    manifest.verify(examples_uri)
+    if splits is None:
+        splits = conversion_summary.read(examples_uri).split_names
     labels = artifacts.load_labels(examples_uri)
     skipped = [
         image_stats.FileReason(path=row["path"], reason=row["reason"])

@@ -6,9 +6,10 @@ keras.applications downloads). A warm start loads the served champion's weights.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import keras
 import tensorflow as tf
@@ -105,17 +106,22 @@ class Standardize(keras.layers.Layer):
         return {**super().get_config(), "mean": self.mean, "std": self.std}
 
 
-def _local_weights(path: str | None) -> str | None:
-    """A local copy of a weights file (keras.applications reads local files only)."""
+@contextlib.contextmanager
+def _local_weights(path: str | None) -> Iterator[str | None]:
+    """A local path of a weights file for the block (keras.applications reads local files
+    only). A remote file is copied into a temporary folder, removed after the block."""
     if not path or path == config_lib.IMAGENET:
-        return path
+        yield path
+        return
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(f"backbone weights file {path} does not exist")
     if os.path.exists(path):
-        return path
-    local = os.path.join(tempfile.mkdtemp(prefix="imgpipe-weights-"), os.path.basename(path))
-    tf.io.gfile.copy(path, local)
-    return local
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="imgpipe-weights-") as folder:
+        local = os.path.join(folder, os.path.basename(path))
+        tf.io.gfile.copy(path, local)
+        yield local
 
 
 def build_model(
@@ -142,7 +148,8 @@ def build_model(
     keras.utils.set_random_seed(config.seed)
     inputs = keras.Input(shape, dtype="uint8" if normalization else "float32", name=INPUT_NAME)
     x = Standardize(*normalization, name="standardize")(inputs) if normalization else inputs
-    backbone = BACKBONES[config.backbone](shape, _local_weights(config.weights), config)
+    with _local_weights(config.weights) as weights:  # loaded when the backbone is built
+        backbone = BACKBONES[config.backbone](shape, weights, config)
     x = backbone(x)
     if config.dropout:
         x = keras.layers.Dropout(config.dropout, name="head_dropout")(x)

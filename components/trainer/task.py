@@ -18,7 +18,15 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from imgpipe.components.common import allocator, artifacts, image_stats, layout, model_input
+from imgpipe.components.common import (
+    allocator,
+    artifacts,
+    image_stats,
+    layout,
+    manifest,
+    model_input,
+    outputs,
+)
 from imgpipe.components.trainer import devices, export, memory, warm_start
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
@@ -51,9 +59,11 @@ def resolve_normalization(
 
     Raises:
       ValueError: neither a statistics artifact nor mean and std in the config.
+      IncompleteOutputError: the statistics artifact is not complete.
     """
     stats: image_stats.Normalization | None = None
     if statistics_uri:
+        manifest.verify(statistics_uri)
         try:
             stats = image_stats.read(statistics_uri).normalization()
         except KeyError as e:
@@ -115,12 +125,13 @@ def run_fn(fn_args) -> None:
     """
     custom_config = dict(fn_args.custom_config or {})
     config = from_custom_config(custom_config).resolved()
+    examples_uri, train_split = examples_uri_and_split(fn_args.train_files[0])
+    _, eval_split = examples_uri_and_split(fn_args.eval_files[0])
+    manifest.verify(examples_uri)
     if config.tune_malloc:
         allocator.tune_malloc()
     statistics_uri = custom_config.get(IMAGE_STATISTICS_URI_KEY)
     mean, std, crop_fraction = resolve_normalization(config, statistics_uri)
-    examples_uri, train_split = examples_uri_and_split(fn_args.train_files[0])
-    _, eval_split = examples_uri_and_split(fn_args.eval_files[0])
     labels = artifacts.load_labels(examples_uri)
     train_source = input_lib.split_source(examples_uri, train_split)
     eval_source = input_lib.split_source(examples_uri, eval_split)
@@ -292,15 +303,22 @@ def _train_and_export(
     backup_root = config.checkpoint_dir or os.path.join(fn_args.model_run_dir, BACKUP_SUBDIR)
     if tf.io.gfile.isdir(backup_root) and not tf.io.gfile.listdir(backup_root):
         tf.io.gfile.rmtree(backup_root)  # each phase's backup is gone once it completes
-    export.export_serving_model(
-        model,
-        fn_args.serving_model_dir,
-        labels,
-        config.input_size,
-        crop_fraction,
-        host_norm,
-        config.feature_key_map,
-        statistics_uri=sources.statistics_uri,
+    # TFX's model artifact holds Format-Serving/ (fn_args.serving_model_dir) only. It is
+    # exported aside, then moved into place, so a retried Trainer never mixes exports.
+    model_dir, serving_subdir = os.path.split(fn_args.serving_model_dir.rstrip("/"))
+    outputs.publish_folder(
+        model_dir,
+        serving_subdir,
+        lambda folder: export.export_serving_model(
+            model,
+            folder,
+            labels,
+            config.input_size,
+            crop_fraction,
+            host_norm,
+            config.feature_key_map,
+            statistics_uri=sources.statistics_uri,
+        ),
     )
     summary_lib.write(
         fn_args.model_run_dir,

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from imgpipe.pipelines import termination
 from imgpipe.pipelines.cli import errors
 
 DEBUG_FLAG = "--debug"
@@ -113,7 +114,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 getattr(args, "command_parser", parser).print_help()
                 return 2
             args.extra_args = _beam_args(args, extra, after)
-            return args.handler(args)
+            with termination.stop_on_signals():
+                return args.handler(args)
+        except termination.Terminated as e:
+            print(
+                f"imgpipe: error: stopped by {e.signal_name} before finishing; run the "
+                "command again to finish",
+                file=sys.stderr,
+            )
+            return e.exit_code
         except Exception as e:
             if debug:
                 raise

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import sys
+import tempfile
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "uses every local core. Defaults are ImageExampleGen's.",
     )
     parser.add_argument("src", help="image folder (local, gs:// or s3://)")
-    parser.add_argument("out", help="output folder; must be new or empty")
+    parser.add_argument(
+        "out",
+        help="output folder: new, empty, or left by an unfinished conversion (which is replaced)",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace a finished conversion in OUT"
+    )
     parser.add_argument("--resize", type=int, metavar="S", help="shorter side to S pixels")
     parser.add_argument("--center-crop", action="store_true", help="with --resize: crop SxS")
     parser.add_argument("--quality", type=int, metavar="Q", help="re-encode JPEG at quality Q")
@@ -174,17 +183,36 @@ def options_from_args(args: argparse.Namespace) -> tuple[ImageOptions, OutputOpt
 
 
 class ProgressBar:
-    """Sums the workers' local progress files into a tqdm bar (count, images/s, ETA)."""
+    """Sums the workers' local progress files into a tqdm bar (count, images/s, ETA).
+
+    Used as a context manager: the folder of progress files exists inside the block
+    only (`directory`, None when the bar is off), and is removed however it ends.
+    """
 
     def __init__(self, enabled: bool):
         self._enabled = enabled
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.directory: str | None = None
 
-    def start(self, total: int, progress_dir: str | None) -> None:
-        if not self._enabled or progress_dir is None:
+    def __enter__(self) -> ProgressBar:
+        if self._enabled:
+            self.directory = tempfile.mkdtemp(prefix="imgpipe-progress-")
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def start(self, total: int) -> None:
+        if self.directory is None:
             return
-        self._thread = threading.Thread(target=self._watch, args=(total, progress_dir), daemon=True)
+        self._thread = threading.Thread(
+            target=self._watch, args=(total, self.directory), daemon=True
+        )
         self._thread.start()
 
     def _watch(self, total: int, progress_dir: str) -> None:
@@ -205,18 +233,14 @@ class ProgressBar:
                 if stopping:
                     return
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
 
 def run(args: argparse.Namespace) -> int:
     import apache_beam as beam
     import tensorflow as tf
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from imgpipe.components.image_example_gen.convert import run_conversion
+    from imgpipe.components.common import fileio
+    from imgpipe.components.image_example_gen.convert import is_conversion_file, run_conversion
     from imgpipe.components.image_example_gen.transforms import ImageConversionError
     from imgpipe.pipelines.beam_args import local_beam_args
 
@@ -227,26 +251,34 @@ def run(args: argparse.Namespace) -> int:
             "(root/<label>/... or root/<split>/<label>/...)"
         )
     _check_output_path(args.out)
-    if tf.io.gfile.exists(args.out) and tf.io.gfile.listdir(args.out):
-        raise UserError(f"{args.out} is not empty; give a new or empty folder")
-    pipeline_args = local_beam_args(args.extra_args)
-    bar = ProgressBar(enabled=not args.no_progress)
-    try:
-        result = run_conversion(
-            args.src,
-            args.out,
-            image_options,
-            output_options,
-            make_pipeline=lambda: beam.Pipeline(options=PipelineOptions(pipeline_args)),
-            progress=bar.start,
+    if fileio.exists(os.path.join(args.out, layout.MANIFEST_FILE)) and not args.overwrite:
+        raise UserError(
+            f"{args.out} holds a finished conversion; pass --overwrite to replace it, or give "
+            "a new folder"
         )
+    left = fileio.list_dir(args.out)
+    if left and all(is_conversion_file(name) for name in left) and not args.overwrite:
+        print(
+            f"imgpipe convert: replacing what an unfinished conversion left in {args.out}",
+            file=sys.stderr,
+        )
+    pipeline_args = local_beam_args(args.extra_args)
+    try:
+        with ProgressBar(enabled=not args.no_progress) as bar:
+            result = run_conversion(
+                args.src,
+                args.out,
+                image_options,
+                output_options,
+                make_pipeline=lambda: beam.Pipeline(options=PipelineOptions(pipeline_args)),
+                progress=bar.start,
+                progress_dir=bar.directory,
+            )
     except ImageConversionError as e:  # --on-error fail
         raise UserError(
             f"{errors.message(e)}; fix or remove the file, or convert with "
             f"--on-error {opts.ON_ERROR_SKIP} to skip it with a report entry"
         ) from e
-    finally:
-        bar.stop()
     print_summary(result.summary, args.out)
     return 0
 

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     import tensorflow as tf
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from imgpipe.components.common import conversion_summary, fileio, image_stats
+    from imgpipe.components.common import fileio, image_stats
     from imgpipe.components.image_statistics import anomalies, baseline, spec
     from imgpipe.components.image_statistics.executor import analysis_options
     from imgpipe.components.image_statistics.produce import produce
@@ -166,12 +166,11 @@ def run(args: argparse.Namespace) -> int:
             )
         drift_baseline = baseline.from_path(args.baseline)
     options = analysis_options(args.image_size, args.crop_fraction, config)
-    splits = conversion_summary.read(args.examples_dir).split_names
     pipeline_args = local_beam_args(args.extra_args)
     with tempfile.TemporaryDirectory(prefix="imgpipe-stats-") as work:
         produced = produce(
             args.examples_dir,
-            splits,
+            None,
             work,
             options,
             config,
@@ -182,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
         if os.path.dirname(path):
             fileio.makedirs(os.path.dirname(path))
     image_stats.write_file(args.json, produced.stats)
-    fileio.write_text(args.html, produced.html)
+    fileio.write_atomic(args.html, produced.html.encode())
     print_summary(produced.stats, args.json, args.html)
     return 1 if anomalies.blocking(produced.anomalies, config) else 0
 

@@ -25,6 +25,10 @@ The patches of TFX's private helpers (1-3) are in imgpipe/pipelines/tfx_patches.
 5. A crash at interpreter exit. protobuf/ml-metadata destructors can abort after the
    executor output is written, failing a step whose outputs exist. Once the output
    metadata is written, the process ends with os._exit.
+
+SIGTERM, which Kubernetes sends on eviction, stops the executor through
+imgpipe/pipelines/termination.py, so that the executor removes its work folders on
+the way out; a retry into the same output URI then starts from a clean folder.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from imgpipe.pipelines import tfx_patches
+from imgpipe.pipelines import termination, tfx_patches
 from imgpipe.pipelines.kfp_contract import (
     ARTIFACT_IO_ENV,
     ARTIFACT_IO_MODES,
@@ -236,7 +240,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     def guarded(parsed: tuple[Any, list[str]]) -> None:
         try:
-            run(parsed)
+            with termination.stop_on_signals():
+                run(parsed)
+        except termination.Terminated as e:  # eviction or preemption: cleaned up on the way
+            _log.error("stopped by %s before finishing; KFP may retry the step", e.signal_name)
+            _exit_now(e.exit_code)
         except BaseException:  # noqa: B036 - reported here, then the process ends
             traceback.print_exc()
             _exit_now(1)

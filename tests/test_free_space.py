@@ -1,0 +1,85 @@
+"""Room on the output filesystem: a pass-through conversion that cannot fit is refused
+before it writes anything, and a full disk ends in one line that says how much room is
+needed, with nothing left behind."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+
+import pytest
+
+from imgpipe.components.common import fileio
+from imgpipe.components.image_example_gen import free_space
+from imgpipe.pipelines import cli
+from tests import imagegen
+
+IN_PROCESS = ["--runner=DirectRunner", "--direct_num_workers=1", "--no-progress"]
+
+
+@pytest.mark.unit
+def test_enospc_is_recognised_as_raised_and_as_beam_wraps_it():
+    with pytest.raises(OSError) as full:
+        with open("/dev/full", "wb") as f:
+            f.write(b"x")
+    assert full.value.errno == errno.ENOSPC
+    assert free_space.is_out_of_space(full.value)
+    assert free_space.is_out_of_space(RuntimeError(f"OSError: {full.value} [while running 'X']"))
+    assert not free_space.is_out_of_space(RuntimeError("other"))
+    message = str(free_space.out_of_space("/out", 100 * 2**20))
+    assert message.startswith("no space left on the filesystem of /out: a conversion needs")
+    assert "(about 202.0 MB for output the size of its input)" in message
+    assert "\n" not in message
+
+
+@pytest.mark.component
+def test_a_conversion_that_cannot_fit_is_refused_before_it_writes(tmp_path, capsys):
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    imagegen.make_image_folder(src, {"a": 2, "b": 2})
+    free = fileio.free_bytes(out)
+    assert free is not None
+    with open(os.path.join(src, "a", "huge.jpg"), "wb") as f:
+        f.truncate(free)  # sparse: its size is counted, no space is used
+
+    assert cli.main(["convert", src, out, *IN_PROCESS]) == 1
+
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"imgpipe: error: {out} is on a filesystem with ")
+    images = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(src) for n in ns)
+    needed = free_space.human_size(free_space.needed_bytes(images))
+    assert f"but this conversion needs about {needed} there" in error
+    assert "\n" not in error
+    assert os.listdir(out) == []
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 256 KB tmpfs (needs root, as CI and the Debian 13 root filesystem have)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    yield str(mount)
+    # Lazily: the failed bundle's spill file stays open until its DoFn is collected.
+    subprocess.run(["umount", "--lazy", str(mount)], check=True)
+
+
+@pytest.mark.component
+def test_a_full_disk_ends_in_one_line_and_leaves_nothing(tmp_path, small_filesystem, capsys):
+    src, out = str(tmp_path / "src"), os.path.join(small_filesystem, "out")
+    imagegen.make_image_folder(src, {"a": 20, "b": 20}, size=(96, 96))
+
+    # PNG output of noisy photos is larger than its JPEG input: no preflight applies.
+    assert cli.main(["convert", src, out, "--format", "png", *IN_PROCESS]) == 1
+
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(
+        f"imgpipe: error: no space left on the filesystem of {out}: a conversion needs about "
+        "twice its output's size free there (about "
+    )
+    assert "\n" not in error
+    assert os.listdir(out) == []

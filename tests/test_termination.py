@@ -1,0 +1,63 @@
+"""SIGTERM and SIGINT become Terminated in the main thread, whatever wraps them on the way
+out, and reach the process's children; the handlers before are restored."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from imgpipe.pipelines import termination
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("signum", termination.SIGNALS)
+def test_a_signal_raises_terminated_and_the_handlers_come_back(signum):
+    before = {s: signal.getsignal(s) for s in termination.SIGNALS}
+    with pytest.raises(termination.Terminated) as stopped:
+        with termination.stop_on_signals():
+            os.kill(os.getpid(), signum)
+            time.sleep(5)  # interrupted at once
+    assert stopped.value.signum == signum
+    assert stopped.value.exit_code == 128 + signum
+    assert stopped.value.signal_name == signal.Signals(signum).name
+    assert {s: signal.getsignal(s) for s in termination.SIGNALS} == before
+    assert logging.root.manager.disable == logging.NOTSET
+
+
+def test_whatever_wraps_the_stop_leaves_as_terminated_and_a_second_signal_waits():
+    with pytest.raises(termination.Terminated) as stopped:
+        with termination.stop_on_signals():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            except BaseException as e:  # as Beam re-raises what a DoFn raised
+                os.kill(os.getpid(), signal.SIGINT)  # ignored: the clean-up goes on
+                raise RuntimeError("wrapped") from e
+    assert stopped.value.signum == signal.SIGTERM
+    assert isinstance(stopped.value.__cause__, RuntimeError)
+
+
+def test_without_a_signal_errors_pass_unchanged():
+    with pytest.raises(ValueError, match="bad"):
+        with termination.stop_on_signals():
+            raise ValueError("bad")
+
+
+def test_the_signal_reaches_the_children():
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        assert child.pid in termination.descendants(os.getpid())
+        with pytest.raises(termination.Terminated):
+            with termination.stop_on_signals():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+        assert child.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        child.kill()
+        child.wait()
