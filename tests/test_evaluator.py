@@ -208,9 +208,14 @@ def _examples(tmp_path) -> standard_artifacts.Examples:
 
 
 def _export(model, path: str, labels=th.CLASSES) -> str:
+    """Exports as the Trainer does: into <model>/Format-Serving, with the model's manifest."""
+    from imgpipe.components.common import outputs
     from imgpipe.components.trainer import export
 
-    export.export_serving_model(model, path, labels, SIZE, 0.875)
+    parent, name = os.path.split(path)
+    outputs.publish_folder(
+        parent, name, lambda folder: export.export_serving_model(model, folder, labels, SIZE, 0.875)
+    )
     return path
 
 
@@ -299,7 +304,7 @@ def test_evaluator_blesses_against_the_served_champion(tmp_path):
     assert "not worse than champion" in result.decision.reason
 
     # A champion with other labels is not comparable: the floor alone, and said so.
-    renamed = _export(_trained_model(), str(tmp_path / "renamed"), ("x", "y", "z"))
+    renamed = _export(_trained_model(), str(tmp_path / "renamed" / "m"), ("x", "y", "z"))
     publish(renamed, serving)
     result, blessed = _evaluate(tmp_path, "relabelled", examples, good, serving, significance=0.05)
     assert result.champion.status == ev.LABELS_DIFFER

@@ -24,6 +24,7 @@ from tfx.types import artifact_utils, standard_artifacts
 
 from imgpipe.components.common import layout, manifest, phases
 from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
+from imgpipe.components.evaluator import spec as evaluator_spec
 from imgpipe.components.evaluator.executor import Executor as EvaluatorExecutor
 from imgpipe.components.image_example_gen import spec as example_gen_spec
 from imgpipe.components.image_example_gen.component import ImageExampleGen
@@ -111,8 +112,13 @@ def assert_every_reader_refuses(examples_uri: str, work: str, why: str) -> None:
 
     model = standard_artifacts.Model()
     model.uri = os.path.join(work, "model")
+    evaluator_properties = {
+        evaluator_spec.EVALUATOR_CONFIG_KEY: "{}",
+        evaluator_spec.EVAL_SPLIT_KEY: "eval",
+        evaluator_spec.SERVING_DIR_KEY: "",
+    }
     with pytest.raises(manifest.IncompleteOutputError, match=why):
-        EvaluatorExecutor().Do({"examples": [examples], "model": [model]}, {}, {})
+        EvaluatorExecutor().Do({"examples": [examples], "model": [model]}, {}, evaluator_properties)
 
 
 @pytest.mark.parametrize("phase", phases.PHASES)

@@ -120,13 +120,13 @@ class Executor(base_executor.BaseExecutor):
         config = config_from_properties(exec_properties)
         examples = artifact_utils.get_single_instance(input_dict[spec.EXAMPLES_KEY])
         model = artifact_utils.get_single_instance(input_dict[spec.MODEL_KEY])
+        # Outputs a killed or retried step left incomplete fail here, the file named.
+        manifest.verify(examples.uri)
+        manifest.verify(model.uri)
         evaluation_out = artifact_utils.get_single_instance(output_dict[spec.EVALUATION_KEY])
         blessing_out = artifact_utils.get_single_instance(output_dict[spec.BLESSING_KEY])
         eval_split = exec_properties.get(spec.EVAL_SPLIT_KEY) or ""
         serving_dir = exec_properties.get(spec.SERVING_DIR_KEY) or ""
-        # Outputs a killed or retried step left incomplete fail here, the file named.
-        manifest.verify(examples.uri)
-        manifest.verify(model.uri)
         splits = artifact_utils.decode_split_names(examples.split_names)
         if eval_split not in splits:
             raise ValueError(f"{examples.uri} has no split {eval_split!r}; it has {splits}")
