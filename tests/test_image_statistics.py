@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from imgpipe.components.common import artifacts, config_loader, layout
+from imgpipe.components.common import artifacts, config_loader, label_map, layout
 from imgpipe.components.common import features as fk
 from imgpipe.components.common import image_stats as schema
 from imgpipe.components.common.preprocessing import eval_image
@@ -379,7 +379,7 @@ def test_undecodable_image_is_reported_not_fatal(tmp_path):
             feature[fk.FILENAME_KEY].bytes_list.value.append(name.encode())
             feature[fk.LABEL_KEY].int64_list.value.append(0)
             writer.write(example.SerializeToString())
-    artifacts.write_json(str(tmp_path / layout.LABEL_MAP_FILE), {"labels": ["a"]})
+    label_map.write(str(tmp_path), ["a"])
     stats = config_loader.to_dict(
         produce(
             str(tmp_path),

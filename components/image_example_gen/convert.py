@@ -8,6 +8,7 @@ failed run publishes no shard.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import re
@@ -17,8 +18,15 @@ from collections.abc import Callable
 import apache_beam as beam
 import tensorflow as tf
 
-from imgpipe.components.common import artifacts, config_loader, conversion_summary, layout
+from imgpipe.components.common import (
+    artifacts,
+    config_loader,
+    conversion_summary,
+    label_map,
+    layout,
+)
 from imgpipe.components.common.conversion_summary import ConversionSummary, SplitSummary
+from imgpipe.components.common.printable import printable
 from imgpipe.components.image_example_gen import labels as label_lib
 from imgpipe.components.image_example_gen import listing as listing_lib
 from imgpipe.components.image_example_gen import shards, splitting, tasks, transforms
@@ -105,6 +113,12 @@ def build_pipeline(
     )
 
 
+def _common_reasons(files: list[listing_lib.ListedFile], shown: int = 3) -> str:
+    """The most common reasons, with their counts, for a one-line message."""
+    counts = collections.Counter(f.reason for f in files).most_common(shown)
+    return "".join(f"; {count} x {printable(reason)}" for reason, count in counts)
+
+
 def _conversion_error_message(error: Exception) -> str | None:
     match = re.search(r"ImageConversionError: (.+?)(?: \[while running|\n|$)", str(error))
     return match.group(1).strip().strip("'\"") if match else None
@@ -131,18 +145,21 @@ def run_conversion(
     """
     image_options.validate()
     output_options.validate()
-    listing = listing_lib.list_images(input_root, output_options.layout)
+    listing = listing_lib.list_images(
+        input_root, output_options.layout, output_options.follow_links
+    )
     if not listing.images:
         raise ValueError(
             f"no labelled images under {input_root!r}: expected root/<label>/<image> or "
-            f"root/<split>/<label>/<image> ({listing.files_seen} files seen, "
-            f"{len(listing.ignored)} ignored, {len(listing.unlabeled)} outside label folders)"
+            f"root/<split>/<label>/<image>; of {listing.files_seen} files seen, "
+            f"{len(listing.ignored)} are ignored and {len(listing.skipped)} skipped"
+            + _common_reasons(listing.ignored + listing.skipped)
         )
-    if output_options.on_error == ON_ERROR_FAIL and listing.unlabeled:
-        first = listing.unlabeled[0]
-        raise ValueError(f"{first.relpath}: {first.reason}")
+    if output_options.on_error == ON_ERROR_FAIL and listing.skipped:
+        first = listing.skipped[0]
+        raise ValueError(f"{printable(first.relpath)}: {printable(first.reason)}")
     existing = (
-        label_lib.read_label_map(output_options.label_map_uri)
+        list(label_map.read(output_options.label_map_uri).labels)
         if output_options.label_map_uri
         else None
     )
@@ -201,11 +218,11 @@ def run_conversion(
             tf.io.gfile.rmtree(work_dir)
 
     skipped = sorted(
-        [{"path": f.relpath, "reason": f.reason} for f in listing.unlabeled]
+        [{"path": f.relpath, "reason": f.reason} for f in listing.skipped]
         + [{"path": relpath, "reason": reason} for relpath, reason in skipped_files],
         key=lambda row: row["path"],
     )
-    label_lib.write_label_files(output_dir, labels)
+    label_map.write(output_dir, labels)
     artifacts.write_json(os.path.join(output_dir, layout.SKIPPED_FILE), skipped)
     artifacts.write_json(
         os.path.join(output_dir, layout.IGNORED_FILE),
@@ -219,7 +236,7 @@ def _summarize(
     listing, shard_results, skipped_files, split_names, labels, image_options, output_options
 ) -> ConversionSummary:
     written = sum(result.records for result in shard_results)
-    skipped = len(skipped_files) + len(listing.unlabeled)
+    skipped = len(skipped_files) + len(listing.skipped)
     ignored = len(listing.ignored)
     if listing.files_seen != written + skipped + ignored:
         raise CountMismatchError(
