@@ -46,6 +46,7 @@ from imgpipe.components.image_statistics.executor import (
     options_from_properties,
 )
 from imgpipe.components.image_statistics.produce import produce
+from tests import imagegen
 
 pytestmark = pytest.mark.component
 
@@ -368,7 +369,7 @@ def test_undecodable_image_is_reported_not_fatal(tmp_path):
     split_dir = tmp_path / "Split-train"
     split_dir.mkdir()
     good = cv2.imencode(".png", np.full((20, 30, 3), 200, np.uint8))[1].tobytes()
-    jpeg = cv2.imencode(".jpg", np.full((64, 64, 3), 90, np.uint8))[1].tobytes()
+    jpeg = imagegen.jpeg_bytes(imagegen.photo_like(64, 64))
     # A complete header and end marker around a corrupt body: only a decode finds it.
     corrupt = jpeg[: len(jpeg) // 2] + b"\x00" * 64 + b"\xff\xd9"
     with tf.io.TFRecordWriter(str(split_dir / "data_tfrecord-00000-of-00001")) as writer:
@@ -380,20 +381,27 @@ def test_undecodable_image_is_reported_not_fatal(tmp_path):
             feature[fk.LABEL_KEY].int64_list.value.append(0)
             writer.write(example.SerializeToString())
     label_map.write(str(tmp_path), ["a"])
-    stats = config_loader.to_dict(
-        produce(
-            str(tmp_path),
-            ["train"],
-            str(tmp_path),
-            AnalysisOptions(16, CROP),
-            StatisticsConfig(),
-            make_pipeline,
-        ).stats
+    produced = produce(
+        str(tmp_path),
+        ["train"],
+        str(tmp_path),
+        AnalysisOptions(16, CROP),
+        StatisticsConfig(),
+        make_pipeline,
     )
+    stats = config_loader.to_dict(produced.stats)
     train = stats["splits"]["train"]
     assert train["images"] == 1
-    assert {f["path"] for f in train["undecodable_files"]} == {"corrupt.jpg", "text.jpg"}
-    assert all(f["reason"] for f in train["undecodable_files"])
+    assert {f["path"]: f["reason"] for f in train["undecodable_files"]} == {
+        "corrupt.jpg": "corrupt jpeg: Corrupt JPEG data: premature end of data segment",
+        "text.jpg": "not an image: unrecognised content starting b'hi'",
+    }
+    # By default they are an anomaly that names them; verify_images: false leaves them
+    # to min_supported_fraction.
+    (unusable,) = [a for a in produced.stats.anomalies if a.code == anomaly_lib.UNUSABLE_IMAGES]
+    assert "corrupt.jpg: corrupt jpeg" in unusable.message and "text.jpg" in unusable.message
+    lenient = anomaly_lib.check(produced.stats, StatisticsConfig(verify_images=False))
+    assert anomaly_lib.UNUSABLE_IMAGES not in {a.code for a in lenient}
     assert train["pixels"]["mean"] == [200.0, 200.0, 200.0]
     assert stats["source"]["supported_fraction"] == pytest.approx(1 / 3)
 
@@ -730,3 +738,29 @@ def test_a_shard_cut_at_a_record_boundary_is_caught_by_the_counts(dataset, tmp_p
             StatisticsConfig(),
             make_pipeline,
         )
+
+
+def test_the_strict_jpeg_check_finds_what_tensorflow_passes_over_and_can_be_turned_off():
+    photo = imagegen.jpeg_bytes(imagegen.photo_like(96, 96, seed=5))
+    corrupt = bytearray(photo)
+    middle = len(corrupt) // 2
+    corrupt[middle : middle + 60] = (
+        np.random.default_rng(1).integers(1, 255, 60, np.uint8).tobytes()
+    )
+    tf.io.decode_jpeg(bytes(corrupt))  # TensorFlow: no error, wrong pixels
+    records = []
+    for name, data in (("good.jpg", photo), ("corrupt.jpg", bytes(corrupt))):
+        example = tf.train.Example()
+        example.features.feature[fk.IMAGE_ENCODED_KEY].bytes_list.value.append(data)
+        example.features.feature[fk.FILENAME_KEY].bytes_list.value.append(name.encode())
+        records.append(example.SerializeToString())
+    decoder = BatchDecoder(IMAGE_SIZE, CROP)
+    strict, _ = analyze_batch(records, "train", decoder, AnalysisOptions(IMAGE_SIZE, CROP))
+    assert (strict.images, strict.failed) == (1, 1)
+    assert strict.failures == [
+        ("corrupt.jpg", "corrupt jpeg: Corrupt JPEG data: 124 extraneous bytes before marker 0xd9")
+    ]
+    lenient, _ = analyze_batch(
+        records, "train", decoder, AnalysisOptions(IMAGE_SIZE, CROP, verify_images=False)
+    )
+    assert (lenient.images, lenient.failed) == (2, 0)

@@ -21,6 +21,10 @@ class StatisticsConfig:
       min_supported_fraction: the smallest tolerated fraction of usable images.
       fail_on_anomalies: stop the run (after writing the statistics and the report)
         when any anomaly is found; False only warns.
+      verify_images: check every JPEG strictly as well as decoding it (libjpeg's
+        warnings about corrupt data, which TensorFlow passes over, count), and make
+        any image that is corrupt or undecodable an anomaly that names it. False
+        skips the check, and leaves undecodable images to min_supported_fraction.
     """
 
     sample_thumbnails: int = 8
@@ -28,6 +32,7 @@ class StatisticsConfig:
     leakage_threshold: float = 0.0
     min_supported_fraction: float = 0.99
     fail_on_anomalies: bool = True
+    verify_images: bool = True
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from imgpipe.components.common import image_stats as schema
 from imgpipe.components.common.layout import IMAGE_STATS_FILE
+from imgpipe.components.common.printable import printable
 
 CHANNEL_COLOURS = ("#d62728", "#2ca02c", "#1f77b4")
 CHANNEL_NAMES = ("red", "green", "blue")
@@ -42,7 +43,8 @@ img.thumb{width:72px;height:72px;border:1px solid #ccc}
 
 
 def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """Text for the page: names escaped (printable), then HTML-escaped."""
+    return html.escape(printable(str(value)), quote=True)
 
 
 def _fmt(value: Any) -> str:

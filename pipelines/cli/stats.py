@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from imgpipe.components.common import config_loader, layout
 from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION, DEFAULT_IMAGE_SIZE
+from imgpipe.components.common.printable import printable
 from imgpipe.components.image_statistics.config import StatisticsConfig
 
 if TYPE_CHECKING:  # image_stats loads TensorFlow, which `imgpipe --help` need not
@@ -85,6 +86,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="smallest tolerated fraction of usable images (default %(default)s)",
     )
     parser.add_argument(
+        "--verify-images",
+        action=argparse.BooleanOptionalAction,
+        default=_default("verify_images"),
+        help="check every JPEG strictly, and make corrupt or undecodable images anomalies",
+    )
+    parser.add_argument(
         "--fail-on-anomalies",
         action=argparse.BooleanOptionalAction,
         default=_default("fail_on_anomalies"),
@@ -114,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
             "leakage_threshold": args.leakage_threshold,
             "min_supported_fraction": args.min_supported_fraction,
             "fail_on_anomalies": args.fail_on_anomalies,
+            "verify_images": args.verify_images,
         },
     )
     options = analysis_options(args.image_size, args.crop_fraction, config)
@@ -147,7 +155,7 @@ def print_summary(stats: ImageStats, json_path: str, html_path: str) -> None:
     if stats.anomalies:
         print(f"anomalies  {len(stats.anomalies)}:")
         for anomaly in stats.anomalies:
-            print(f"  - [{anomaly.code}] {anomaly.message}")
+            print(f"  - [{anomaly.code}] {printable(anomaly.message)}")
     else:
         print("anomalies  none")
     print(f"json       {json_path}")
