@@ -119,6 +119,7 @@ def test_counts_reconcile_and_are_recorded(converted):
     summary = conversion_summary.read(out)
     assert summary == result.summary
     assert summary.files_seen == summary.written + summary.skipped + summary.ignored
+    assert not summary.decoded_every_image  # pass-through: the statistics check them
     # 30 generated + cmyk + UPPER.JPG + corrupt-body.png (header-valid) are written.
     assert (summary.written, summary.skipped, summary.ignored) == (33, 5, 4)
     written = read_split(out, "train") + read_split(out, "eval")
@@ -214,6 +215,7 @@ def test_resize_crop_gzip_and_shard_size(tmp_path):
         OutputOptions(gzip=True, shard_mb=0.01, splits=(("train", 1.0),)),
         in_process,
     )
+    assert result.summary.decoded_every_image
     names = tf.io.gfile.listdir(artifacts.split_dir(out, "train"))
     assert all(n.endswith(".gz") for n in names)
     bytes_out = result.summary.splits["train"].bytes_out

@@ -5,6 +5,7 @@ The TFX pipeline run (gate, TFDV image domain) is in test_image_statistics_pipel
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import html.parser
 import json
@@ -20,7 +21,13 @@ import pytest
 import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from imgpipe.components.common import artifacts, config_loader, label_map, layout
+from imgpipe.components.common import (
+    artifacts,
+    config_loader,
+    conversion_summary,
+    label_map,
+    layout,
+)
 from imgpipe.components.common import features as fk
 from imgpipe.components.common import image_stats as schema
 from imgpipe.components.common.preprocessing import eval_image
@@ -39,6 +46,7 @@ from imgpipe.components.image_statistics.analyze import (
     difference_hashes,
     thumbnail_jpeg,
 )
+from imgpipe.components.image_statistics.compute import strict_check_needed
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.executor import (
     REJECTED_SUFFIX,
@@ -764,3 +772,15 @@ def test_the_strict_jpeg_check_finds_what_tensorflow_passes_over_and_can_be_turn
         records, "train", decoder, AnalysisOptions(IMAGE_SIZE, CROP, verify_images=False)
     )
     assert (lenient.images, lenient.failed) == (2, 0)
+
+
+def test_the_strict_check_trusts_a_conversion_that_decoded_every_image(dataset, tmp_path):
+    options = AnalysisOptions(IMAGE_SIZE, CROP)
+    assert strict_check_needed(str(tmp_path), options)  # no summary: records from elsewhere
+    assert strict_check_needed(dataset["examples"], options)  # pass-through
+    summary = conversion_summary.read(dataset["examples"])
+    conversion_summary.write(str(tmp_path), dataclasses.replace(summary, decoded_every_image=True))
+    assert not strict_check_needed(str(tmp_path), options)
+    assert not strict_check_needed(
+        dataset["examples"], AnalysisOptions(16, CROP, verify_images=False)
+    )

@@ -278,6 +278,7 @@ def _summarize(
         splits=splits,
         compression="gzip" if output_options.gzip else "none",
         image_options=config_loader.to_dict(image_options),
+        decoded_every_image=image_options.decodes_every_image,
     )
 
 
