@@ -29,7 +29,7 @@ from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.produce import produce
 from tests import imagegen
-from tests.test_walk import make_deep, touch
+from tests.trees import make_deep, touch
 
 pytestmark = pytest.mark.component
 

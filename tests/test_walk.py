@@ -19,29 +19,12 @@ from imgpipe.components.common.tf_errors import op_error_reason
 from imgpipe.components.image_example_gen import driver, listing, transforms, walk
 from imgpipe.components.image_example_gen.options import ImageOptions
 from imgpipe.components.image_example_gen.tasks import ConversionTask
+from tests.trees import make_deep, touch
 
 pytestmark = pytest.mark.unit
 
 NOBODY = 65534
 FIFO_READ = "special file (fifo): not read"
-
-
-def touch(path: str | bytes, data: bytes = b"\xff\xd8\xff") -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(data)
-
-
-def make_deep(root: str, levels: int, name: str) -> None:
-    """root/name/name/.../x.jpg, deeper than PATH_MAX, made with folder descriptors."""
-    fd = os.open(root, os.O_RDONLY)
-    for _ in range(levels):
-        os.mkdir(name, dir_fd=fd)
-        deeper = os.open(name, os.O_RDONLY, dir_fd=fd)
-        os.close(fd)
-        fd = deeper
-    os.close(os.open("x.jpg", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
-    os.close(fd)
 
 
 @pytest.fixture
