@@ -13,12 +13,14 @@ import stat
 import tempfile
 
 import pytest
+import tensorflow as tf
 
 from imgpipe.components.common.printable import printable, printable_bytes
 from imgpipe.components.common.tf_errors import op_error_reason
 from imgpipe.components.image_example_gen import driver, listing, transforms, walk
 from imgpipe.components.image_example_gen.options import ImageOptions
 from imgpipe.components.image_example_gen.tasks import ConversionTask
+from tests import imagegen
 from tests.trees import make_deep, touch
 
 pytestmark = pytest.mark.unit
@@ -258,3 +260,21 @@ def test_tensorflow_errors_keep_the_decoders_own_words():
         " Invalid PNG data, size 10395 [Op:DecodePng]"
     )
     assert op_error_reason(eager) == "Invalid PNG data, size 10395"
+
+
+def test_an_object_store_tree_is_walked_and_read_through_gfile():
+    # TensorFlow's in-memory filesystem stands in for gs:// and s3://: no links, no FIFOs.
+    root = "ram://walk-test/root"
+    for relpath in ("cat/a.jpg", "cat/deep/b.jpg", "dog/c.jpg", "notes.txt"):
+        tf.io.gfile.makedirs(f"{root}/{relpath.rsplit('/', 1)[0]}" if "/" in relpath else root)
+        with tf.io.gfile.GFile(f"{root}/{relpath}", "wb") as f:
+            f.write(imagegen.jpeg_bytes(imagegen.photo_like(8, 8)))
+    tree = walk.walk_tree(root)
+    assert tree == walk.Tree(["cat/a.jpg", "cat/deep/b.jpg", "dog/c.jpg", "notes.txt"], [])
+    assert driver.tree_fingerprint(root).startswith(f"images:{root},num_files:4,")
+    converted = transforms.convert_task(
+        root, ConversionTask("cat/deep/b.jpg", "cat", 0, "train"), ImageOptions()
+    )
+    assert converted.error is None and converted.record
+    with pytest.raises(FileNotFoundError, match="does not exist or is not a directory"):
+        walk.walk_tree("ram://walk-test/missing")
