@@ -152,12 +152,13 @@ def _peak_rss_mb(folder: str, limit: int, beam_args: list[str]) -> float:
 
 
 def _subset(folder: str, count: int) -> str:
-    """A folder of symlinks to the first `count` images, in the same label layout."""
+    """A folder of hard links to the first `count` images, in the same label layout
+    (symbolic links to files outside an input folder are not followed)."""
     subset = tempfile.mkdtemp(prefix="imgpipe-subset-")
     for path in _images(folder)[:count]:
         label_dir = os.path.join(subset, os.path.basename(os.path.dirname(path)))
         os.makedirs(label_dir, exist_ok=True)
-        os.symlink(path, os.path.join(label_dir, os.path.basename(path)))
+        os.link(path, os.path.join(label_dir, os.path.basename(path)))
     return subset
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import struct
 
 import cv2
 import numpy as np
@@ -118,3 +119,39 @@ def make_colour_folder(
             write(os.path.join(root, rel), data)
             written.append(rel)
     return written
+
+
+# Hostile images: valid magic bytes, with headers that lie or frames that explode.
+
+
+def lying_jpeg(width: int, height: int) -> bytes:
+    """A small real JPEG whose frame header (SOF0) claims width x height."""
+    data = bytearray(jpeg_bytes(photo_like(16, 16)))
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+def gif_bytes(screen: tuple[int, int], frames: list[tuple[int, int, int, int]]) -> bytes:
+    """A GIF with a logical screen of (width, height) and frames (left, top, width,
+    height), each holding the LZW data of one pixel: decodable when the frames are 1x1."""
+    out = b"GIF89a" + struct.pack("<HHBBB", *screen, 0x80, 0, 0) + b"\x00\x00\x00\xff\xff\xff"
+    for frame in frames:
+        out += b"\x2c" + struct.pack("<HHHHB", *frame, 0) + b"\x02\x02\x44\x01\x00"
+    return out + b";"
+
+
+def animated_bytes(fmt: str, size: int = 8, later: tuple[int, int] | None = None) -> bytes:
+    """A 2-frame APNG ("PNG") or animated WebP ("WEBP"); `later` rewrites the second
+    frame's (width, height) in its frame header (fcTL / ANMF) only."""
+    frames = [Image.fromarray(photo_like(size, size, seed=i)) for i in range(2)]
+    data = bytearray(pillow_bytes(frames[0], fmt, save_all=True, append_images=frames[1:]))
+    if later is not None:
+        chunk = b"fcTL" if fmt == "PNG" else b"ANMF"
+        second = data.index(chunk, data.index(chunk) + 4)
+        if fmt == "PNG":  # sequence number, then width and height
+            data[second + 8 : second + 16] = struct.pack(">II", *later)
+        else:  # after the chunk size: x, y, then width - 1 and height - 1, 3 bytes each
+            size_bytes = [(value - 1).to_bytes(3, "little") for value in later]
+            data[second + 14 : second + 20] = b"".join(size_bytes)
+    return bytes(data)

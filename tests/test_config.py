@@ -249,12 +249,14 @@ def test_the_cli_takes_its_defaults_from_the_types():
         stats_args.leakage_threshold,
         stats_args.min_supported_fraction,
         stats_args.fail_on_anomalies,
+        stats_args.verify_images,
     ) == (
         defaults.sample_thumbnails,
         defaults.native_resolution,
         defaults.leakage_threshold,
         defaults.min_supported_fraction,
         defaults.fail_on_anomalies,
+        defaults.verify_images,
     )
     assert stats_args.image_size == TrainerConfig().input_size
 

@@ -152,3 +152,54 @@ def test_decodes_every_image_matches_what_the_codec_does(options, decodes):
     header = hdr.read_header(jpeg)
     assert options.decodes_every_image is decodes
     assert (image_codec.needs_pixels(header, options) or options.verify == "decode") is decodes
+
+
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        # The 35-byte GIF: a 1x1 screen with a 60000x60000 frame.
+        (imagegen.gif_bytes((1, 1), [(0, 0, 60000, 60000)]), "bomb: frame 0: 60000x60000"),
+        # Under max_pixels, but 9000x9000 cannot come from a few bytes of LZW codes.
+        (imagegen.gif_bytes((1, 1), [(0, 0, 9000, 9000)]), "cannot hold the 9000x9000 canvas"),
+        (imagegen.gif_bytes((1, 1), [(0, 0, 1, 1), (40000, 40000, 1, 1)]), "canvas: 40001x"),
+        (imagegen.gif_bytes((1, 1), [(0, 0, 1, 1), (0, 0, 20000, 20000)]), "bomb: frame 1"),
+        (imagegen.animated_bytes("PNG", later=(20000, 20000)), "bomb: frame 1: 20000x20000"),
+        (imagegen.animated_bytes("PNG", later=(9, 9)), "frame 1: 9x9 at \\(0, 0\\) lies outside"),
+        (imagegen.animated_bytes("WEBP", later=(16000, 16000)), "bomb: frame 1: 16000x16000"),
+        (imagegen.lying_jpeg(20000, 20000), "bomb: 20000x20000"),
+        # A few hundred bytes "of" 100 MP: refused before any allocation.
+        (imagegen.lying_jpeg(10000, 10000), "cannot hold the 10000x10000 image"),
+    ],
+)
+def test_every_frame_and_every_claimed_size_is_checked_before_decoding(data, reason):
+    with pytest.raises(hdr.ImageHeaderError, match=reason):
+        image_codec.convert_image(data, ImageOptions())
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        imagegen.gif_bytes((1, 1), [(0, 0, 1, 1)]),
+        imagegen.gif_bytes((4, 4), [(0, 0, 1, 1), (3, 3, 1, 1)]),
+        imagegen.animated_bytes("PNG"),
+        imagegen.animated_bytes("WEBP"),
+    ],
+)
+def test_well_formed_animations_convert_from_their_first_frame(data):
+    image, header = image_codec.convert_image(data, ImageOptions())
+    assert (image.width, image.height) == (header.width, header.height)
+    assert hdr.read_header(image.data).format in ("png", "jpeg")
+
+
+def test_a_decoder_failure_of_any_kind_is_an_image_error():
+    # Garbage LZW codes in a well-formed GIF: OpenCV gives up, then Pillow raises OSError.
+    gif = bytearray(imagegen.gif_bytes((4, 4), [(0, 0, 4, 4)]))
+    gif[-4:-2] = b"\xff\xff"
+    with pytest.raises(image_codec.ImageDecodeError, match="^undecodable gif: broken data"):
+        image_codec.convert_image(bytes(gif), ImageOptions())
+    # CMYK goes through OpenCV, which decodes corrupt data without a word.
+    cmyk = bytearray(imagegen.cmyk_jpeg_bytes(imagegen.photo_like(128, 128)))
+    middle = len(cmyk) // 2
+    cmyk[middle : middle + 50] = np.random.default_rng(0).integers(1, 255, 50, np.uint8).tobytes()
+    with pytest.raises(image_codec.ImageDecodeError, match="Corrupt JPEG data"):
+        image_codec.convert_image(bytes(cmyk), ImageOptions())

@@ -15,7 +15,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from imgpipe.components.common import artifacts, conversion_summary, layout, manifest
 from imgpipe.components.common import features as fk
-from imgpipe.components.image_example_gen import tasks, transforms
+from imgpipe.components.image_example_gen import tasks, transforms, walk
 from imgpipe.components.image_example_gen.convert import run_conversion
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
 from tests import imagegen
@@ -98,17 +98,20 @@ def test_every_bad_input_is_skipped_with_its_reason(converted):
         "cat/empty.jpg",
         "dog/text.jpg",
         "dog/bomb.png",
-        "dog/dangling.jpg",
         "stray.jpg",
     }
     assert "no end-of-image marker" in skipped["cat/truncated.jpg"]
     assert skipped["cat/empty.jpg"] == "empty file (0 bytes)"
     assert skipped["dog/text.jpg"].startswith("not an image")
     assert skipped["dog/bomb.png"].startswith("decompression bomb: 12000x12000")
-    assert skipped["dog/dangling.jpg"].startswith("unreadable")
     assert skipped["stray.jpg"] == "image outside a label folder"
     ignored = json.loads(open(os.path.join(out, "ignored.json")).read())
-    assert {row["path"] for row in ignored} == {"README.md", "cat/.DS_Store", ".cache/thumb.jpg"}
+    assert {row["path"]: row["reason"] for row in ignored} == {
+        "README.md": "not an image file name",
+        "cat/.DS_Store": "hidden file",
+        ".cache/thumb.jpg": "hidden file",
+        "dog/dangling.jpg": walk.LINK_NOT_FOLLOWED,  # links are not followed by default
+    }
 
 
 def test_the_manifest_lists_every_file_and_each_shard_with_its_records(converted):
@@ -135,8 +138,9 @@ def test_counts_reconcile_and_are_recorded(converted):
     summary = conversion_summary.read(out)
     assert summary == result.summary
     assert summary.files_seen == summary.written + summary.skipped + summary.ignored
+    assert not summary.decoded_every_image  # pass-through: the statistics check them
     # 30 generated + cmyk + UPPER.JPG + corrupt-body.png (header-valid) are written.
-    assert (summary.written, summary.skipped, summary.ignored) == (33, 6, 3)
+    assert (summary.written, summary.skipped, summary.ignored) == (33, 5, 4)
     written = read_split(out, "train") + read_split(out, "eval")
     assert len(written) == 33
     assert sum(s.records for s in summary.splits.values()) == 33
@@ -157,7 +161,7 @@ def test_layout_labels_and_features(converted):
     cat = examples["cat/img_000.jpg"]
     assert feature(cat, fk.IMAGE_FORMAT_KEY) == b"jpeg"
     assert (feature(cat, fk.IMAGE_HEIGHT_KEY), feature(cat, fk.IMAGE_WIDTH_KEY)) == (48, 64)
-    # Stratified over the listed files (14 cat, 13 dog, 11 owl), decided before decoding:
+    # Stratified over the listed files (14 cat, 12 dog, 11 owl), decided before decoding:
     # round(0.3 x listed) per label. Here the bad files all hashed into train.
     assert result.summary.splits["eval"].labels == {"cat": 4, "dog": 4, "owl": 3}
 
@@ -235,6 +239,7 @@ def test_resize_crop_gzip_and_shard_size(tmp_path):
         OutputOptions(gzip=True, shard_mb=0.01, splits=(("train", 1.0),)),
         in_process,
     )
+    assert result.summary.decoded_every_image
     names = tf.io.gfile.listdir(artifacts.split_dir(out, "train"))
     assert all(n.endswith(".gz") for n in names)
     bytes_out = result.summary.splits["train"].bytes_out

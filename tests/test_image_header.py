@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -77,9 +79,58 @@ def test_bad_bytes_give_a_reason(data, reason):
 
 def test_truncated_body_is_caught_without_decoding():
     jpeg = imagegen.jpeg_bytes(imagegen.photo_like(64, 64))
-    hdr.check_complete(jpeg, "jpeg")
+    hdr.check_complete(jpeg, hdr.read_header(jpeg))
     with pytest.raises(hdr.ImageHeaderError, match="truncated jpeg"):
-        hdr.check_complete(jpeg[: len(jpeg) // 2], "jpeg")
+        hdr.check_complete(jpeg[: len(jpeg) // 2], hdr.read_header(jpeg))
     png = imagegen.png_bytes(imagegen.photo_like(64, 64))
     with pytest.raises(hdr.ImageHeaderError, match="truncated png"):
-        hdr.check_complete(png[:-40], "png")
+        hdr.check_complete(png[:-40], hdr.read_header(png))
+
+
+def _uniform(fmt: str, mode: str, **kwargs) -> bytes:
+    return imagegen.pillow_bytes(Image.new(mode, (3000, 2000)), fmt, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        # The most compressible real files: a uniform image, at each format's best.
+        _uniform("JPEG", "RGB", quality=1, progressive=True, optimize=True),
+        _uniform("JPEG", "L", quality=1, progressive=True, optimize=True),
+        _uniform("PNG", "RGB", optimize=True),
+        _uniform("PNG", "1", optimize=True),
+        _uniform("GIF", "P"),
+        _uniform("BMP", "RGB"),
+        _uniform("WEBP", "RGB", lossless=True),
+    ],
+)
+def test_no_real_file_is_shorter_than_its_size_requires(data):
+    header = hdr.read_header(data)
+    assert header.min_bytes <= len(data)
+    hdr.check_complete(data, header)
+
+
+def test_a_header_that_claims_more_than_the_bytes_can_hold_is_refused():
+    png = bytearray(imagegen.png_bytes(imagegen.photo_like(8, 8)))
+    png[16:24] = struct.pack(">II", 10000, 10000)  # 300 MB of pixels in a 300-byte file
+    bmp = imagegen.pillow_bytes(Image.fromarray(imagegen.photo_like(40, 40)), "BMP")
+    webp = imagegen.pillow_bytes(Image.fromarray(imagegen.photo_like(40, 40)), "WEBP")
+    for data in (imagegen.lying_jpeg(10000, 10000), bytes(png), bmp[:-100], webp[:-10]):
+        header = hdr.read_header(data)
+        with pytest.raises(hdr.ImageHeaderError, match=f"truncated or corrupt {header.format}"):
+            hdr.check_complete(data, header)
+
+
+def test_frames_are_read_from_every_animated_format():
+    gif = imagegen.gif_bytes((5, 5), [(0, 0, 1, 1), (2, 3, 1, 1)])
+    assert list(hdr.frames(gif, hdr.read_header(gif))) == [
+        hdr.Frame(0, 0, 1, 1),
+        hdr.Frame(2, 3, 1, 1),
+    ]
+    for fmt in ("PNG", "WEBP"):
+        data = imagegen.animated_bytes(fmt, size=8, later=(6, 7))
+        header = hdr.read_header(data)
+        assert header.animated
+        assert [(f.width, f.height) for f in hdr.frames(data, header)] == [(8, 8), (6, 7)]
+    with pytest.raises(hdr.ImageHeaderError, match="truncated gif"):
+        list(hdr.frames(gif[:20], hdr.read_header(gif)))

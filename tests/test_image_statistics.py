@@ -5,6 +5,7 @@ The TFX pipeline run (gate, TFDV image domain) is in test_image_statistics_pipel
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import html.parser
 import json
@@ -20,7 +21,15 @@ import pytest
 import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from imgpipe.components.common import artifacts, config_loader, fileio, layout, manifest
+from imgpipe.components.common import (
+    artifacts,
+    config_loader,
+    conversion_summary,
+    fileio,
+    label_map,
+    layout,
+    manifest,
+)
 from imgpipe.components.common import features as fk
 from imgpipe.components.common import image_stats as schema
 from imgpipe.components.common.preprocessing import eval_image
@@ -39,6 +48,7 @@ from imgpipe.components.image_statistics.analyze import (
     difference_hashes,
     thumbnail_jpeg,
 )
+from imgpipe.components.image_statistics.compute import strict_check_needed
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.executor import (
     REJECTED_SUFFIX,
@@ -386,7 +396,7 @@ def test_undecodable_image_is_reported_not_fatal(tmp_path):
     split_dir = tmp_path / "Split-train"
     split_dir.mkdir()
     good = cv2.imencode(".png", np.full((20, 30, 3), 200, np.uint8))[1].tobytes()
-    jpeg = cv2.imencode(".jpg", np.full((64, 64, 3), 90, np.uint8))[1].tobytes()
+    jpeg = imagegen.jpeg_bytes(imagegen.photo_like(64, 64))
     # A complete header and end marker around a corrupt body: only a decode finds it.
     corrupt = jpeg[: len(jpeg) // 2] + b"\x00" * 64 + b"\xff\xd9"
     with tf.io.TFRecordWriter(str(split_dir / "data_tfrecord-00000-of-00001")) as writer:
@@ -397,24 +407,31 @@ def test_undecodable_image_is_reported_not_fatal(tmp_path):
             feature[fk.FILENAME_KEY].bytes_list.value.append(name.encode())
             feature[fk.LABEL_KEY].int64_list.value.append(0)
             writer.write(example.SerializeToString())
-    artifacts.write_json(str(tmp_path / layout.LABEL_MAP_FILE), {"labels": ["a"]})
+    label_map.write(str(tmp_path), ["a"])
     manifest.write(
         str(tmp_path), manifest.describe(str(tmp_path), fileio.list_files(str(tmp_path)))
     )
-    stats = config_loader.to_dict(
-        produce(
-            str(tmp_path),
-            ["train"],
-            str(tmp_path),
-            AnalysisOptions(16, CROP),
-            StatisticsConfig(),
-            make_pipeline,
-        ).stats
+    produced = produce(
+        str(tmp_path),
+        ["train"],
+        str(tmp_path),
+        AnalysisOptions(16, CROP),
+        StatisticsConfig(),
+        make_pipeline,
     )
+    stats = config_loader.to_dict(produced.stats)
     train = stats["splits"]["train"]
     assert train["images"] == 1
-    assert {f["path"] for f in train["undecodable_files"]} == {"corrupt.jpg", "text.jpg"}
-    assert all(f["reason"] for f in train["undecodable_files"])
+    assert {f["path"]: f["reason"] for f in train["undecodable_files"]} == {
+        "corrupt.jpg": "corrupt jpeg: Corrupt JPEG data: premature end of data segment",
+        "text.jpg": "not an image: unrecognised content starting b'hi'",
+    }
+    # By default they are an anomaly that names them; verify_images: false leaves them
+    # to min_supported_fraction.
+    (unusable,) = [a for a in produced.stats.anomalies if a.code == anomaly_lib.UNUSABLE_IMAGES]
+    assert "corrupt.jpg: corrupt jpeg" in unusable.message and "text.jpg" in unusable.message
+    lenient = anomaly_lib.check(produced.stats, StatisticsConfig(verify_images=False))
+    assert anomaly_lib.UNUSABLE_IMAGES not in {a.code for a in lenient}
     assert train["pixels"]["mean"] == [200.0, 200.0, 200.0]
     assert stats["source"]["supported_fraction"] == pytest.approx(1 / 3)
 
@@ -876,3 +893,41 @@ def test_executor_checks_drift_against_the_served_models_training_data(tmp_path)
     assert len(drift_lines) == len(drifted)
     report = (tmp_path / "span4-warned-statistics" / layout.REPORT_FILE).read_text()
     assert f'data-metric="{drift.STD_RATIO}" data-drifted="true"' in report
+
+
+def test_the_strict_jpeg_check_finds_what_tensorflow_passes_over_and_can_be_turned_off():
+    photo = imagegen.jpeg_bytes(imagegen.photo_like(96, 96, seed=5))
+    corrupt = bytearray(photo)
+    middle = len(corrupt) // 2
+    corrupt[middle : middle + 60] = (
+        np.random.default_rng(1).integers(1, 255, 60, np.uint8).tobytes()
+    )
+    tf.io.decode_jpeg(bytes(corrupt))  # TensorFlow: no error, wrong pixels
+    records = []
+    for name, data in (("good.jpg", photo), ("corrupt.jpg", bytes(corrupt))):
+        example = tf.train.Example()
+        example.features.feature[fk.IMAGE_ENCODED_KEY].bytes_list.value.append(data)
+        example.features.feature[fk.FILENAME_KEY].bytes_list.value.append(name.encode())
+        records.append(example.SerializeToString())
+    decoder = BatchDecoder(IMAGE_SIZE, CROP)
+    strict, _ = analyze_batch(records, "train", decoder, AnalysisOptions(IMAGE_SIZE, CROP))
+    assert (strict.images, strict.failed) == (1, 1)
+    assert strict.failures == [
+        ("corrupt.jpg", "corrupt jpeg: Corrupt JPEG data: 124 extraneous bytes before marker 0xd9")
+    ]
+    lenient, _ = analyze_batch(
+        records, "train", decoder, AnalysisOptions(IMAGE_SIZE, CROP, verify_images=False)
+    )
+    assert (lenient.images, lenient.failed) == (2, 0)
+
+
+def test_the_strict_check_trusts_a_conversion_that_decoded_every_image(dataset, tmp_path):
+    options = AnalysisOptions(IMAGE_SIZE, CROP)
+    assert strict_check_needed(str(tmp_path), options)  # no summary: records from elsewhere
+    assert strict_check_needed(dataset["examples"], options)  # pass-through
+    summary = conversion_summary.read(dataset["examples"])
+    conversion_summary.write(str(tmp_path), dataclasses.replace(summary, decoded_every_image=True))
+    assert not strict_check_needed(str(tmp_path), options)
+    assert not strict_check_needed(
+        dataset["examples"], AnalysisOptions(16, CROP, verify_images=False)
+    )

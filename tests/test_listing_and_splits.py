@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 
 import pytest
 
+from imgpipe.components.common import label_map
 from imgpipe.components.image_example_gen import labels, listing, splitting
 from imgpipe.components.image_example_gen.options import OutputOptions
 
@@ -40,7 +42,7 @@ def test_flat_layout_labels_nested_files_and_ignores_the_rest():
         "cat/.hidden.jpg": "hidden file",
         "dog/notes.txt": "not an image file name",
     }
-    assert [(f.relpath, f.reason) for f in result.unlabeled] == [
+    assert [(f.relpath, f.reason) for f in result.skipped] == [
         ("stray.jpg", "image outside a label folder")
     ]
     assert result.files_seen == 9
@@ -58,7 +60,7 @@ def test_split_layout_is_detected_and_keeps_split_names():
         ("train", "cat"),
     ]
     assert result.given_splits == ["eval", "test", "train"]
-    assert result.unlabeled[0].relpath == "train/loose.jpg"
+    assert result.skipped[0].relpath == "train/loose.jpg"
 
 
 def test_a_label_named_like_a_split_does_not_fool_detection():
@@ -91,10 +93,13 @@ def test_label_ids_are_sorted_and_stay_stable_with_an_existing_map(tmp_path):
         labels.build_labels(["cat", "dog"], existing, "fail")
     assert labels.build_labels(["cat", "dog"], existing, "append") == ["zebra", "cat", "dog"]
 
-    labels.write_label_files(str(tmp_path), ["zebra", "cat"])
-    assert labels.read_label_map(str(tmp_path / "label_map.json")) == ["zebra", "cat"]
-    assert labels.read_label_map(str(tmp_path / "labels.txt")) == ["zebra", "cat"]
-    assert json.loads((tmp_path / "label_map.json").read_text())["labels"] == ["zebra", "cat"]
+    label_map.write(str(tmp_path), ["zebra", "cat"])
+    assert label_map.read(str(tmp_path / "label_map.json")).labels == ("zebra", "cat")
+    assert label_map.read(str(tmp_path / "labels.txt")).labels == ("zebra", "cat")
+    assert json.loads((tmp_path / "label_map.json").read_text()) == {
+        "labels": ["zebra", "cat"],
+        "version": 1,
+    }
 
 
 def test_options_are_validated_with_the_bad_value_named():
@@ -102,3 +107,80 @@ def test_options_are_validated_with_the_bad_value_named():
         OutputOptions(num_shards=0).validate()
     with pytest.raises(ValueError, match="split 'eval' needs .* positive weight"):
         OutputOptions(splits=(("train", 1.0), ("eval", 0.0))).validate()
+
+
+HOSTILE_CLASS_NAMES = [
+    "cat",
+    "chat noir",
+    "кошка",
+    "café",  # NFC
+    "cafe\u0301",  # the same look, NFD: another class
+    "\u202ecat",  # a right-to-left override: shown escaped, kept as it is
+    "a\u200bb",
+    "x\ufeff",
+    " cat",
+    "cat ",
+    "\u00a0cat",
+    "a\nb",
+    "a\rb",
+    "a\u2028b",
+    "a\x85b",
+    "a\x0bb",
+    "a\tb",
+    "\x1b[31mred",
+    "\ufeffcat",
+    "",
+]
+
+
+def test_labels_txt_round_trips_every_class_name_it_accepts(tmp_path):
+    accepted = [name for name in HOSTILE_CLASS_NAMES if label_map.class_name_problem(name) is None]
+    refused = {name: label_map.class_name_problem(name) for name in HOSTILE_CLASS_NAMES}
+    refused = {name: reason for name, reason in refused.items() if reason is not None}
+    assert accepted == HOSTILE_CLASS_NAMES[:8]
+    assert (
+        refused["a\nb"]
+        == refused["a\u2028b"]
+        == "it has a line break, which labels.txt cannot hold"
+    )
+    assert refused[" cat"] == "it has white space at an end, which labels.txt cannot keep"
+    assert refused["a\tb"] == refused["\x1b[31mred"] == "it has a control character"
+
+    label_map.write(str(tmp_path), accepted)
+    for name in ("labels.txt", "label_map.json"):
+        assert label_map.read(str(tmp_path / name)).labels == tuple(accepted)
+    for name, reason in refused.items():
+        with pytest.raises(ValueError, match="cannot be a class"):
+            label_map.write(str(tmp_path), ["cat", name])
+        (tmp_path / "given.json").write_text(json.dumps({"version": 1, "labels": ["cat", name]}))
+        with pytest.raises(ValueError, match=r"given\.json.*labels\[1\].*" + re.escape(reason)):
+            label_map.read(str(tmp_path / "given.json"))
+
+
+def test_a_label_folder_that_cannot_be_a_class_is_skipped_by_name():
+    result = listing.classify(["cat/a.jpg", " dog/b.jpg", "owl\n/c.jpg"])
+    assert [image.label for image in result.images] == ["cat"]
+    assert {f.relpath: f.reason for f in result.skipped} == {
+        " dog/b.jpg": "label folder ' dog' cannot be a class: it has white space at an end, "
+        "which labels.txt cannot keep; rename it",
+        "owl\n/c.jpg": "label folder 'owl\n' cannot be a class: it has a line break, "
+        "which labels.txt cannot hold; rename it",
+    }
+    assert result.files_seen == 3
+
+
+def test_a_label_map_file_is_refused_with_the_reason(tmp_path):
+    for text, reason in (
+        ('{"version": 1, "labels": ["a", "a"]}', "repeats a class name"),
+        ('{"labels": ["a"]}', "schema version None"),
+        ("[1, 2", "is not JSON"),
+        ('{"version": 1, "labels": "a"}', "must be a list"),
+    ):
+        (tmp_path / "map.json").write_text(text)
+        with pytest.raises(ValueError, match=reason):
+            label_map.read(str(tmp_path / "map.json"))
+    (tmp_path / "labels.txt").write_bytes(b"\xef\xbb\xbfcat\r\n\r\ndog  \n")  # BOM, CRLF
+    assert label_map.read(str(tmp_path / "labels.txt")).labels == ("cat", "dog")
+    (tmp_path / "latin.txt").write_bytes(b"caf\xe9\n")
+    with pytest.raises(ValueError, match="not UTF-8"):
+        label_map.read(str(tmp_path / "latin.txt"))

@@ -12,6 +12,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from imgpipe.components.common import label_map
 from imgpipe.components.common.layout import (
     GZIP,
     GZIP_SUFFIX,
@@ -58,7 +59,7 @@ def load_labels(examples_uri: str) -> list[str]:
         raise FileNotFoundError(
             f"{path} not found: the Examples artifact was not written by ImageExampleGen"
         )
-    return list(read_json(path)["labels"])
+    return list(label_map.read(path).labels)
 
 
 def load_skipped(examples_uri: str) -> list[dict[str, str]]:

@@ -49,6 +49,9 @@ class ConversionSummary:
     splits: dict[str, SplitSummary]
     compression: str
     image_options: dict[str, Any]  # ImageOptions as plain data
+    # Every written image was decoded, strictly (libjpeg's warnings are errors), or is
+    # the encoder's own output: ImageStatistics' strict check has nothing to add.
+    decoded_every_image: bool = False
 
     @property
     def split_names(self) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Iterator
 
 JPEG = "jpeg"
 PNG = "png"
@@ -38,10 +39,24 @@ class ImageHeader:
     mode: str
     bit_depth: int = 8
     exif_orientation: int = 1  # 1 = upright; EXIF values 2..8 need a transform
+    # The fewest bytes a complete file of this size and coding can have: a shorter file
+    # is truncated, or its header lies about the size (see min_bytes_note).
+    min_bytes: int = 0
+    animated: bool = False  # an APNG or animated WebP: more frames than the first
 
     @property
     def pixels(self) -> int:
         return self.width * self.height
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """One frame's rectangle on the canvas (GIF frames, APNG fcTL, WebP ANMF)."""
+
+    left: int
+    top: int
+    width: int
+    height: int
 
 
 def sniff_format(data: bytes) -> str | None:
@@ -86,15 +101,25 @@ def read_header(data: bytes) -> ImageHeader:
     return header
 
 
-def check_complete(data: bytes, fmt: str) -> None:
-    """Checks that a JPEG or PNG ends where its format says it must.
+def check_complete(data: bytes, header: ImageHeader) -> None:
+    """Checks that the file is long enough for the size its header claims, and that a
+    JPEG or PNG ends where its format says it must.
 
     A cut-off download or copy keeps a valid header but loses the end marker, so this
-    catches truncation without decoding.
+    catches truncation without decoding. A header that claims far more pixels than the
+    bytes can code (a 6 KB JPEG "of" 100 megapixels) would cost the full size in memory
+    at every decode; see min_bytes_note for the bounds.
 
     Raises:
-      ImageHeaderError: the end marker is missing.
+      ImageHeaderError: the file is too short, or the end marker is missing.
     """
+    fmt = header.format
+    if len(data) < header.min_bytes:
+        raise ImageHeaderError(
+            f"truncated or corrupt {fmt}: {len(data)} bytes cannot hold the "
+            f"{header.width}x{header.height} image its header claims "
+            f"(at least {header.min_bytes} bytes)"
+        )
     if fmt == JPEG:
         # Some encoders pad after EOI; allow a little trailing data.
         if b"\xff\xd9" not in data[-64:]:
@@ -105,6 +130,20 @@ def check_complete(data: bytes, fmt: str) -> None:
 
 
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+_HUFFMAN_DCT_SOF = frozenset({0xC0, 0xC1, 0xC2})
+_HUFFMAN_LOSSLESS_SOF = 0xC3
+# min_bytes_note: the lower bounds behind ImageHeader.min_bytes, each a property of the
+# coding, so no valid file falls below them:
+#   Huffman-coded JPEG: each 8x8 block of the full-resolution component takes at least
+#     one bit (its DC code; progressive AC scans can skip blocks, the DC scan cannot);
+#     lossless JPEG at least a bit a sample. Arithmetic coding has no such floor.
+#   PNG: deflate expands at most 1032:1, and the raw rows hold a filter byte each.
+#   GIF: an LZW code of b bits stands for fewer than 2**b pixels, so a byte of codes
+#     stands for fewer than 4096 (2730, in fact).
+#   uncompressed BMP: every row, padded to 4 bytes, is stored; RLE has no floor.
+#   WebP: the RIFF header gives the file's length.
+_DEFLATE_MAX_RATIO = 1032
+LZW_MAX_PIXELS_PER_BYTE = 4096
 
 
 def _jpeg_header(data: bytes) -> ImageHeader:
@@ -133,6 +172,12 @@ def _jpeg_header(data: bytes) -> ImageHeader:
             adobe_transform = segment[11]
         elif marker in _SOF_MARKERS:
             precision, height, width, components = struct.unpack(">BHHB", segment[:6])
+            if marker in _HUFFMAN_DCT_SOF:
+                min_bytes = (-(-width // 8) * -(-height // 8)) // 8
+            elif marker == _HUFFMAN_LOSSLESS_SOF:
+                min_bytes = width * height // 8
+            else:
+                min_bytes = 0
             if components == 1:
                 mode, channels = MODE_GRAY, 1
             elif components == 3:
@@ -142,7 +187,9 @@ def _jpeg_header(data: bytes) -> ImageHeader:
                 channels = 4
             else:
                 raise ImageHeaderError(f"unsupported jpeg with {components} components")
-            return ImageHeader(JPEG, width, height, channels, mode, precision, orientation)
+            return ImageHeader(
+                JPEG, width, height, channels, mode, precision, orientation, min_bytes
+            )
         pos += length
     raise ImageHeaderError("truncated jpeg: no frame header (SOF) found")
 
@@ -176,6 +223,9 @@ _PNG_MODES = {
 }
 
 
+_PNG_SAMPLES = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+
+
 def _png_header(data: bytes) -> ImageHeader:
     if len(data) < 33:  # signature + IHDR chunk
         raise ImageHeaderError("truncated png header")
@@ -185,55 +235,182 @@ def _png_header(data: bytes) -> ImageHeader:
     if color_type not in _PNG_MODES:
         raise ImageHeaderError(f"corrupt png: unknown colour type {color_type}")
     mode, channels = _PNG_MODES[color_type]
-    if color_type == 3 and _png_has_chunk_before_idat(data, b"tRNS"):
+    before_idat = _png_chunks_before_idat(data)
+    if color_type == 3 and b"tRNS" in before_idat:
         channels = 4
-    return ImageHeader(PNG, width, height, channels, mode, bit_depth)
+    raw_row = 1 + -(-width * _PNG_SAMPLES[color_type] * bit_depth // 8)
+    return ImageHeader(
+        PNG,
+        width,
+        height,
+        channels,
+        mode,
+        bit_depth,
+        min_bytes=height * raw_row // _DEFLATE_MAX_RATIO,
+        animated=b"acTL" in before_idat,
+    )
 
 
-def _png_has_chunk_before_idat(data: bytes, name: bytes) -> bool:
+def _png_chunks_before_idat(data: bytes) -> set[bytes]:
+    kinds = set()
     pos = 8
     while pos + 8 <= len(data):
         (length,) = struct.unpack(">I", data[pos : pos + 4])
         kind = data[pos + 4 : pos + 8]
-        if kind == name:
-            return True
         if kind == b"IDAT":
-            return False
+            break
+        kinds.add(kind)
         pos += 12 + length
-    return False
+    return kinds
 
 
 def _gif_header(data: bytes) -> ImageHeader:
     width, height = struct.unpack("<HH", data[6:10])
-    return ImageHeader(GIF, width, height, 3, MODE_PALETTE)
+    return ImageHeader(
+        GIF, width, height, 3, MODE_PALETTE, min_bytes=width * height // LZW_MAX_PIXELS_PER_BYTE
+    )
+
+
+_BMP_UNCOMPRESSED = frozenset({0, 3, 6})  # BI_RGB, BI_BITFIELDS, BI_ALPHABITFIELDS
 
 
 def _bmp_header(data: bytes) -> ImageHeader:
     width, height = struct.unpack("<ii", data[18:26])
     (bits,) = struct.unpack("<H", data[28:30])
     channels = 4 if bits == 32 else 3
-    return ImageHeader(BMP, width, abs(height), channels, MODE_RGBA if channels == 4 else MODE_RGB)
+    (info_size,) = struct.unpack("<I", data[14:18])
+    min_bytes = 0
+    if info_size >= 40 and width > 0:
+        (pixel_offset,) = struct.unpack("<I", data[10:14])
+        (compression,) = struct.unpack("<I", data[30:34])
+        if compression in _BMP_UNCOMPRESSED:
+            min_bytes = pixel_offset + (width * bits + 31) // 32 * 4 * abs(height)
+    return ImageHeader(
+        BMP,
+        width,
+        abs(height),
+        channels,
+        MODE_RGBA if channels == 4 else MODE_RGB,
+        min_bytes=min_bytes,
+    )
 
 
 def _webp_header(data: bytes) -> ImageHeader:
+    (riff_size,) = struct.unpack("<I", data[4:8])
     chunk = data[12:16]
-    if chunk == b"VP8 ":
-        width, height = struct.unpack("<HH", data[26:30])
-        return ImageHeader(WEBP, width & 0x3FFF, height & 0x3FFF, 3, MODE_RGB)
-    if chunk == b"VP8L":
-        b = data[21:25]
-        width = 1 + (((b[1] & 0x3F) << 8) | b[0])
-        height = 1 + (((b[3] & 0x0F) << 10) | (b[2] << 2) | ((b[1] & 0xC0) >> 6))
-        has_alpha = bool(b[3] & 0x10)
-        return ImageHeader(
-            WEBP, width, height, 4 if has_alpha else 3, MODE_RGBA if has_alpha else MODE_RGB
-        )
-    if chunk == b"VP8X":
+    if chunk in (b"VP8 ", b"VP8L"):
+        width, height, has_alpha = _webp_bitstream_size(chunk, data[20:30])
+        animated = False
+    elif chunk == b"VP8X":
         flags = data[20]
         width = 1 + int.from_bytes(data[24:27], "little")
         height = 1 + int.from_bytes(data[27:30], "little")
         has_alpha = bool(flags & 0x10)
-        return ImageHeader(
-            WEBP, width, height, 4 if has_alpha else 3, MODE_RGBA if has_alpha else MODE_RGB
-        )
-    raise ImageHeaderError(f"unsupported webp chunk {chunk!r}")
+        animated = bool(flags & 0x02)
+    else:
+        raise ImageHeaderError(f"unsupported webp chunk {chunk!r}")
+    return ImageHeader(
+        WEBP,
+        width,
+        height,
+        4 if has_alpha else 3,
+        MODE_RGBA if has_alpha else MODE_RGB,
+        min_bytes=riff_size + 8,
+        animated=animated,
+    )
+
+
+def _webp_bitstream_size(chunk: bytes, payload: bytes) -> tuple[int, int, bool]:
+    """Width, height and alpha of a VP8 (lossy) or VP8L (lossless) bitstream."""
+    if chunk == b"VP8 ":
+        width, height = struct.unpack("<HH", payload[6:10])
+        return width & 0x3FFF, height & 0x3FFF, False
+    b = payload[1:5]
+    width = 1 + (((b[1] & 0x3F) << 8) | b[0])
+    height = 1 + (((b[3] & 0x0F) << 10) | (b[2] << 2) | ((b[1] & 0xC0) >> 6))
+    return width, height, bool(b[3] & 0x10)
+
+
+def frames(data: bytes, header: ImageHeader) -> Iterator[Frame]:
+    """Every frame of the image, in file order: each GIF frame, each APNG or animated
+    WebP frame, the bitstream of a VP8X WebP; for the other images, the image itself.
+    Decoders allocate by these sizes, which the header's canvas does not bound.
+
+    Raises:
+      ImageHeaderError: the frame structure is truncated or corrupt.
+    """
+    try:
+        if header.format == GIF:
+            yield from _gif_frames(data)
+        elif header.format == PNG and header.animated:
+            yield from _apng_frames(data)
+        elif header.format == WEBP and data[12:16] == b"VP8X":
+            yield from _webp_frames(data)
+        else:
+            yield Frame(0, 0, header.width, header.height)
+    except (struct.error, IndexError) as e:
+        raise ImageHeaderError(f"truncated {header.format}: a frame header is cut off") from e
+
+
+def _gif_frames(data: bytes) -> Iterator[Frame]:
+    flags = data[10]
+    pos = 13 + (3 * (2 << (flags & 7)) if flags & 0x80 else 0)  # after the colour table
+    found = False
+    while pos < len(data) and data[pos] != 0x3B:  # the trailer
+        block = data[pos]
+        if block == 0x21:  # extension: label, then data sub-blocks
+            pos = _skip_gif_sub_blocks(data, pos + 2)
+        elif block == 0x2C:  # image descriptor, local colour table, LZW code size, data
+            left, top, width, height, frame_flags = struct.unpack(
+                "<HHHHB", data[pos + 1 : pos + 10]
+            )
+            yield Frame(left, top, width, height)
+            found = True
+            pos += 10
+            if frame_flags & 0x80:
+                pos += 3 * (2 << (frame_flags & 7))
+            pos = _skip_gif_sub_blocks(data, pos + 1)
+        else:
+            raise ImageHeaderError(f"corrupt gif: unknown block 0x{block:02x} at byte {pos}")
+    if not found:
+        raise ImageHeaderError("corrupt gif: no image in it")
+
+
+def _skip_gif_sub_blocks(data: bytes, pos: int) -> int:
+    while True:
+        if pos >= len(data):
+            raise ImageHeaderError("truncated gif: ends inside a block")
+        size = data[pos]
+        pos += 1 + size
+        if size == 0:
+            return pos
+
+
+def _apng_frames(data: bytes) -> Iterator[Frame]:
+    pos = 8
+    while pos + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        if kind == b"fcTL":
+            width, height, left, top = struct.unpack(">IIII", data[pos + 12 : pos + 28])
+            yield Frame(left, top, width, height)
+        elif kind == b"IEND":
+            return
+        pos += 12 + length
+
+
+def _webp_frames(data: bytes) -> Iterator[Frame]:
+    pos = 12
+    while pos + 8 <= len(data):
+        kind = data[pos : pos + 4]
+        (size,) = struct.unpack("<I", data[pos + 4 : pos + 8])
+        payload = data[pos + 8 : pos + 8 + size]
+        if kind == b"ANMF":
+            left = 2 * int.from_bytes(payload[0:3], "little")
+            top = 2 * int.from_bytes(payload[3:6], "little")
+            width = 1 + int.from_bytes(payload[6:9], "little")
+            height = 1 + int.from_bytes(payload[9:12], "little")
+            yield Frame(left, top, width, height)
+        elif kind in (b"VP8 ", b"VP8L"):
+            width, height, _ = _webp_bitstream_size(kind, payload[:10])
+            yield Frame(0, 0, width, height)
+        pos += 8 + size + (size & 1)

@@ -11,6 +11,7 @@ stopped run removes what it wrote.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import re
@@ -24,12 +25,14 @@ from imgpipe.components.common import (
     config_loader,
     conversion_summary,
     fileio,
+    label_map,
     layout,
     manifest,
     outputs,
     phases,
 )
 from imgpipe.components.common.conversion_summary import ConversionSummary, SplitSummary
+from imgpipe.components.common.printable import printable
 from imgpipe.components.image_example_gen import free_space, shards, splitting, tasks, transforms
 from imgpipe.components.image_example_gen import labels as label_lib
 from imgpipe.components.image_example_gen import listing as listing_lib
@@ -113,6 +116,12 @@ def build_pipeline(
         output_options.gzip,
         output_options.seed,
     )
+
+
+def _common_reasons(files: list[listing_lib.ListedFile], shown: int = 3) -> str:
+    """The most common reasons, with their counts, for a one-line message."""
+    counts = collections.Counter(f.reason for f in files).most_common(shown)
+    return "".join(f"; {count} x {printable(reason)}" for reason, count in counts)
 
 
 def _conversion_error_message(error: Exception) -> str | None:
@@ -214,18 +223,21 @@ def clear_output(output_dir: str) -> None:
 
 
 def _plan(input_root: str, output_options: OutputOptions) -> _Plan:
-    listing = listing_lib.list_images(input_root, output_options.layout)
+    listing = listing_lib.list_images(
+        input_root, output_options.layout, output_options.follow_links
+    )
     if not listing.images:
         raise ValueError(
             f"no labelled images under {input_root!r}: expected root/<label>/<image> or "
-            f"root/<split>/<label>/<image> ({listing.files_seen} files seen, "
-            f"{len(listing.ignored)} ignored, {len(listing.unlabeled)} outside label folders)"
+            f"root/<split>/<label>/<image>; of {listing.files_seen} files seen, "
+            f"{len(listing.ignored)} are ignored and {len(listing.skipped)} skipped"
+            + _common_reasons(listing.ignored + listing.skipped)
         )
-    if output_options.on_error == ON_ERROR_FAIL and listing.unlabeled:
-        first = listing.unlabeled[0]
-        raise ValueError(f"{first.relpath}: {first.reason}")
+    if output_options.on_error == ON_ERROR_FAIL and listing.skipped:
+        first = listing.skipped[0]
+        raise ValueError(f"{printable(first.relpath)}: {printable(first.reason)}")
     existing = (
-        label_lib.read_label_map(output_options.label_map_uri)
+        list(label_map.read(output_options.label_map_uri).labels)
         if output_options.label_map_uri
         else None
     )
@@ -311,7 +323,7 @@ def _write_metadata(
     """Writes the files beside the splits; returns their manifest entries."""
     listing = plan.listing
     skipped = sorted(
-        [{"path": f.relpath, "reason": f.reason} for f in listing.unlabeled]
+        [{"path": f.relpath, "reason": f.reason} for f in listing.skipped]
         + [
             {"path": relpath, "reason": reason}
             for result in shard_results
@@ -319,7 +331,7 @@ def _write_metadata(
         ],
         key=lambda row: row["path"],
     )
-    label_lib.write_label_files(output_dir, plan.labels)
+    label_map.write(output_dir, plan.labels)
     artifacts.write_json(os.path.join(output_dir, layout.SKIPPED_FILE), skipped)
     artifacts.write_json(
         os.path.join(output_dir, layout.IGNORED_FILE),
@@ -333,7 +345,7 @@ def _summarize(
     listing, shard_results, split_names, labels, image_options, output_options
 ) -> ConversionSummary:
     written = sum(result.records for result in shard_results)
-    skipped = sum(len(result.skipped) for result in shard_results) + len(listing.unlabeled)
+    skipped = sum(len(result.skipped) for result in shard_results) + len(listing.skipped)
     ignored = len(listing.ignored)
     if listing.files_seen != written + skipped + ignored:
         raise CountMismatchError(
@@ -375,6 +387,7 @@ def _summarize(
         splits=splits,
         compression="gzip" if output_options.gzip else "none",
         image_options=config_loader.to_dict(image_options),
+        decoded_every_image=image_options.decodes_every_image,
     )
 
 

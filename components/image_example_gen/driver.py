@@ -2,8 +2,8 @@
 
 TFX's FileBasedDriver fingerprints the files a glob matches; an image folder nests
 files below label folders, so this driver fingerprints the whole tree (every file's
-path, size and mtime). A new, changed or removed image changes the fingerprint, and
-with it TFX's cache key, so the component re-runs.
+path, size and mtime), walked as the listing walks it. A new, changed or removed
+image changes the fingerprint, and with it TFX's cache key, so the component re-runs.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ import tensorflow as tf
 from tfx.components.example_gen import driver as tfx_driver
 from tfx.components.example_gen import input_processor
 from tfx.proto import example_gen_pb2, range_config_pb2
+
+from imgpipe.components.common import fileio
+from imgpipe.components.image_example_gen.walk import walk_tree
 
 
 def split_input_base(input_base: str) -> tuple[str, str]:
@@ -34,21 +37,35 @@ def split_input_base(input_base: str) -> tuple[str, str]:
 
 
 def tree_fingerprint(root: str) -> str:
-    """A digest of every file below root: relative path, size and mtime."""
+    """A digest of every entry below root: each file's relative path, size and mtime,
+    and each entry the listing reports (link, special file, bad name) with its reason.
+
+    The tree is walked as the listing walks it (walk.py), following the links that
+    stay inside the root: that covers what either follow_links setting reads, and
+    never leaves the root, loops or opens a special file.
+    """
     digest = hashlib.sha256()
-    count = total = 0
-    for dirpath, _, filenames in sorted(tf.io.gfile.walk(root)):
-        for name in sorted(filenames):
-            path = os.path.join(dirpath, name)
-            try:
-                stat = tf.io.gfile.stat(path)
-                size, mtime = stat.length, stat.mtime_nsec
-            except tf.errors.OpError:  # a dangling link: still part of the input
-                size, mtime = -1, 0
-            digest.update(f"{os.path.relpath(path, root)}\0{size}\0{mtime}\n".encode())
-            count += 1
-            total += max(size, 0)
+    tree = walk_tree(root, follow_links=True)
+    total = 0
+    for relpath in tree.files:
+        try:
+            size, mtime = _size_and_mtime(os.path.join(root, relpath))
+        except (OSError, tf.errors.OpError):  # gone since the walk: still part of the input
+            size, mtime = -1, 0
+        digest.update(f"{relpath}\0{size}\0{mtime}\n".encode())
+        total += max(size, 0)
+    for entry in tree.unlisted:
+        digest.update(f"{entry.relpath}\0{entry.reason}\n".encode())
+    count = len(tree.files) + len(tree.unlisted)
     return f"images:{root},num_files:{count},total_bytes:{total},sha256:{digest.hexdigest()}"
+
+
+def _size_and_mtime(path: str) -> tuple[int, int]:
+    if fileio.is_local(path):
+        info = os.stat(fileio.local_path(path))
+        return info.st_size, info.st_mtime_ns
+    stat = tf.io.gfile.stat(path)
+    return stat.length, stat.mtime_nsec
 
 
 class ImageFolderInputProcessor(input_processor.FileBasedInputProcessor):

@@ -15,6 +15,7 @@ from tfx.types import artifact_utils
 from tfx.utils import proto_utils
 
 from imgpipe.components.common import config_loader
+from imgpipe.components.common.printable import printable
 from imgpipe.components.image_example_gen import options as opts
 from imgpipe.components.image_example_gen import spec
 from imgpipe.components.image_example_gen.convert import run_conversion
@@ -45,7 +46,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         )
         examples = artifact_utils.get_single_instance(output_dict[spec.EXAMPLES_KEY])
         input_root = self._resolve_input_root(exec_properties, examples)
-        logging.info("ImageExampleGen: %s -> %s", input_root, examples.uri)
+        logging.info("ImageExampleGen: %s -> %s", printable(input_root), examples.uri)
 
         result = run_conversion(
             input_root,

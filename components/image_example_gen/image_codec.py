@@ -55,13 +55,8 @@ def convert_image(data: bytes, options: ImageOptions) -> tuple[EncodedImage, hdr
       ImageHeaderError, ImageDecodeError: the image is bad; the message says why.
     """
     header = hdr.read_header(data)
-    if header.pixels > options.max_pixels:
-        raise hdr.ImageHeaderError(
-            f"decompression bomb: {header.width}x{header.height} = {header.pixels} pixels "
-            f"exceeds max_pixels={options.max_pixels}"
-        )
-    if header.format in (hdr.JPEG, hdr.PNG):
-        hdr.check_complete(data, header.format)
+    check_pixels(data, header, options.max_pixels)
+    hdr.check_complete(data, header)
     if not needs_pixels(header, options):
         if options.verify == VERIFY_DECODE:
             decode(data, header, min_side=None)
@@ -82,6 +77,50 @@ def convert_image(data: bytes, options: ImageOptions) -> tuple[EncodedImage, hdr
     height, width = pixels.shape[:2]
     channels = 1 if pixels.ndim == 2 else pixels.shape[2]
     return EncodedImage(encoded, fmt, height, width, channels, reencoded=True), header
+
+
+def check_pixels(data: bytes, header: hdr.ImageHeader, max_pixels: int) -> None:
+    """Refuses an image whose canvas or any frame exceeds max_pixels, from the headers,
+    before anything is decoded or allocated.
+
+    A GIF's canvas grows to hold frames that overflow its logical screen, as decoders
+    grow it; an APNG or WebP frame must lie inside the canvas.
+
+    Raises:
+      ImageHeaderError: a decompression bomb, or a frame outside the canvas.
+    """
+    _check_area(header.width, header.height, max_pixels, "")
+    if header.format not in (hdr.GIF, hdr.PNG, hdr.WEBP):
+        return  # one frame, the header's: checked
+    canvas_width, canvas_height = header.width, header.height
+    for index, frame in enumerate(hdr.frames(data, header)):
+        where = f"frame {index}: "
+        _check_area(frame.width, frame.height, max_pixels, where)
+        right, bottom = frame.left + frame.width, frame.top + frame.height
+        if header.format == hdr.GIF:
+            canvas_width, canvas_height = max(canvas_width, right), max(canvas_height, bottom)
+        elif right > header.width or bottom > header.height:
+            raise hdr.ImageHeaderError(
+                f"corrupt {header.format}: {where}{frame.width}x{frame.height} at "
+                f"({frame.left}, {frame.top}) lies outside the "
+                f"{header.width}x{header.height} canvas"
+            )
+    _check_area(canvas_width, canvas_height, max_pixels, "canvas: ")
+    if header.format == hdr.GIF and canvas_width * canvas_height > (
+        len(data) * hdr.LZW_MAX_PIXELS_PER_BYTE
+    ):
+        raise hdr.ImageHeaderError(
+            f"truncated or corrupt gif: {len(data)} bytes cannot hold the "
+            f"{canvas_width}x{canvas_height} canvas its frames claim"
+        )
+
+
+def _check_area(width: int, height: int, max_pixels: int, where: str) -> None:
+    if width * height > max_pixels:
+        raise hdr.ImageHeaderError(
+            f"decompression bomb: {where}{width}x{height} = {width * height} pixels "
+            f"exceeds max_pixels={max_pixels}"
+        )
 
 
 def needs_pixels(header: hdr.ImageHeader, options: ImageOptions) -> bool:
@@ -153,6 +192,8 @@ def _decode_cv2(data: bytes, header: hdr.ImageHeader, min_side: int | None) -> n
     """The pixels in RGB(A) order, or None when OpenCV cannot decode them."""
     buffer = np.frombuffer(data, np.uint8)
     if header.format == hdr.JPEG:  # CMYK / YCCK: OpenCV converts to BGR
+        # OpenCV decodes corrupt data without a word; libjpeg's warnings are errors here.
+        simplejpeg.decode_jpeg(data, colorspace="CMYK", min_factor=8)
         flags = (
             _CV2_REDUCED_COLOR[reduction_factor(header, min_side)] | cv2.IMREAD_IGNORE_ORIENTATION
         )
@@ -169,9 +210,12 @@ def _decode_pillow(data: bytes) -> np.ndarray | None:
 
     from PIL import Image
 
-    with Image.open(io.BytesIO(data)) as image:
-        image.seek(0)
-        return np.asarray(image.convert("RGBA" if "transparency" in image.info else "RGB"))
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.seek(0)
+            return np.asarray(image.convert("RGBA" if "transparency" in image.info else "RGB"))
+    except (OSError, Image.DecompressionBombError) as e:  # decode() says which file kind
+        raise ValueError(str(e)) from e
 
 
 def _bgr_to_rgb(pixels: np.ndarray | None) -> np.ndarray | None:

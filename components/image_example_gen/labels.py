@@ -1,35 +1,11 @@
-"""Class names to integer ids, stable across retraining runs when a label map is given."""
+"""Class names to integer ids, stable across retraining runs when a label map is given.
+
+The label files themselves are read and written by components/common/label_map.py.
+"""
 
 from __future__ import annotations
 
-import json
-
-import tensorflow as tf
-
-from imgpipe.components.common import artifacts, layout
 from imgpipe.components.image_example_gen.options import NEW_LABEL_APPEND
-
-
-def read_label_map(uri: str) -> list[str]:
-    """Reads class names in id order from a label_map.json or a labels.txt.
-
-    Raises:
-      FileNotFoundError: nothing at uri.
-      ValueError: the file holds no usable label list.
-    """
-    if not tf.io.gfile.exists(uri):
-        raise FileNotFoundError(f"label map {uri!r} does not exist")
-    with tf.io.gfile.GFile(uri, "r") as f:
-        text = f.read()
-    if uri.endswith(".json"):
-        labels = json.loads(text).get("labels")
-        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
-            raise ValueError(f"label map {uri!r} needs a 'labels' list of strings")
-    else:
-        labels = [line.strip() for line in text.splitlines() if line.strip()]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"label map {uri!r} repeats a class name")
-    return labels
 
 
 def build_labels(found: list[str], existing: list[str] | None, on_new_label: str) -> list[str]:
@@ -47,9 +23,3 @@ def build_labels(found: list[str], existing: list[str] | None, on_new_label: str
             "pass on_new_label='append' to give them new ids at the end"
         )
     return list(existing) + new
-
-
-def write_label_files(output_dir: str, labels: list[str]) -> None:
-    artifacts.write_json(f"{output_dir}/{layout.LABEL_MAP_FILE}", {"version": 1, "labels": labels})
-    with tf.io.gfile.GFile(f"{output_dir}/{layout.LABELS_TXT_FILE}", "w") as f:
-        f.write("".join(f"{label}\n" for label in labels))

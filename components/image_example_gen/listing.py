@@ -1,22 +1,23 @@
 """Lists an image folder: which files are images of which label (and split), and which
-are ignored or cannot be labelled. Listing is sorted, so it is the same on every run.
+are ignored or skipped, with the reason. Listing is sorted, so it is the same on every run.
 
 Layouts:
   flat:  root/<label>/**/file       (the split is decided later, by hash)
   split: root/<split>/<label>/**/file
-Files nested deeper under a label folder belong to that label.
+Files nested deeper under a label folder belong to that label. What the walk cannot
+read (links not followed, special files, names that are not UTF-8, unreadable folders;
+see walk.py) is reported beside the files.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import posixpath
 
-import tensorflow as tf
-
+from imgpipe.components.common.label_map import class_name_problem
 from imgpipe.components.common.layout import EVAL_SPLIT, TRAIN_SPLIT
 from imgpipe.components.image_example_gen.options import LAYOUT_AUTO, LAYOUT_FLAT, LAYOUT_SPLIT
+from imgpipe.components.image_example_gen.walk import Unlisted, walk_tree
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp"})
 KNOWN_SPLIT_NAMES = frozenset(
@@ -52,12 +53,12 @@ class ListedFile:
 class Listing:
     layout: str
     images: list[SourceImage]
-    ignored: list[ListedFile]  # hidden files and files that are not images
-    unlabeled: list[ListedFile]  # images outside any label folder: skipped
+    ignored: list[ListedFile]  # not images: hidden files, other names, links not followed
+    skipped: list[ListedFile]  # images that cannot be read or labelled; special files
 
     @property
     def files_seen(self) -> int:
-        return len(self.images) + len(self.ignored) + len(self.unlabeled)
+        return len(self.images) + len(self.ignored) + len(self.skipped)
 
     @property
     def labels(self) -> list[str]:
@@ -66,22 +67,6 @@ class Listing:
     @property
     def given_splits(self) -> list[str]:
         return sorted({image.split for image in self.images if image.split is not None})
-
-
-def walk_files(root: str) -> list[str]:
-    """All files below root, as sorted posix paths relative to root.
-
-    Raises:
-      FileNotFoundError: root does not exist or is not a directory.
-    """
-    if not tf.io.gfile.isdir(root):
-        raise FileNotFoundError(f"image folder {root!r} does not exist or is not a directory")
-    found = []
-    for dirpath, _, filenames in tf.io.gfile.walk(root):
-        rel_dir = os.path.relpath(dirpath, root) if dirpath.rstrip("/") != root.rstrip("/") else ""
-        for name in filenames:
-            found.append(posixpath.join(rel_dir.replace(os.sep, "/"), name) if rel_dir else name)
-    return sorted(found)
 
 
 def is_hidden(relpath: str) -> bool:
@@ -104,12 +89,26 @@ def detect_layout(relpaths: list[str]) -> str:
     return LAYOUT_FLAT
 
 
-def classify(relpaths: list[str], layout: str = LAYOUT_AUTO) -> Listing:
-    """Sorts relative paths into labelled images, ignored files and unlabeled images."""
+def classify(
+    relpaths: list[str], layout: str = LAYOUT_AUTO, unlisted: list[Unlisted] | None = None
+) -> Listing:
+    """Sorts relative paths into labelled images, ignored files and skipped ones.
+
+    Args:
+      unlisted: entries the walk did not list as files, with their reasons; hidden
+        ones are ignored as hidden, like hidden files.
+    """
     if layout == LAYOUT_AUTO:
         layout = detect_layout(relpaths)
     label_depth = 1 if layout == LAYOUT_FLAT else 2
-    images, ignored, unlabeled = [], [], []
+    images: list[SourceImage] = []
+    ignored: list[ListedFile] = []
+    skipped: list[ListedFile] = []
+    for entry in unlisted or []:
+        if is_hidden(entry.relpath):
+            ignored.append(ListedFile(entry.relpath, "hidden file"))
+        else:
+            (skipped if entry.skipped else ignored).append(ListedFile(entry.relpath, entry.reason))
     for relpath in sorted(relpaths):
         if is_hidden(relpath):
             ignored.append(ListedFile(relpath, "hidden file"))
@@ -120,12 +119,29 @@ def classify(relpaths: list[str], layout: str = LAYOUT_AUTO) -> Listing:
         parts = relpath.split("/")
         if len(parts) <= label_depth:
             where = "a label folder" if layout == LAYOUT_FLAT else "a <split>/<label> folder"
-            unlabeled.append(ListedFile(relpath, f"image outside {where}"))
+            skipped.append(ListedFile(relpath, f"image outside {where}"))
+            continue
+        label = parts[label_depth - 1]
+        problem = class_name_problem(label)
+        if problem is not None:
+            skipped.append(
+                ListedFile(
+                    relpath, f"label folder '{label}' cannot be a class: {problem}; rename it"
+                )
+            )
             continue
         split = parts[0] if layout == LAYOUT_SPLIT else None
-        images.append(SourceImage(relpath, parts[label_depth - 1], split))
-    return Listing(layout, images, ignored, unlabeled)
+        images.append(SourceImage(relpath, label, split))
+    ignored.sort(key=lambda f: f.relpath)
+    skipped.sort(key=lambda f: f.relpath)
+    return Listing(layout, images, ignored, skipped)
 
 
-def list_images(root: str, layout: str = LAYOUT_AUTO) -> Listing:
-    return classify(walk_files(root), layout)
+def list_images(root: str, layout: str = LAYOUT_AUTO, follow_links: bool = False) -> Listing:
+    """Walks `root` (see walk.py) and classifies what it holds.
+
+    Raises:
+      FileNotFoundError: root does not exist or is not a directory.
+    """
+    tree = walk_tree(root, follow_links)
+    return classify(tree.files, layout, tree.unlisted)

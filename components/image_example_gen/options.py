@@ -30,6 +30,11 @@ NEW_LABEL_APPEND = "append"
 DEFAULT_SHARD_MB = 128.0
 DEFAULT_JPEG_QUALITY = 90
 DEFAULT_MAX_PIXELS = 100_000_000
+# What a file may hold besides its pixels (EXIF, ICC profiles, XMP, thumbnails) before
+# it is too large to be an image within max_pixels.
+MAX_METADATA_BYTES = 64 << 20
+# The most an image file can take per pixel: 16-bit RGBA stored without compression.
+MAX_BYTES_PER_PIXEL = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +104,11 @@ class ImageOptions:
         )
 
     @property
+    def max_file_bytes(self) -> int:
+        """Larger files are skipped unread: no image within max_pixels is that large."""
+        return MAX_BYTES_PER_PIXEL * self.max_pixels + MAX_METADATA_BYTES
+
+    @property
     def jpeg_quality(self) -> int:
         return self.quality if self.quality is not None else DEFAULT_JPEG_QUALITY
 
@@ -110,6 +120,9 @@ class OutputOptions:
     Attributes:
       layout: `flat` is root/<label>/..., `split` is root/<split>/<label>/...,
         `auto` picks `split` when every top-level folder is a known split name.
+      follow_links: follow symbolic links that stay inside the input root (a loop,
+        or a second link to one folder, is reported, not followed). Links that leave
+        the root are never followed. False reports every link, unread.
       splits: (name, weight) pairs for a flat layout; weights need not sum to 1.
       stratify: give every label the split proportions exactly, so small classes
         reach every split (see splitting.py); False decides each file by its own path
@@ -124,6 +137,7 @@ class OutputOptions:
     """
 
     layout: str = LAYOUT_AUTO
+    follow_links: bool = False
     splits: tuple[tuple[str, float], ...] = ((TRAIN_SPLIT, 0.9), (EVAL_SPLIT, 0.1))
     stratify: bool = True
     num_shards: int | None = None

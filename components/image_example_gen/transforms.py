@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from imgpipe.components.common import allocator, fileio
 from imgpipe.components.common.image_header import ImageHeaderError
+from imgpipe.components.common.printable import printable
 from imgpipe.components.image_example_gen.examples import image_example
 from imgpipe.components.image_example_gen.image_codec import ImageDecodeError, convert_image
 from imgpipe.components.image_example_gen.options import ImageOptions
@@ -46,17 +47,27 @@ class _Converted:
 
 
 def convert_task(root: str, task: ConversionTask, options: ImageOptions) -> _Converted:
-    """Reads and converts one image into its serialized Example, or the reason it can't be."""
+    """Reads and converts one image into its serialized Example, or the reason it can't be.
+
+    Whatever goes wrong with one file becomes that file's reason: one file never stops
+    a run (on_error=fail stops it in ConvertImageFn, naming the file).
+    """
     try:
-        data = fileio.read_bytes(os.path.join(root, task.relpath))
-        image, _ = convert_image(data, options)
-    except (ImageHeaderError, ImageDecodeError) as e:
+        data = fileio.read_regular_file(os.path.join(root, task.relpath), options.max_file_bytes)
+    except fileio.NotAnImageFileError as e:
         return _Converted(task, error=str(e))
     except (OSError, tf.errors.OpError) as e:
-        return _Converted(task, error=f"unreadable: {getattr(e, 'message', None) or e}")
-    record = image_example(
-        image, task.label_id, task.label, task.relpath, hashlib.sha256(data).hexdigest()
-    )
+        reason = e.message if isinstance(e, tf.errors.OpError) else (e.strerror or str(e))
+        return _Converted(task, error=f"unreadable: {reason}")
+    try:
+        image, _ = convert_image(data, options)
+        record = image_example(
+            image, task.label_id, task.label, task.relpath, hashlib.sha256(data).hexdigest()
+        )
+    except (ImageHeaderError, ImageDecodeError) as e:
+        return _Converted(task, error=str(e))
+    except Exception as e:  # anything else one file can cause is its reason too
+        return _Converted(task, error=f"cannot convert: {type(e).__name__}: {e}")
     return _Converted(task, record, len(data), image.reencoded)
 
 
@@ -137,7 +148,7 @@ class ConvertImageFn(beam.DoFn):
 
     def _skip(self, task: ConversionTask, reason: str) -> Iterator:
         if self._fail_on_error:
-            raise ImageConversionError(f"{task.relpath}: {reason}")
+            raise ImageConversionError(f"{printable(task.relpath)}: {printable(reason)}")
         self._progress.add(1)
         yield beam.pvalue.TaggedOutput(SKIPPED_TAG, SkippedFile(task.split, task.relpath, reason))
 

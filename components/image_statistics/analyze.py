@@ -10,6 +10,10 @@ decode graph twice as much.
 
 Chunks are decoded and histogrammed on worker threads (TF and OpenCV release the GIL)
 while the calling thread does the per-image Python bookkeeping of earlier chunks.
+
+TensorFlow decodes a JPEG with corrupt data behind valid markers into garbage without
+a word, so with `verify_images` each JPEG is also checked strictly (strict_jpeg_error),
+on the same threads, and one that fails counts as undecodable, with libjpeg's reason.
 """
 
 from __future__ import annotations
@@ -24,12 +28,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import cv2
 import numpy as np
+import simplejpeg
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from imgpipe.components.common import features as fk
 from imgpipe.components.common import image_header
 from imgpipe.components.common.preprocessing import eval_images
+from imgpipe.components.common.tf_errors import op_error_reason
 from imgpipe.components.image_statistics.accumulator import LEVELS, SplitAccumulator, Thumbnail
 
 THUMBNAIL_SIZE = 96
@@ -61,6 +67,8 @@ class AnalysisOptions:
         fraction are thumbnail candidates. Thumbnails are the lowest hashes of each
         class, so this keeps the result and saves making a thumbnail per image (each
         batch starts a fresh accumulator, which would take every image).
+      verify_images: also decode every JPEG strictly (see strict_jpeg_error); a
+        corrupt one counts as undecodable.
     """
 
     image_size: int
@@ -68,6 +76,7 @@ class AnalysisOptions:
     keep_thumbnails: int = 8
     native_resolution: bool = False
     thumbnail_fraction: float = 1.0
+    verify_images: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,16 +252,26 @@ class BatchDecoder:
             "_threads": None,
         }
 
-    def reduce_in_background(self, images: Sequence[ParsedImage], native: bool) -> Future:
-        """A future of `_reduce_chunk(images)`. TF and OpenCV release the GIL, so
-        chunks are decoded and reduced while the caller accumulates earlier ones."""
+    def reduce_in_background(
+        self,
+        images: Sequence[ParsedImage],
+        native: bool,
+        strict_colorspaces: Sequence[str | None] | None = None,
+    ) -> Future:
+        """A future of `_reduce_chunk(images)`. TF, OpenCV and simplejpeg release the
+        GIL, so chunks are decoded and reduced while the caller accumulates earlier ones.
+
+        Args:
+          strict_colorspaces: for each image, the colorspace to check it strictly in
+            (strict_jpeg_error), or None for no check.
+        """
         self._functions()  # built here, before the threads that call them
         with _BUILD_LOCK:  # two batches may start at once
             if self._threads is None:
                 self._threads = ThreadPoolExecutor(
                     max_workers=REDUCING_THREADS, thread_name_prefix="image-stats"
                 )
-        return self._threads.submit(_reduce_chunk, self, images, native)
+        return self._threads.submit(_reduce_chunk, self, images, native, strict_colorspaces)
 
     def _functions(self) -> tuple[Callable, Callable]:
         if self._eval is None or self._native is None:
@@ -278,18 +297,55 @@ def _decode_chunk(
     """The eval pixels [N, S, S, 3] of the images that decode, in order, and why each
     other one did not, by its index: the chunk decoded at once, or one by one to single
     out the images that fail."""
+    if not images:
+        return decoder.no_pixels(), {}
     try:
         return decoder.eval_pixels([image.encoded for image in images]), {}
-    except tf.errors.InvalidArgumentError:
+    except tf.errors.InvalidArgumentError as e:
         if len(images) == 1:
-            return decoder.no_pixels(), {0: "TensorFlow cannot decode it"}
+            return decoder.no_pixels(), {0: _undecodable(e)}
     decoded, errors = [], {}
     for index, image in enumerate(images):
         try:
             decoded.append(decoder.eval_pixels([image.encoded])[0])
         except tf.errors.InvalidArgumentError as e:
-            errors[index] = f"TensorFlow cannot decode it: {e.message.splitlines()[0]}"
+            errors[index] = _undecodable(e)
     return (np.stack(decoded) if decoded else decoder.no_pixels()), errors
+
+
+def _undecodable(error: tf.errors.OpError) -> str:
+    return f"TensorFlow cannot decode it: {op_error_reason(error.message)}"
+
+
+def strict_jpeg_colorspace(header: image_header.ImageHeader) -> str | None:
+    """The colorspace a JPEG is checked strictly in (the cheapest one libjpeg converts it
+    to), or None for an image that is not a JPEG."""
+    if header.format != image_header.JPEG:
+        return None
+    return "CMYK" if header.mode in (image_header.MODE_CMYK, image_header.MODE_YCCK) else "GRAY"
+
+
+_TURBOJPEG_HEADER_CALL = "tjDecompressHeader"
+
+
+def strict_jpeg_error(encoded: bytes, colorspace: str) -> str | None:
+    """Why a JPEG is corrupt, or None.
+
+    TensorFlow's decoder takes libjpeg's warnings (corrupt entropy-coded data, a
+    premature end) in its stride and returns garbage pixels; this decode turns them into
+    errors. It is libjpeg-turbo's cheapest full pass: every coefficient is entropy-decoded,
+    which is where corruption shows, but the image comes out at 1/8 scale (DC only) and
+    in one channel.
+    """
+    try:
+        simplejpeg.decode_jpeg(encoded, colorspace=colorspace, fastdct=True, min_factor=8)
+    except ValueError as e:
+        if str(e).startswith(_TURBOJPEG_HEADER_CALL):
+            # A layout TurboJPEG's API does not take (an unusual chroma subsampling, or
+            # a damaged header): TensorFlow's own decode, which follows, is the judge.
+            return None
+        return f"corrupt jpeg: {e}"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,9 +361,20 @@ class ReducedImage:
 
 
 def _reduce_chunk(
-    decoder: BatchDecoder, images: Sequence[ParsedImage], native: bool
+    decoder: BatchDecoder,
+    images: Sequence[ParsedImage],
+    native: bool,
+    strict_colorspaces: Sequence[str | None] | None = None,
 ) -> list[ReducedImage]:
-    pixels, errors = _decode_chunk(decoder, images)
+    errors = {}
+    for index, colorspace in enumerate(strict_colorspaces or ()):
+        if colorspace is not None:
+            error = strict_jpeg_error(images[index].encoded, colorspace)
+            if error is not None:
+                errors[index] = error
+    to_decode = [index for index in range(len(images)) if index not in errors]
+    pixels, decode_errors = _decode_chunk(decoder, [images[index] for index in to_decode])
+    errors.update({to_decode[index]: error for index, error in decode_errors.items()})
     decoded = iter(zip(pixels, difference_hashes(pixels), strict=True))
     reduced = []
     for index, image in enumerate(images):
@@ -325,11 +392,18 @@ def _reduce_chunk(
 
 
 def _reduce_pipelined(
-    decoder: BatchDecoder, images: Sequence[ParsedImage], native: bool
+    decoder: BatchDecoder,
+    images: Sequence[ParsedImage],
+    native: bool,
+    strict_colorspaces: Sequence[str | None] | None = None,
 ) -> Iterator[ReducedImage]:
     """`_reduce_chunk` over the images, in order, with the worker threads running ahead."""
     pending = [
-        decoder.reduce_in_background(images[i : i + DECODE_CHUNK], native)
+        decoder.reduce_in_background(
+            images[i : i + DECODE_CHUNK],
+            native,
+            strict_colorspaces[i : i + DECODE_CHUNK] if strict_colorspaces else None,
+        )
         for i in range(0, len(images), DECODE_CHUNK)
     ]
     for chunk in pending:
@@ -349,10 +423,13 @@ def analyze_batch(
         except image_header.ImageHeaderError as e:
             accumulator.add_failure(image.path, str(e))
     headers = {id(image): header for image, header in parsed}
+    strict_colorspaces = (
+        [strict_jpeg_colorspace(header) for _, header in parsed] if options.verify_images else None
+    )
     keys = []
     batch = ImageBatch()
     for result in _reduce_pipelined(
-        decoder, [image for image, _ in parsed], options.native_resolution
+        decoder, [image for image, _ in parsed], options.native_resolution, strict_colorspaces
     ):
         image = result.image
         if result.pixels is None or result.hist is None:

@@ -16,6 +16,7 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2
 
 from imgpipe.components.common import artifacts, layout
 from imgpipe.components.common.image_stats import Anomaly, ImageStats
+from imgpipe.components.common.printable import printable
 from imgpipe.components.image_statistics.config import StatisticsConfig
 
 MAX_LISTED_FILES = 10
@@ -26,6 +27,7 @@ LEAKAGE = "leakage"
 EMPTY_SPLIT = "empty_split"
 EXAMPLE_VALIDATOR = "example_validator"
 DRIFT = "drift"  # drift.py's: the data moved away from the served model's
+UNUSABLE_IMAGES = "unusable_images"
 
 
 class AnomaliesFoundError(RuntimeError):
@@ -73,6 +75,24 @@ def check(stats: ImageStats, config: StatisticsConfig) -> list[Anomaly]:
                     split,
                     f"split {split!r} has different labels from {reference!r}: "
                     f"missing {missing or 'none'}, not in {reference!r} {extra or 'none'}",
+                )
+            )
+
+    if config.verify_images:
+        for split in splits:
+            bad = stats.splits[split].undecodable_files
+            if not bad:
+                continue
+            listed = "; ".join(f"{f.path}: {f.reason}" for f in bad[:MAX_LISTED_FILES])
+            more = (
+                f"; and {len(bad) - MAX_LISTED_FILES} more" if len(bad) > MAX_LISTED_FILES else ""
+            )
+            found.append(
+                Anomaly(
+                    UNUSABLE_IMAGES,
+                    split,
+                    f"{len(bad)} image(s) of split {split!r} are corrupt or undecodable, "
+                    f"and the Trainer would read them: {listed}{more}",
                 )
             )
 
@@ -173,13 +193,16 @@ def gate_message(anomalies: Sequence[Anomaly], output_uri: str, config: Statisti
         f"ImageStatistics found {len(anomalies)} data anomal"
         f"{'y' if len(anomalies) == 1 else 'ies'}; {outcome}:"
     ]
-    lines += [f"  - [{a.code}{'/' + a.split if a.split else ''}] {a.message}" for a in anomalies]
+    lines += [
+        f"  - [{a.code}{'/' + a.split if a.split else ''}] {printable(a.message)}"
+        for a in anomalies
+    ]
     fixes = []
     if any(a.code != DRIFT for a in anomalies):
         fixes.append(
             "fix the data, or set statistics.fail_on_anomalies: false (or raise "
-            "statistics.leakage_threshold or lower statistics.min_supported_fraction) in "
-            "the pipeline config"
+            "statistics.leakage_threshold, lower statistics.min_supported_fraction or set "
+            "statistics.verify_images: false) in the pipeline config"
         )
     if any(a.code == DRIFT for a in anomalies):
         fixes.append(

@@ -73,10 +73,12 @@ def build_pipeline(
     Args:
       shards: (split, path) of every shard to analyse.
     """
+    verify_images = strict_check_needed(examples_uri, options)
     options_by_split = {
         split: dataclasses.replace(
             options,
             thumbnail_fraction=thumbnail_fraction(examples_uri, options.keep_thumbnails, split),
+            verify_images=verify_images,
         )
         for split in sorted({split for split, _ in shards})
     }
@@ -95,6 +97,13 @@ def build_pipeline(
         | "FindDuplicates" >> transforms.FindDuplicates(transforms.duplicate_buckets(len(shards)))
         | "WriteGroups" >> beam.Map(_write_result, results_dir, _GROUPS_PREFIX)
     )
+
+
+def strict_check_needed(examples_uri: str, options: AnalysisOptions) -> bool:
+    """Whether the images get the strict JPEG check: asked for, and not done already by
+    an ImageExampleGen that decoded every image it wrote (resize, re-encode, verify)."""
+    summary = conversion_summary.read_if_present(examples_uri)
+    return options.verify_images and not (summary is not None and summary.decoded_every_image)
 
 
 # Thumbnail candidates per class, as a multiple of the thumbnails kept: with 4x, a

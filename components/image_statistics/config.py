@@ -40,6 +40,10 @@ class StatisticsConfig:
         comparator measures categorical features).
       drift_size_distance: the largest tolerated change of the share of images in one
         bin of the width, height or aspect-ratio histogram (L-infinity distance).
+      verify_images: check every JPEG strictly as well as decoding it (libjpeg's
+        warnings about corrupt data, which TensorFlow passes over, count), and make
+        any image that is corrupt or undecodable an anomaly that names it. False
+        skips the check, and leaves undecodable images to min_supported_fraction.
     """
 
     sample_thumbnails: int = 8
@@ -53,6 +57,7 @@ class StatisticsConfig:
     drift_std_ratio: float = 1.5
     drift_label_distance: float = 0.1
     drift_size_distance: float = 0.25
+    verify_images: bool = True
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""

@@ -45,6 +45,7 @@ def analysis_options(
         crop_fraction=crop_fraction,
         keep_thumbnails=config.sample_thumbnails,
         native_resolution=config.native_resolution,
+        verify_images=config.verify_images,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from imgpipe.components.common import image_stats as schema
 from imgpipe.components.common.layout import IMAGE_STATS_FILE
+from imgpipe.components.common.printable import printable
 from imgpipe.components.image_statistics import drift as drift_lib
 from imgpipe.components.image_statistics.accumulator import CHANNEL_NAMES
 
@@ -43,7 +44,8 @@ img.thumb{width:72px;height:72px;border:1px solid #ccc}
 
 
 def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """Text for the page: names escaped (printable), then HTML-escaped."""
+    return html.escape(printable(str(value)), quote=True)
 
 
 def _fmt(value: Any) -> str:

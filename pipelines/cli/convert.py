@@ -11,6 +11,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from imgpipe.components.common import config_loader, layout
+from imgpipe.components.common.printable import printable
 from imgpipe.components.image_example_gen import options as opts
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
 from imgpipe.pipelines.cli import errors
@@ -109,6 +110,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=[opts.LAYOUT_AUTO, opts.LAYOUT_FLAT, opts.LAYOUT_SPLIT],
     )
     parser.add_argument(
+        "--follow-links",
+        action=argparse.BooleanOptionalAction,
+        default=_output_default("follow_links"),
+        help="follow symbolic links that stay inside SRC (links out of it never are)",
+    )
+    parser.add_argument(
         "--on-error",
         default=_output_default("on_error"),
         choices=[opts.ON_ERROR_SKIP, opts.ON_ERROR_FAIL],
@@ -168,6 +175,7 @@ def options_from_args(args: argparse.Namespace) -> tuple[ImageOptions, OutputOpt
         OutputOptions,
         {
             "layout": args.layout,
+            "follow_links": args.follow_links,
             "splits": _flat_splits(args.eval_fraction),
             "stratify": args.stratify,
             "num_shards": args.shards,
@@ -310,7 +318,8 @@ def print_summary(summary: ConversionSummary, out: str) -> None:
         f"bytes in / out   {summary.bytes_in / mb:.1f} MB / {summary.bytes_out / mb:.1f} MB"
         f" (ratio {ratio if ratio is not None else 'n/a'})"
     )
-    print(f"skipped          {summary.skipped}   (see {os.path.join(out, layout.SKIPPED_FILE)})")
-    print(f"ignored          {summary.ignored}   (see {os.path.join(out, layout.IGNORED_FILE)})")
+    shown = printable(out)
+    print(f"skipped          {summary.skipped}   (see {os.path.join(shown, layout.SKIPPED_FILE)})")
+    print(f"ignored          {summary.ignored}   (see {os.path.join(shown, layout.IGNORED_FILE)})")
     print(f"files seen       {summary.files_seen} = written + skipped + ignored")
-    print(f"output           {out}")
+    print(f"output           {shown}")

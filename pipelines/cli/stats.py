@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from imgpipe.components.common import config_loader, layout
 from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
+from imgpipe.components.common.printable import printable
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.trainer.config import TrainerConfig
 from imgpipe.pipelines.cli.errors import UserError
@@ -89,6 +90,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="smallest tolerated fraction of usable images (default %(default)s)",
     )
     parser.add_argument(
+        "--verify-images",
+        action=argparse.BooleanOptionalAction,
+        default=_default("verify_images"),
+        help="check every JPEG strictly, and make corrupt or undecodable images anomalies",
+    )
+    parser.add_argument(
         "--fail-on-anomalies",
         action=argparse.BooleanOptionalAction,
         default=_default("fail_on_anomalies"),
@@ -155,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
             "drift_std_ratio": args.drift_std_ratio,
             "drift_label_distance": args.drift_label_distance,
             "drift_size_distance": args.drift_size_distance,
+            "verify_images": args.verify_images,
         },
     )
     drift_baseline = None
@@ -205,7 +213,7 @@ def print_summary(stats: ImageStats, json_path: str, html_path: str) -> None:
     if stats.anomalies:
         print(f"anomalies  {len(stats.anomalies)}:")
         for anomaly in stats.anomalies:
-            print(f"  - [{anomaly.code}] {anomaly.message}")
+            print(f"  - [{anomaly.code}] {printable(anomaly.message)}")
     else:
         print("anomalies  none")
     print(f"json       {json_path}")
