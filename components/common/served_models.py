@@ -23,7 +23,7 @@ import dataclasses
 import json
 import posixpath
 
-from imgpipe.components.common import fileio, layout
+from imgpipe.components.common import fileio, label_map, layout
 
 ASSETS_EXTRA_DIR = "assets.extra"
 WEIGHTS_FILE = "model.weights.h5"
@@ -79,12 +79,10 @@ def _versions(serving_dir: str) -> list[int]:
 def read_labels(model_dir: str) -> tuple[str, ...]:
     """Class names of a serving model, from label_map.json or else labels.txt."""
     extra = posixpath.join(model_dir, ASSETS_EXTRA_DIR)
-    label_map = posixpath.join(extra, layout.LABEL_MAP_FILE)
-    if fileio.exists(label_map):
-        with fileio.open_file(label_map, "r") as f:
-            return tuple(json.load(f)["labels"])
-    with fileio.open_file(posixpath.join(extra, layout.LABELS_TXT_FILE), "r") as f:
-        return tuple(line.rstrip("\n") for line in f)
+    path = posixpath.join(extra, layout.LABEL_MAP_FILE)
+    if not fileio.exists(path):
+        path = posixpath.join(extra, layout.LABELS_TXT_FILE)
+    return label_map.read(path).labels
 
 
 def latest(serving_dir: str | None) -> ServedModel | None:

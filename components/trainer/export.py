@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
-from imgpipe.components.common import fileio, layout, served_models
+from imgpipe.components.common import fileio, label_map, layout, served_models
 from imgpipe.components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
 from imgpipe.components.common.serving import (
     CLASS_NAMES,
@@ -97,12 +97,7 @@ def export_serving_model(
     archive.write_out(export_dir, verbose=False)
     extra = os.path.join(export_dir, served_models.ASSETS_EXTRA_DIR)
     tf.io.gfile.makedirs(extra)
-    with tf.io.gfile.GFile(os.path.join(extra, layout.LABELS_TXT_FILE), "w") as f:
-        f.write("".join(f"{label}\n" for label in labels))
-    fileio.write_text(
-        os.path.join(extra, layout.LABEL_MAP_FILE),
-        json.dumps({"labels": list(labels), "version": 1}, indent=2, sort_keys=True) + "\n",
-    )
+    label_map.write(extra, list(labels))
     fileio.write_text(
         os.path.join(extra, served_models.WEIGHT_SHAPES_FILE),
         json.dumps({"shapes": weight_shapes(model)}) + "\n",
