@@ -56,15 +56,19 @@ def create_components(config: PipelineConfig) -> list[base_node.BaseNode]:
         crop_fraction=config.trainer.crop_fraction or DEFAULT_CROP_FRACTION,
         config=config.statistics,
     ).with_id(ids.IMAGE_STATISTICS)
+    output = config.example_gen.output
     trainer = ImageTrainer(
         examples=examples,
         image_statistics=image_statistics.outputs[keys.STATISTICS_KEY],
         config=config.trainer,
+        train_split=output.train_split,
+        eval_split=output.eval_split,
     ).with_id(ids.TRAINER)
     evaluator = ImageEvaluator(
         examples=examples,
         model=trainer.outputs[keys.MODEL_KEY],
         config=config.evaluator,
+        example_splits=[output.eval_split],
     ).with_id(ids.EVALUATOR)
     pusher = tfx.components.Pusher(
         model=trainer.outputs[keys.MODEL_KEY],

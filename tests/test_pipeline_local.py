@@ -1,9 +1,11 @@
 """The whole pipeline under LocalDagRunner on a tiny real-photo dataset, twice: the
-second run on unchanged images is served from TFX's cache."""
+second run on unchanged images is served from TFX's cache. And a pre-split folder
+that the data gate stops, until its advice is followed."""
 
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -85,3 +87,66 @@ def test_run_local_trains_pushes_and_reruns_from_cache(tmp_path, capsys):
     assert local_runner.latest_results(config).all_cached
     assert "served from TFX's cache" in second
     assert os.listdir(tmp_path / "serving") == served
+
+
+@pytest.mark.pipeline
+def test_a_validation_folder_is_evaluated_and_the_data_gate_advice_can_be_followed(
+    tmp_path, capsys
+):
+    """A Keras-style `training/ + validation/` tree, with one training image copied into
+    validation: the leakage gate stops the run with one message and no traceback; the
+    setting it names lets the next run train on `training/`, evaluate on `validation/`
+    and push."""
+    data = tmp_path / "images"
+    classes = ["animal", "fruit"]
+    sample_photos.make_dataset(str(data / "training"), per_class=10, size=64, classes=classes)
+    sample_photos.make_dataset(
+        str(data / "validation"), per_class=3, size=64, classes=classes, seed=1
+    )
+    leaked = sorted(os.listdir(data / "training" / "animal"))[0]
+    shutil.copy(
+        data / "training" / "animal" / leaked, data / "validation" / "animal" / "leaked.jpg"
+    )
+    settings = (
+        "pipeline_name: gate-test\n"
+        "trainer: {backbone: tiny_cnn, image_size: 32, epochs: 1, batch_size: 4,"
+        " train_steps: 2, eval_steps: 1}\n"
+        "beam_args: [--direct_num_workers=1, --direct_running_mode=in_memory]\n"
+    )
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(settings)
+    argv = [
+        "run",
+        "local",
+        "--data",
+        str(data),
+        "--config",
+        str(config_file),
+        "--pipeline-root",
+        str(tmp_path / "root"),
+        "--serving-dir",
+        str(tmp_path / "serving"),
+    ]
+
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    message = err[err.index("imgpipe: error: ") :]
+    assert message.startswith("imgpipe: error: ImageStatistics found 1 data anomaly")
+    assert "[leakage/eval]" in message and "validation/animal/leaked.jpg (eval)" in message
+    assert "statistics.leakage_threshold" in message
+    assert not (tmp_path / "serving").exists()
+
+    config_file.write_text(settings + "statistics: {leakage_threshold: 0.5}\n")
+    assert cli.main(argv) == 0
+    config = cfg.load(
+        str(config_file),
+        data_root=str(data),
+        pipeline_root=str(tmp_path / "root"),
+        serving_dir=str(tmp_path / "serving"),
+    )
+    result = local_runner.latest_results(config)
+    assert {n.state for n in result.nodes.values()} <= {"COMPLETE", "CACHED"}
+    examples = result.uri(ids.EXAMPLE_GEN, "examples")
+    assert sorted(os.listdir(examples)) >= ["Split-eval", "Split-train"]
+    assert len(os.listdir(tmp_path / "serving")) == 1

@@ -1,6 +1,10 @@
 """One image conversion, end to end: list, label, split, run the Beam pipeline, check the
 counts, publish. Shared by the TFX executor and `imgpipe convert`.
 
+Splits are decided at listing for a split layout (by folder) and for split_by path; for
+split_by content (the default) the pipeline decides them after reading each file
+(split_assignment.py), and finds label conflicts either way.
+
 Shards are written under a work directory inside the output and moved into
 `Split-<name>/` only after the pipeline succeeded and the counts reconcile, so a
 failed run publishes no shard.
@@ -19,15 +23,24 @@ import tensorflow as tf
 
 from imgpipe.components.common import artifacts, config_loader, conversion_summary, layout
 from imgpipe.components.common.conversion_summary import ConversionSummary, SplitSummary
+from imgpipe.components.image_example_gen import (
+    data_warnings,
+    shards,
+    split_assignment,
+    splitting,
+    tasks,
+    transforms,
+)
 from imgpipe.components.image_example_gen import labels as label_lib
 from imgpipe.components.image_example_gen import listing as listing_lib
-from imgpipe.components.image_example_gen import shards, splitting, tasks, transforms
 from imgpipe.components.image_example_gen.options import (
     LAYOUT_SPLIT,
     ON_ERROR_FAIL,
+    SPLIT_BY_CONTENT,
     ImageOptions,
     OutputOptions,
 )
+from imgpipe.components.image_example_gen.split_names import GivenSplits, resolve_given_splits
 
 WORK_DIR_PREFIX = ".imgpipe-work-"
 
@@ -45,15 +58,28 @@ class ConversionResult:
 
 
 def plan_tasks(
-    listing: listing_lib.Listing, labels: list[str], options: OutputOptions
+    listing: listing_lib.Listing,
+    labels: list[str],
+    options: OutputOptions,
+    given: GivenSplits | None = None,
 ) -> list[tasks.ConversionTask]:
-    """Decides label id and split of every image, in sorted path order."""
+    """Decides label id and split of every image, in sorted path order.
+
+    A split layout's images take the split of their folder (`given`). A flat layout's
+    split is decided here by path hash, or left undecided for the pipeline to decide
+    by content (`split_by`).
+    """
     ids = {label: i for i, label in enumerate(labels)}
     decided: dict[str, str]
     if listing.layout == LAYOUT_SPLIT:
+        assert given is not None  # a split layout's folders are resolved first
         decided = {
-            image.relpath: image.split for image in listing.images if image.split is not None
+            image.relpath: given.split_of[image.split]
+            for image in listing.images
+            if image.split is not None
         }
+    elif options.split_by == SPLIT_BY_CONTENT:
+        decided = {image.relpath: tasks.UNDECIDED_SPLIT for image in listing.images}
     elif options.stratify:
         by_label: dict[str, list[str]] = {}
         for image in listing.images:
@@ -78,8 +104,17 @@ def build_pipeline(
     image_options: ImageOptions,
     output_options: OutputOptions,
     progress_dir: str | None = None,
+    *,
+    by_content: bool,
+    num_images: int,
 ) -> None:
-    """Converts into work_dir: shards under `shards/`, result rows under `results/`."""
+    """Converts into work_dir: shards under `shards/`, result rows and label conflicts
+    under `results/`.
+
+    Args:
+      by_content: the tasks' splits are undecided: decide them by content.
+      num_images: the tasks planned, to size the search for label conflicts.
+    """
     converted = (
         pipeline
         | "ListedImages" >> tasks.ReadTaskBatches(task_pattern)
@@ -93,15 +128,20 @@ def build_pipeline(
         )
     )
     _ = (
-        converted[transforms.RECORDS_TAG],
-        converted[transforms.SKIPPED_TAG],
-    ) | "WriteShards" >> shards.WriteShards(
-        os.path.join(work_dir, "shards"),
-        os.path.join(work_dir, "results"),
-        output_options.num_shards,
-        output_options.shard_mb,
-        output_options.gzip,
-        output_options.seed,
+        (converted[transforms.RECORDS_TAG], converted[transforms.SKIPPED_TAG])
+        | "AssignSplits"
+        >> split_assignment.AssignSplits(
+            output_options, by_content, num_images, os.path.join(work_dir, "results")
+        )
+        | "WriteShards"
+        >> shards.WriteShards(
+            os.path.join(work_dir, "shards"),
+            os.path.join(work_dir, "results"),
+            output_options.num_shards,
+            output_options.shard_mb,
+            output_options.gzip,
+            output_options.seed,
+        )
     )
 
 
@@ -147,12 +187,20 @@ def run_conversion(
         else None
     )
     labels = label_lib.build_labels(listing.labels, existing, output_options.on_new_label)
-    planned = plan_tasks(listing, labels, output_options)
-    split_names = (
-        listing.given_splits
+    given = (
+        resolve_given_splits(
+            listing.given_splits, output_options.train_split, output_options.eval_split
+        )
         if listing.layout == LAYOUT_SPLIT
-        else [name for name, _ in output_options.splits]
+        else None
     )
+    planned = plan_tasks(listing, labels, output_options, given)
+    split_names = given.names if given is not None else [name for name, _ in output_options.splits]
+    class_folders = [
+        label
+        for split, label in listing_lib.class_folders(input_root, listing.layout)
+        if given is None or split in given.split_of
+    ]
 
     work_dir = os.path.join(output_dir, WORK_DIR_PREFIX + uuid.uuid4().hex)
     for sub in ("spill", "results"):
@@ -174,6 +222,8 @@ def run_conversion(
             image_options,
             output_options,
             progress_dir,
+            by_content=given is None and output_options.split_by == SPLIT_BY_CONTENT,
+            num_images=len(planned),
         )
         try:
             pipeline.run().wait_until_finish()
@@ -186,6 +236,7 @@ def run_conversion(
         skipped_files = [
             (relpath, reason) for result in shard_results for relpath, reason in result.skipped
         ]
+        conflicts = split_assignment.read_conflicts(os.path.join(work_dir, "results"))
         summary = _summarize(
             listing,
             shard_results,
@@ -194,6 +245,21 @@ def run_conversion(
             labels,
             image_options,
             output_options,
+        )
+        summary = dataclasses.replace(
+            summary,
+            split_by="" if given is not None else output_options.split_by,
+            label_conflicts=tuple(conflicts),
+            warnings=tuple(
+                data_warnings.conversion_warnings(
+                    split_labels={split: s.labels for split, s in summary.splits.items()},
+                    listed_by_label=_listed_by_label(listing),
+                    class_folders=class_folders,
+                    given_splits=given is not None,
+                    conflicts=conflicts,
+                    split_notes=given.notes if given is not None else (),
+                )
+            ),
         )
         _publish(work_dir, output_dir, split_names, shard_results, output_options)
     finally:
@@ -213,6 +279,13 @@ def run_conversion(
     )
     conversion_summary.write(output_dir, summary)
     return ConversionResult(output_dir, split_names, labels, summary)
+
+
+def _listed_by_label(listing: listing_lib.Listing) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for image in listing.images:
+        counts[image.label] = counts.get(image.label, 0) + 1
+    return counts
 
 
 def _summarize(

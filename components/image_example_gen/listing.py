@@ -15,31 +15,19 @@ import posixpath
 
 import tensorflow as tf
 
-from imgpipe.components.common.layout import EVAL_SPLIT, TRAIN_SPLIT
 from imgpipe.components.image_example_gen.options import LAYOUT_AUTO, LAYOUT_FLAT, LAYOUT_SPLIT
+from imgpipe.components.image_example_gen.split_names import SPLIT_ALIASES
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp"})
-KNOWN_SPLIT_NAMES = frozenset(
-    {
-        TRAIN_SPLIT,
-        "training",
-        EVAL_SPLIT,
-        "evaluation",
-        "val",
-        "valid",
-        "validation",
-        "test",
-        "testing",
-        "dev",
-    }
-)
+# The folder names that make a tree a split layout (split_names.py maps them to splits).
+KNOWN_SPLIT_NAMES = frozenset(SPLIT_ALIASES)
 
 
 @dataclasses.dataclass(frozen=True)
 class SourceImage:
     relpath: str  # posix path relative to the root
     label: str
-    split: str | None  # given by a split layout, else None
+    split: str | None  # the top-level folder of a split layout, else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,3 +117,28 @@ def classify(relpaths: list[str], layout: str = LAYOUT_AUTO) -> Listing:
 
 def list_images(root: str, layout: str = LAYOUT_AUTO) -> Listing:
     return classify(walk_files(root), layout)
+
+
+def class_folders(root: str, layout: str) -> list[tuple[str | None, str]]:
+    """(split folder or None, label) of every label folder under root, empty ones too.
+
+    The listing sees files only, so a class folder with no file in it would vanish
+    without a word; the conversion compares these folders with the classes it wrote
+    and warns about each empty one.
+    """
+
+    def subfolders(folder: str) -> list[str]:
+        names = (name.rstrip("/") for name in tf.io.gfile.listdir(folder))
+        return sorted(
+            name
+            for name in names
+            if not name.startswith(".") and tf.io.gfile.isdir(posixpath.join(folder, name))
+        )
+
+    if layout == LAYOUT_FLAT:
+        return [(None, label) for label in subfolders(root)]
+    return [
+        (split, label)
+        for split in subfolders(root)
+        for label in subfolders(posixpath.join(root, split))
+    ]

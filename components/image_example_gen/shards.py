@@ -28,7 +28,10 @@ RESULT_SUFFIX = ".result.json"
 
 @dataclasses.dataclass(frozen=True)
 class RecordPointer:
-    """Where one converted record was spilled, and what the summary needs of it."""
+    """Where one converted record was spilled, and what the summary needs of it.
+
+    `split` is empty until split_assignment.AssignSplits decides it by content.
+    """
 
     split: str
     relpath: str
@@ -38,6 +41,7 @@ class RecordPointer:
     length: int
     bytes_in: int
     reencoded: bool
+    sha256: str  # of the source bytes
 
 
 @dataclasses.dataclass(frozen=True)

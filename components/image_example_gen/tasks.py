@@ -23,12 +23,16 @@ TASK_BATCHES_PER_FILE = 1024
 TASK_FILE_PREFIX = "tasks"
 
 
+# The split of a task whose split is decided by content, after conversion.
+UNDECIDED_SPLIT = ""
+
+
 @dataclasses.dataclass(frozen=True)
 class ConversionTask:
     relpath: str
     label: str
     label_id: int
-    split: str
+    split: str  # UNDECIDED_SPLIT under split_by content
 
 
 def batch_tasks(

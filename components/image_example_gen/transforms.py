@@ -42,6 +42,7 @@ class _Converted:
     record: bytes | None = None
     bytes_in: int = 0
     reencoded: bool = False
+    sha256: str = ""  # of the source bytes: the content split key
     error: str | None = None
 
 
@@ -54,10 +55,9 @@ def convert_task(root: str, task: ConversionTask, options: ImageOptions) -> _Con
         return _Converted(task, error=str(e))
     except (OSError, tf.errors.OpError) as e:
         return _Converted(task, error=f"unreadable: {getattr(e, 'message', None) or e}")
-    record = image_example(
-        image, task.label_id, task.label, task.relpath, hashlib.sha256(data).hexdigest()
-    )
-    return _Converted(task, record, len(data), image.reencoded)
+    sha256 = hashlib.sha256(data).hexdigest()
+    record = image_example(image, task.label_id, task.label, task.relpath, sha256)
+    return _Converted(task, record, len(data), image.reencoded, sha256)
 
 
 class ConvertImageFn(beam.DoFn):
@@ -129,6 +129,7 @@ class ConvertImageFn(beam.DoFn):
                     len(record),
                     converted.bytes_in,
                     converted.reencoded,
+                    converted.sha256,
                 )
             )
             self._offset += len(record)

@@ -9,6 +9,7 @@ from tfx.proto import trainer_pb2
 from tfx.types import standard_artifacts
 from tfx.utils import json_utils
 
+from imgpipe.components.common.layout import EVAL_SPLIT, TRAIN_SPLIT
 from imgpipe.components.trainer import spec
 from imgpipe.components.trainer.config import TrainerConfig, to_custom_config
 from imgpipe.components.trainer.executor import Executor
@@ -38,6 +39,8 @@ class ImageTrainer(Trainer):
         image_statistics: types.BaseChannel | None = None,
         config: TrainerConfig | None = None,
         run_fn: str = DEFAULT_RUN_FN,
+        train_split: str = TRAIN_SPLIT,
+        eval_split: str = EVAL_SPLIT,
     ):
         """Args:
           examples: ImageExampleGen's `Examples` channel.
@@ -46,6 +49,8 @@ class ImageTrainer(Trainer):
           config: the training settings; train_steps and eval_steps become TFX's
             TrainArgs and EvalArgs, the whole config its custom_config.
           run_fn: dotted path of the training function.
+          train_split, eval_split: the splits to train and validate on
+            (ImageExampleGen's OutputOptions.train_split and eval_split).
 
         Raises:
           ValueError: a bad setting, named.
@@ -59,8 +64,12 @@ class ImageTrainer(Trainer):
                 **{
                     spec.EXAMPLES_KEY: examples,
                     spec.IMAGE_STATISTICS_KEY: image_statistics,
-                    spec.TRAIN_ARGS_KEY: trainer_pb2.TrainArgs(num_steps=config.train_steps),
-                    spec.EVAL_ARGS_KEY: trainer_pb2.EvalArgs(num_steps=config.eval_steps),
+                    spec.TRAIN_ARGS_KEY: trainer_pb2.TrainArgs(
+                        splits=[train_split], num_steps=config.train_steps
+                    ),
+                    spec.EVAL_ARGS_KEY: trainer_pb2.EvalArgs(
+                        splits=[eval_split], num_steps=config.eval_steps
+                    ),
                     spec.RUN_FN_KEY: run_fn,
                     spec.CUSTOM_CONFIG_KEY: json_utils.dumps(to_custom_config(config)),
                     spec.MODEL_KEY: types.Channel(type=standard_artifacts.Model),

@@ -42,9 +42,10 @@ def examples_uri_and_split(file_pattern: str) -> tuple[str, str]:
 
 
 def resolve_normalization(
-    config: TrainerConfig, statistics_uri: str | None
+    config: TrainerConfig, statistics_uri: str | None, train_split: str = layout.TRAIN_SPLIT
 ) -> tuple[list[float], list[float], float]:
-    """(mean, std, crop_fraction): ImageStatistics' values unless the config overrides them.
+    """(mean, std, crop_fraction): ImageStatistics' values of the train split, unless the
+    config overrides them.
 
     Raises:
       ValueError: neither a statistics artifact nor mean and std in the config.
@@ -52,7 +53,7 @@ def resolve_normalization(
     stats: image_stats.Normalization | None = None
     if statistics_uri:
         try:
-            stats = image_stats.read(statistics_uri).normalization()
+            stats = image_stats.read(statistics_uri).normalization(train_split)
         except KeyError as e:
             raise ValueError(f"{statistics_uri}: {e.args[0]}") from None
         if stats.image_size != config.image_size:
@@ -114,11 +115,11 @@ def run_fn(fn_args) -> None:
     config = from_custom_config(custom_config)
     if config.tune_malloc:
         allocator.tune_malloc()
-    mean, std, crop_fraction = resolve_normalization(
-        config, custom_config.get(IMAGE_STATISTICS_URI_KEY)
-    )
     examples_uri, train_split = examples_uri_and_split(fn_args.train_files[0])
     _, eval_split = examples_uri_and_split(fn_args.eval_files[0])
+    mean, std, crop_fraction = resolve_normalization(
+        config, custom_config.get(IMAGE_STATISTICS_URI_KEY), train_split
+    )
     labels = artifacts.load_labels(examples_uri)
     train_source = input_lib.split_source(examples_uri, train_split)
     eval_source = input_lib.split_source(examples_uri, eval_split)

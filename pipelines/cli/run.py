@@ -101,9 +101,14 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_and_report(config) -> int:
+    from imgpipe.components.image_statistics.anomalies import AnomaliesFoundError
     from imgpipe.pipelines import local_runner
 
-    result = local_runner.run(config)
+    try:
+        result = local_runner.run(config)
+    except AnomaliesFoundError as e:
+        # The data gate: its message lists the anomalies and the settings that change it.
+        raise ValueError(str(e)) from e
     for line in local_runner.summary_lines(result, config):
         print(line)
     return 0
