@@ -135,6 +135,7 @@ def test_a_validation_folder_is_evaluated_and_the_data_gate_advice_can_be_follow
     assert message.startswith("imgpipe: error: ImageStatistics found 1 data anomaly")
     assert "[leakage/eval]" in message and "validation/animal/leaked.jpg (eval)" in message
     assert "statistics.leakage_threshold" in message
+    assert "remove each copy from one of its split folders" in message
     assert not (tmp_path / "serving").exists()
 
     config_file.write_text(settings + "statistics: {leakage_threshold: 0.5}\n")

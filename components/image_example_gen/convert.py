@@ -66,8 +66,9 @@ def plan_tasks(
     """Decides label id and split of every image, in sorted path order.
 
     A split layout's images take the split of their folder (`given`). A flat layout's
-    split is decided here by path hash, or left undecided for the pipeline to decide
-    by content (`split_by`).
+    split is decided here by path hash, or by content (`split_by`) in the pipeline,
+    after conversion: until then each task holds the first split, where a file that
+    fails to convert is recorded.
     """
     ids = {label: i for i, label in enumerate(labels)}
     decided: dict[str, str]
@@ -79,7 +80,7 @@ def plan_tasks(
             if image.split is not None
         }
     elif options.split_by == SPLIT_BY_CONTENT:
-        decided = {image.relpath: tasks.UNDECIDED_SPLIT for image in listing.images}
+        decided = {image.relpath: options.splits[0][0] for image in listing.images}
     elif options.stratify:
         by_label: dict[str, list[str]] = {}
         for image in listing.images:

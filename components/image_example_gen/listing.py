@@ -128,11 +128,12 @@ def class_folders(root: str, layout: str) -> list[tuple[str | None, str]]:
     """
 
     def subfolders(folder: str) -> list[str]:
-        names = (name.rstrip("/") for name in tf.io.gfile.listdir(folder))
+        # Object stores list folders with a trailing "/", which spares an isdir call each.
         return sorted(
-            name
-            for name in names
-            if not name.startswith(".") and tf.io.gfile.isdir(posixpath.join(folder, name))
+            name.rstrip("/")
+            for name in tf.io.gfile.listdir(folder)
+            if not name.startswith(".")
+            and (name.endswith("/") or tf.io.gfile.isdir(posixpath.join(folder, name)))
         )
 
     if layout == LAYOUT_FLAT:

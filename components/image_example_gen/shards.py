@@ -28,10 +28,7 @@ RESULT_SUFFIX = ".result.json"
 
 @dataclasses.dataclass(frozen=True)
 class RecordPointer:
-    """Where one converted record was spilled, and what the summary needs of it.
-
-    `split` is empty until split_assignment.AssignSplits decides it by content.
-    """
+    """Where one converted record was spilled, and what the summary needs of it."""
 
     split: str
     relpath: str

@@ -23,16 +23,12 @@ TASK_BATCHES_PER_FILE = 1024
 TASK_FILE_PREFIX = "tasks"
 
 
-# The split of a task whose split is decided by content, after conversion.
-UNDECIDED_SPLIT = ""
-
-
 @dataclasses.dataclass(frozen=True)
 class ConversionTask:
     relpath: str
     label: str
     label_id: int
-    split: str  # UNDECIDED_SPLIT under split_by content
+    split: str  # under split_by content, provisional: decided after conversion
 
 
 def batch_tasks(

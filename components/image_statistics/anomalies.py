@@ -150,6 +150,12 @@ def gate_message(anomalies: Sequence[Anomaly], output_uri: str, failing: bool = 
         f"{'y' if len(anomalies) == 1 else 'ies'}; {outcome}:"
     ]
     lines += [f"  - [{a.code}{'/' + a.split if a.split else ''}] {a.message}" for a in anomalies]
+    if any(a.code == LEAKAGE for a in anomalies):
+        lines.append(
+            "Exact copies across splits: in a flat folder, example_gen.output.split_by: "
+            "content (the default) keeps every copy in one split; in a pre-split folder, "
+            "remove each copy from one of its split folders."
+        )
     lines.append(
         f"Inspect {os.path.join(output_uri, layout.REPORT_FILE)} and "
         f"{layout.IMAGE_STATS_FILE}, then fix the data, or set "
