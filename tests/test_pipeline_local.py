@@ -9,9 +9,11 @@ import shutil
 
 import pytest
 
+from imgpipe.components.common import conversion_summary
 from imgpipe.pipelines import cli, local_runner, sample_photos
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
+from tests import imagegen
 
 
 @pytest.mark.unit
@@ -94,9 +96,9 @@ def test_a_validation_folder_is_evaluated_and_the_data_gate_advice_can_be_follow
     tmp_path, capsys
 ):
     """A Keras-style `training/ + validation/` tree, with one training image copied into
-    validation: the leakage gate stops the run with one message and no traceback; the
-    setting it names lets the next run train on `training/`, evaluate on `validation/`
-    and push."""
+    validation, a class of one image and an empty class folder: the leakage gate stops
+    the run with one message and no traceback; the setting it names lets the next run
+    train on `training/`, evaluate on `validation/` and push, the one-image class too."""
     data = tmp_path / "images"
     classes = ["animal", "fruit"]
     sample_photos.make_dataset(str(data / "training"), per_class=10, size=64, classes=classes)
@@ -107,6 +109,11 @@ def test_a_validation_folder_is_evaluated_and_the_data_gate_advice_can_be_follow
     shutil.copy(
         data / "training" / "animal" / leaked, data / "validation" / "animal" / "leaked.jpg"
     )
+    imagegen.write(
+        str(data / "training" / "tiny" / "only.jpg"),
+        imagegen.jpeg_bytes(imagegen.photo_like(64, 64, seed=5)),
+    )
+    (data / "training" / "empty").mkdir()
     settings = (
         "pipeline_name: gate-test\n"
         "trainer: {backbone: tiny_cnn, image_size: 32, epochs: 1, batch_size: 4,"
@@ -149,5 +156,11 @@ def test_a_validation_folder_is_evaluated_and_the_data_gate_advice_can_be_follow
     result = local_runner.latest_results(config)
     assert {n.state for n in result.nodes.values()} <= {"COMPLETE", "CACHED"}
     examples = result.uri(ids.EXAMPLE_GEN, "examples")
-    assert sorted(os.listdir(examples)) >= ["Split-eval", "Split-train"]
+    summary = conversion_summary.read(examples)
+    assert summary.split_names == ["eval", "train"]
+    assert summary.splits["train"].labels == {"animal": 10, "fruit": 10, "tiny": 1}
+    assert [w.code for w in summary.warnings] == [
+        conversion_summary.EMPTY_CLASS,
+        conversion_summary.SMALL_CLASS,
+    ]
     assert len(os.listdir(tmp_path / "serving")) == 1

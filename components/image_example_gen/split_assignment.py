@@ -21,6 +21,8 @@ no second read of any file, and no shuffle of the records. On the in-process run
 each added stage costs a fixed time, so there are as few as the decision needs.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import math
 import os
