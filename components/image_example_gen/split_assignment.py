@@ -9,21 +9,24 @@ ConvertImages spilled them; only small metadata moves:
    content hashes, where all copies of an image meet. Byte-identical images filed
    under different labels are label conflicts; each bucket writes its own.
 2. With stratify, each bucket also gives, per label, the split hashes of the distinct
-   contents it ranks.
-3. Each batch of record pointers gets its split from its label's cut points
-   (splitting.cut_points, computed once per worker from the side input of step 2), or
-   from its content hash alone without stratify. A pointer whose split was decided at
-   listing (a split layout, or split_by path) keeps it. Copies in a label conflict are
-   skipped, with the conflict as the reason, unless on_label_conflict is keep.
+   contents it ranks; grouped by label, they become the label's cut points
+   (splitting.cut_points): one number per split.
+3. Each batch of record pointers gets its split from its label's cut points, a side
+   input of labels x splits numbers, or from its content hash alone without stratify.
+   A pointer whose split was decided at listing (a split layout, or split_by path)
+   keeps it. Copies in a label conflict are skipped, with the conflict as the reason,
+   unless on_label_conflict is keep.
 
-Cost: one grouping of these triples (about 100 bytes an image) and two side inputs,
-no second read of any file, and no shuffle of the records. On the in-process runner
-each added stage costs a fixed time, so there are as few as the decision needs.
+Cost: two groupings of small metadata (about 100 bytes an image, then 8), no second
+read of any file, no shuffle of the records, and side inputs that do not grow with the
+images (but for the conflicts). On the in-process runner each added stage costs a
+fixed time, so there are as few as the decision needs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 from collections.abc import Iterable, Iterator
@@ -119,18 +122,14 @@ class AssignSplitFn(beam.DoFn):
     def __init__(self, options: OutputOptions, by_content: bool):
         self._splits = options.splits
         self._names = [name for name, _ in options.splits]
-        self._weights = [w for _, w in options.splits]
         self._stratify = options.stratify
         self._keep = options.on_label_conflict == LABEL_CONFLICT_KEEP
         self._by_content = by_content
 
-    def setup(self) -> None:
-        self._cuts: dict[str, splitting.CutPoints] = {}
-
     def process(
         self,
         pointers: list[RecordPointer],
-        hashes_by_label: dict[str, list[list[int]]],
+        cuts_by_label: dict[str, splitting.CutPoints],
         conflicts: dict[str, LabelConflict],
     ) -> Iterator:
         """Yields the batch's kept pointers, with their splits, and skipped copies (tagged)."""
@@ -139,7 +138,7 @@ class AssignSplitFn(beam.DoFn):
             conflict = conflicts.get(pointer.sha256)
             split = pointer.split
             if self._by_content and (conflict is None or self._keep):
-                split = self._decide(pointer, conflict, hashes_by_label)
+                split = self._decide(pointer, conflict, cuts_by_label)
             if conflict is not None and not self._keep:
                 skipped = SkippedFile(split, pointer.relpath, conflict.reason)
                 yield beam.pvalue.TaggedOutput(_SKIPPED_TAG, skipped)
@@ -154,16 +153,13 @@ class AssignSplitFn(beam.DoFn):
         self,
         pointer: RecordPointer,
         conflict: LabelConflict | None,
-        hashes_by_label: dict[str, list[list[int]]],
+        cuts_by_label: dict[str, splitting.CutPoints],
     ) -> str:
         if not self._stratify:
             return splitting.hash_split(pointer.sha256, self._splits)
         label = conflict.labels[0] if conflict is not None else pointer.label
-        if label not in self._cuts:
-            hashes = (h for bucket_hashes in hashes_by_label[label] for h in bucket_hashes)
-            self._cuts[label] = splitting.cut_points(hashes, self._weights)
         hash_value = splitting.split_hash(pointer.sha256)
-        return splitting.split_at(hash_value, self._cuts[label], self._names)
+        return splitting.split_at(hash_value, cuts_by_label[label], self._names)
 
 
 def read_conflicts(results_dir: str) -> list[LabelConflict]:
@@ -208,9 +204,21 @@ def AssignSplits(  # noqa: N802 - Beam transforms are named like classes
             FindConflictsFn(results_dir, options.on_label_conflict, by_content and options.stratify)
         ).with_outputs(_CONFLICTS_TAG, _HASHES_TAG)
     )
+    weights = [w for _, w in options.splits]
+    cuts = (
+        found[_HASHES_TAG]
+        | "GroupByLabel" >> beam.GroupByKey()
+        | "CutPoints"
+        >> beam.MapTuple(
+            lambda label, lists: (
+                label,
+                splitting.cut_points(itertools.chain.from_iterable(lists), weights),
+            )
+        )
+    )
     assigned = pointer_lists | "Assign" >> beam.ParDo(
         AssignSplitFn(options, by_content),
-        beam.pvalue.AsMultiMap(found[_HASHES_TAG]),
+        beam.pvalue.AsDict(cuts),
         beam.pvalue.AsDict(found[_CONFLICTS_TAG]),
     ).with_outputs(_SKIPPED_TAG, main="pointers")
     all_skipped = (skipped, assigned[_SKIPPED_TAG]) | "AllSkipped" >> beam.Flatten()

@@ -102,15 +102,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--train-split",
         default=_output_default("train_split"),
         metavar="NAME",
-        help="the split to train on (default %(default)s); split folders named train or "
-        "training become it",
+        help="the split to train on (default %(default)s); in a pre-split folder, train/ "
+        "and training/ are the split 'train'",
     )
     parser.add_argument(
         "--eval-split",
         default=_output_default("eval_split"),
         metavar="NAME",
-        help="the split to evaluate on (default %(default)s); split folders named "
-        "validation, val, valid, dev, eval or evaluation become it, or test without them",
+        help="the split to evaluate on (default %(default)s); in a pre-split folder, "
+        "validation/, val/, valid/, dev/, eval/ and evaluation/ are the split 'eval', and "
+        "test/ is this split when none of them exists",
     )
     parser.add_argument(
         "--on-label-conflict",
