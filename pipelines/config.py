@@ -39,7 +39,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from imgpipe.components.common import config_loader
-from imgpipe.components.common.layout import EVAL_SPLIT, TRAIN_SPLIT
 from imgpipe.components.evaluator.config import EvaluatorConfig
 from imgpipe.components.image_example_gen.options import LAYOUT_SPLIT, ExampleGenConfig
 from imgpipe.components.image_statistics.config import StatisticsConfig
@@ -117,14 +116,17 @@ class PipelineConfig:
                 section.validate()
             except ValueError as e:
                 raise ValueError(f"{name}: {e}") from None
-        # The Trainer trains on the train split and the Evaluator evaluates the eval split.
-        names = [name for name, _ in self.example_gen.output.splits]
-        if self.example_gen.output.layout != LAYOUT_SPLIT and not {TRAIN_SPLIT, EVAL_SPLIT} <= set(
+        # The Trainer trains on train_split and the Evaluator evaluates eval_split. A
+        # split layout's folders are checked when they are listed.
+        output = self.example_gen.output
+        names = [name for name, _ in output.splits]
+        if output.layout != LAYOUT_SPLIT and not {output.train_split, output.eval_split} <= set(
             names
         ):
             raise ValueError(
-                f"example_gen.output.splits must include {TRAIN_SPLIT!r} and {EVAL_SPLIT!r}, "
-                f"which the Trainer and the Evaluator read; got {names}"
+                f"example_gen.output.splits must include {output.train_split!r} and "
+                f"{output.eval_split!r}, which the Trainer and the Evaluator read "
+                f"(example_gen.output.train_split and eval_split); got {names}"
             )
 
     @property

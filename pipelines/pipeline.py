@@ -100,18 +100,22 @@ def create_components(
         config=config.statistics,
         serving_dir=config.serving_dir,
     ).with_id(ids.IMAGE_STATISTICS)
+    output = config.example_gen.output
     trainer = ImageTrainer(
         examples=examples,
         image_statistics=image_statistics.outputs[keys.STATISTICS_KEY],
         config=config.trainer,
         serving_dir=config.serving_dir,
         epochs=parameters.get(EPOCHS_PARAMETER),
+        train_split=output.train_split,
+        eval_split=output.eval_split,
     ).with_id(ids.TRAINER)
     evaluator = ImageEvaluator(
         examples=examples,
         model=trainer.outputs[keys.MODEL_KEY],
         config=config.evaluator,
         serving_dir=config.serving_dir,
+        eval_split=output.eval_split,
         tolerance=parameters.get(TOLERANCE_PARAMETER),
     ).with_id(ids.EVALUATOR)
     pusher = ImagePusher(

@@ -49,6 +49,9 @@ def test_convert_shows_progress_and_a_summary(tmp_path, capsys, monkeypatch):
     imagegen.make_image_folder(src, {"a": 5, "b": 5})
     imagegen.write(os.path.join(src, "a", "broken.jpg"), b"")
     imagegen.write(os.path.join(src, "notes.txt"), b"x")
+    with open(os.path.join(src, "a", "img_000.jpg"), "rb") as f:
+        imagegen.write(os.path.join(src, "b", "copy.jpg"), f.read())
+    os.makedirs(os.path.join(src, "c"))
     out = str(tmp_path / "out")
 
     code = cli.main(
@@ -73,14 +76,23 @@ def test_convert_shows_progress_and_a_summary(tmp_path, capsys, monkeypatch):
     assert code == 0
     captured = capsys.readouterr()
     assert "img/s" in captured.err  # the progress bar: count, rate and ETA
-    assert "images written   10" in captured.out
-    assert "skipped          1" in captured.out
+    assert "images written   9" in captured.out
+    assert "skipped          3" in captured.out
     assert "ignored          1" in captured.out
-    assert "files seen       12 = written + skipped + ignored" in captured.out
+    assert "files seen       13 = written + skipped + ignored" in captured.out
+    assert "label conflicts  1   (2 byte-identical images under different labels, skipped" in (
+        captured.out
+    )
+    assert "warning: class folder 'c' has no image\n" in captured.out
+    assert (
+        "warning: label conflict: identical bytes under labels [a, b]: a/img_000.jpg, "
+        "b/copy.jpg (skipped)\n"
+    ) in captured.out
     summary = json.load(open(os.path.join(out, "conversion_summary.json")))
     assert summary["image_options"]["resize"] == 16
-    # Stratified 30%: 2 of the 6 listed "a" files (one is the broken one), 1 of the 5 "b".
-    assert summary["splits"]["eval"]["labels"] == {"a": 2, "b": 1}
+    # Stratified 30% of the images written: 1 of the 4 "a" (the broken one and the
+    # conflict are skipped), 1 of the 5 "b".
+    assert summary["splits"]["eval"]["labels"] == {"a": 1, "b": 1}
     assert sorted(os.listdir(os.path.join(out, "Split-train"))) == [
         "data_tfrecord-00000-of-00002",
         "data_tfrecord-00001-of-00002",

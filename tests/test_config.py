@@ -30,7 +30,11 @@ CHANGED = {
     "example_gen": {
         "image": {"resize": 128, "center_crop": True, "verify": "decode"},
         "output": {
-            "splits": [["train", 0.7], ["eval", 0.3]],
+            "splits": [["fit", 0.7], ["holdout", 0.3]],
+            "train_split": "fit",
+            "eval_split": "holdout",
+            "split_by": "path",
+            "on_label_conflict": "keep",
             "stratify": False,
             "on_error": "fail",
             "num_shards": 3,
@@ -87,21 +91,22 @@ def test_every_setting_of_every_section_reaches_its_component():
     assert json.loads(trainer[trainer_spec.CUSTOM_CONFIG_KEY]) == config_loader.to_dict(
         config.trainer
     )
-    assert json.loads(trainer[trainer_spec.TRAIN_ARGS_KEY]) == {
-        "num_steps": 40,
-        "splits": ["train"],
-    }
+    # The Trainer and the Evaluator read the splits ImageExampleGen is told to write.
+    assert json.loads(trainer[trainer_spec.TRAIN_ARGS_KEY]) == {"num_steps": 40, "splits": ["fit"]}
+    assert json.loads(trainer[trainer_spec.EVAL_ARGS_KEY]) == {"splits": ["holdout"]}
     assert trainer[trainer_spec.SERVING_DIR_KEY] == config.serving_dir
     evaluator = components[ids.EVALUATOR].exec_properties
     assert json.loads(evaluator[evaluator_spec.EVALUATOR_CONFIG_KEY]) == config_loader.to_dict(
         config.evaluator
     )
+    assert evaluator[evaluator_spec.EVAL_SPLIT_KEY] == "holdout"
     assert evaluator[evaluator_spec.TOLERANCE_KEY] == 0.03
     assert evaluator[evaluator_spec.SERVING_DIR_KEY] == config.serving_dir
     # ...and each changed value is in the config the loader built.
     assert config.statistics.fail_on_anomalies is False
     assert config.trainer.weights == "/w/notop.h5"
-    assert config.example_gen.output.splits == (("train", 0.7), ("eval", 0.3))
+    assert config.example_gen.output.splits == (("fit", 0.7), ("holdout", 0.3))
+    assert config.example_gen.output.split_by == "path"
 
 
 @pytest.mark.parametrize(
@@ -195,6 +200,12 @@ def test_a_config_built_in_python_is_checked_when_the_pipeline_is_built():
 def test_the_splits_must_include_the_ones_the_trainer_and_evaluator_read():
     with pytest.raises(ValueError, match=r"splits must include 'train' and 'eval'.*'val'"):
         cfg.from_dict({"example_gen": {"output": {"splits": [["train", 0.8], ["val", 0.2]]}}})
+    # ...which the settings name.
+    cfg.from_dict(
+        {"example_gen": {"output": {"splits": [["train", 0.8], ["val", 0.2]], "eval_split": "val"}}}
+    )
+    with pytest.raises(ValueError, match=r"example_gen\.output\.eval_split must be a plain split"):
+        cfg.from_dict({"example_gen": {"output": {"eval_split": ""}}})
     # A split layout takes its names from the folders.
     cfg.from_dict(
         {"example_gen": {"output": {"layout": "split", "splits": [["train", 1.0], ["val", 1.0]]}}}
@@ -241,6 +252,18 @@ def test_the_cli_takes_its_defaults_from_the_types():
     parser = build_parser()
     convert_args = parser.parse_args(["convert", "src", "out"])
     assert convert_cli.options_from_args(convert_args) == (ImageOptions(), OutputOptions())
+    split_args = [
+        *("--split-by", "path", "--on-label-conflict", "keep"),
+        *("--train-split", "fit", "--eval-split", "holdout", "--eval-fraction", "0.25"),
+    ]
+    _, output = convert_cli.options_from_args(parser.parse_args(["convert", "s", "o", *split_args]))
+    assert output == OutputOptions(
+        splits=(("fit", 0.75), ("holdout", 0.25)),
+        split_by="path",
+        on_label_conflict="keep",
+        train_split="fit",
+        eval_split="holdout",
+    )
     stats_args = parser.parse_args(["stats", "examples"])
     defaults = StatisticsConfig()
     assert (

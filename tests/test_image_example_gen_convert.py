@@ -161,9 +161,10 @@ def test_layout_labels_and_features(converted):
     cat = examples["cat/img_000.jpg"]
     assert feature(cat, fk.IMAGE_FORMAT_KEY) == b"jpeg"
     assert (feature(cat, fk.IMAGE_HEIGHT_KEY), feature(cat, fk.IMAGE_WIDTH_KEY)) == (48, 64)
-    # Stratified over the listed files (14 cat, 12 dog, 11 owl), decided before decoding:
-    # round(0.3 x listed) per label. Here the bad files all hashed into train.
-    assert result.summary.splits["eval"].labels == {"cat": 4, "dog": 4, "owl": 3}
+    # Stratified by content over the images written (12 cat, 10 dog, 11 owl): 30% of
+    # each label, rounded by largest remainder.
+    assert result.summary.splits["eval"].labels == {"cat": 4, "dog": 3, "owl": 3}
+    assert result.summary.split_by == "content" and result.summary.label_conflicts == ()
 
 
 def test_passthrough_round_trip_keeps_bytes_and_pixels(converted, messy_folder):
@@ -256,13 +257,44 @@ def test_resize_crop_gzip_and_shard_size(tmp_path):
 
 def test_split_layout_keeps_given_splits(tmp_path):
     root = str(tmp_path / "imgs")
-    imagegen.make_image_folder(os.path.join(root, "train"), {"a": 3, "b": 3})
-    imagegen.make_image_folder(os.path.join(root, "test"), {"a": 2, "b": 1})
+    imagegen.make_image_folder(os.path.join(root, "training"), {"a": 3, "b": 3})
+    imagegen.make_image_folder(os.path.join(root, "validation"), {"a": 2, "b": 1}, seed=1)
+    imagegen.make_image_folder(os.path.join(root, "test"), {"a": 1, "b": 1}, seed=2)
     out = str(tmp_path / "out")
     result = run_conversion(root, out, ImageOptions(), OutputOptions(num_shards=1), in_process)
-    assert result.split_names == ["test", "train"]
-    assert len(read_split(out, "test")) == 3 and len(read_split(out, "train")) == 6
-    assert result.summary.layout == "split"
+    # The usual folder names become the splits the Trainer and the Evaluator read.
+    assert result.split_names == ["eval", "test", "train"]
+    assert [len(read_split(out, s)) for s in result.split_names] == [3, 2, 6]
+    example = read_split(out, "eval")[0]
+    assert feature(example, fk.FILENAME_KEY).decode().startswith("validation/")
+    assert result.summary.layout == "split" and result.summary.split_by == ""
+    assert result.summary.warnings == ()
+
+
+def test_a_train_and_test_tree_evaluates_on_test_and_says_so(tmp_path):
+    root = str(tmp_path / "imgs")
+    imagegen.make_image_folder(os.path.join(root, "train"), {"a": 3, "b": 3})
+    imagegen.make_image_folder(os.path.join(root, "test"), {"a": 2}, seed=1)
+    out = str(tmp_path / "out")
+    result = run_conversion(root, out, ImageOptions(), OutputOptions(num_shards=1), in_process)
+    assert result.split_names == ["eval", "train"]
+    assert len(read_split(out, "eval")) == 2 and len(read_split(out, "train")) == 6
+    assert [(w.code, w.message) for w in result.summary.warnings] == [
+        (
+            conversion_summary.SPLIT_FOLDERS,
+            "no validation folder: the test folder 'test' is the 'eval' split, which the "
+            "Evaluator reads",
+        ),
+        (
+            conversion_summary.SMALL_CLASS,
+            "class 'b' has no image in split(s) ['eval'] (eval 0, train 3)",
+        ),
+    ]
+    # With no eval folder at all, nothing is converted and the message says what to do.
+    os.rename(os.path.join(root, "test"), os.path.join(tmp_path, "elsewhere"))
+    with pytest.raises(ValueError, match=r"split folders \['train'\] but none for the eval"):
+        run_conversion(root, str(tmp_path / "out2"), ImageOptions(), OutputOptions(), in_process)
+    assert os.listdir(tmp_path / "out2") == []  # nothing that a reader accepts
 
 
 def test_a_split_of_only_bad_files_is_reported_and_published_empty(tmp_path):
@@ -274,13 +306,17 @@ def test_a_split_of_only_bad_files_is_reported_and_published_empty(tmp_path):
     result = run_conversion(root, out, ImageOptions(), OutputOptions(), in_process)
     summary = result.summary
     assert (summary.written, summary.skipped, summary.files_seen) == (5, 2, 7)
-    assert summary.splits["test"].records == 0
+    # The test folder is the eval split here (there is no validation folder).
+    assert summary.splits["eval"].records == 0
     assert {row["path"] for row in artifacts.load_skipped(out)} == {
         "test/a/empty.jpg",
         "test/b/text.png",
     }
-    assert tf.io.gfile.listdir(artifacts.split_dir(out, "test")) == ["data_tfrecord-00000-of-00001"]
-    assert read_split(out, "test") == [] and len(read_split(out, "train")) == 5
+    assert tf.io.gfile.listdir(artifacts.split_dir(out, "eval")) == ["data_tfrecord-00000-of-00001"]
+    assert read_split(out, "eval") == [] and len(read_split(out, "train")) == 5
+    assert (conversion_summary.EMPTY_SPLIT, "split 'eval' has no image") in [
+        (w.code, w.message) for w in summary.warnings
+    ]
 
 
 def test_task_files_carry_the_plan_to_the_pipeline(tmp_path):
@@ -324,3 +360,119 @@ def test_convert_images_ptransform(tmp_path):
             equal_to(["a/bad.jpg"]),
             label="skipped",
         )
+
+
+@pytest.fixture(scope="module")
+def copies_folder(tmp_path_factory) -> str:
+    """Two labels of distinct images, one image copied to six more paths of its label,
+    one filed under both labels, an empty class folder and a one-image class."""
+    root = str(tmp_path_factory.mktemp("copies"))
+    imagegen.make_image_folder(root, {"cat": 20, "dog": 20, "owl": 1})
+    copied = open(os.path.join(root, "cat", "img_003.jpg"), "rb").read()
+    for i in range(6):
+        imagegen.write(os.path.join(root, "cat", f"album{i}", "again.jpg"), copied)
+    conflict = open(os.path.join(root, "dog", "img_007.jpg"), "rb").read()
+    imagegen.write(os.path.join(root, "cat", "looks-like-a-dog.jpg"), conflict)
+    os.makedirs(os.path.join(root, "empty"))
+    return root
+
+
+def _splits_by_path(output_dir: str) -> dict[str, str]:
+    return {
+        feature(e, fk.FILENAME_KEY).decode(): split
+        for split in ("train", "eval")
+        for e in read_split(output_dir, split)
+    }
+
+
+def test_identical_bytes_land_in_one_split_by_content_and_not_by_path(copies_folder, tmp_path):
+    copies = ["cat/img_003.jpg"] + [f"cat/album{i}/again.jpg" for i in range(6)]
+    splits = (("train", 0.5), ("eval", 0.5))
+    by_content = str(tmp_path / "content")
+    result = run_conversion(
+        copies_folder, by_content, ImageOptions(), OutputOptions(splits=splits), in_process
+    )
+    decided = _splits_by_path(by_content)
+    assert len({decided[path] for path in copies}) == 1
+    # Stratified over distinct images: the 20 cats (the copies count once), 20 dogs
+    # less the conflict, and the one owl, which cannot reach both splits.
+    assert result.summary.splits["eval"].labels == {"cat": 10, "dog": 9}
+
+    by_path = str(tmp_path / "path")
+    run_conversion(
+        copies_folder,
+        by_path,
+        ImageOptions(),
+        OutputOptions(splits=splits, split_by="path"),
+        in_process,
+    )
+    decided = _splits_by_path(by_path)
+    assert {decided[path] for path in copies} == {"train", "eval"}  # the leak path hashing allows
+
+
+def test_label_conflicts_are_skipped_and_reported_with_their_paths(copies_folder, tmp_path):
+    out = str(tmp_path / "out")
+    result = run_conversion(copies_folder, out, ImageOptions(), OutputOptions(), in_process)
+    summary = conversion_summary.read(out)
+    assert summary == result.summary
+    reason = (
+        "label conflict: identical bytes under labels [cat, dog]: cat/looks-like-a-dog.jpg, "
+        "dog/img_007.jpg"
+    )
+    ((conflict),) = summary.label_conflicts
+    assert conflict.labels == ("cat", "dog") and not conflict.kept
+    assert conflict.paths == ("cat/looks-like-a-dog.jpg", "dog/img_007.jpg")
+    assert conflict.reason == reason
+    skipped = {row["path"]: row["reason"] for row in artifacts.load_skipped(out)}
+    assert skipped == {"cat/looks-like-a-dog.jpg": reason, "dog/img_007.jpg": reason}
+    assert (summary.files_seen, summary.written, summary.skipped) == (48, 46, 2)
+    assert summary.files_seen == summary.written + summary.skipped + summary.ignored
+    assert [(w.code, w.message) for w in summary.warnings] == [
+        (conversion_summary.EMPTY_CLASS, "class folder 'empty' has no image"),
+        (
+            conversion_summary.SMALL_CLASS,
+            "class 'owl' has 1 image, too few to appear in every split (train 1, eval 0)",
+        ),
+        (conversion_summary.LABEL_CONFLICT, f"{reason} (skipped)"),
+    ]
+
+
+def test_label_conflicts_can_be_kept_in_one_split_or_stop_the_conversion(copies_folder, tmp_path):
+    kept = str(tmp_path / "kept")
+    result = run_conversion(
+        copies_folder,
+        kept,
+        ImageOptions(),
+        OutputOptions(on_label_conflict="keep", splits=(("train", 0.5), ("eval", 0.5))),
+        in_process,
+    )
+    assert result.summary.written == 48 and result.summary.skipped == 0
+    ((conflict),) = result.summary.label_conflicts
+    assert conflict.kept
+    decided = _splits_by_path(kept)
+    assert decided["cat/looks-like-a-dog.jpg"] == decided["dog/img_007.jpg"]
+
+    failed = tmp_path / "failed"
+    with pytest.raises(
+        ValueError,
+        match=r"^label conflict: identical bytes under labels \[cat, dog\]: "
+        r"cat/looks-like-a-dog\.jpg, dog/img_007\.jpg \(on_label_conflict fail",
+    ):
+        run_conversion(
+            copies_folder,
+            str(failed),
+            ImageOptions(),
+            OutputOptions(on_label_conflict="fail"),
+            in_process,
+        )
+    assert not any(failed.rglob("data_tfrecord-*"))
+
+
+def test_a_summary_of_the_first_schema_version_still_reads(converted, tmp_path):
+    out, result = converted
+    document = json.load(open(os.path.join(out, layout.SUMMARY_FILE)))
+    for key in ("split_by", "label_conflicts", "warnings"):
+        del document[key]
+    (tmp_path / layout.SUMMARY_FILE).write_text(json.dumps({**document, "version": 1}))
+    old = conversion_summary.read(str(tmp_path))
+    assert old.splits == result.summary.splits and old.warnings == ()

@@ -129,7 +129,8 @@ def dataset(tmp_path_factory) -> dict:
         root,
         examples,
         ImageOptions(),
-        OutputOptions(num_shards=2, gzip=True),
+        # The planted copy is under another label: kept, so that it shows as leakage.
+        OutputOptions(num_shards=2, gzip=True, on_label_conflict="keep"),
         make_pipeline=make_pipeline,
     )
     options = AnalysisOptions(IMAGE_SIZE, CROP, keep_thumbnails=3, native_resolution=True)
@@ -338,12 +339,40 @@ def test_eval_labels_differ_and_supported_fraction_anomalies(dataset):
         (anomaly_lib.LOW_SUPPORTED_FRACTION, None),
     ]
     assert "missing ['b']" in found[0].message
+    # A class of one image cannot be in both splits: ImageExampleGen warned about it,
+    # and it is no reason to stop the run.
     stats = dataclasses.replace(
         stats,
-        splits={**stats.splits, "eval": with_labels("eval", {"a": 3, "b": 1})},
+        splits={
+            "train": with_labels("train", {"a": 5, "b": 5, "c": 1}),
+            "eval": with_labels("eval", {"a": 3, "b": 1, "c": 0}),
+        },
         source=dataclasses.replace(typed.source, supported_fraction=1.0),
     )
     assert anomaly_lib.check(stats, StatisticsConfig()) == []
+
+
+def test_copies_across_classes_and_paths_stop_nothing_once_converted(tmp_path):
+    """Real photos often hold byte-identical files, in one class and across classes.
+    Split by content, the copies in one class share a split (no leakage); the copies
+    across classes are skipped as label conflicts, which are listed with the skipped
+    files but not counted as unusable images. The gate has nothing to stop."""
+    root, examples = str(tmp_path / "images"), str(tmp_path / "examples")
+    for label, colour in CLASS_COLOURS.items():
+        for i in range(8):
+            rgb = textured(np.random.default_rng(i), 30, 40, colour)
+            write_image(os.path.join(root, label, f"{i}.png"), rgb)
+    for i in range(4):
+        shutil.copy(os.path.join(root, "lime", "1.png"), os.path.join(root, "lime", f"c{i}.png"))
+    shutil.copy(os.path.join(root, "lime", "2.png"), os.path.join(root, "crimson", "green.png"))
+    run_conversion(root, examples, ImageOptions(), OutputOptions(), make_pipeline=make_pipeline)
+    options = AnalysisOptions(IMAGE_SIZE, CROP, keep_thumbnails=0)
+    produced = produce(examples, SPLITS, str(tmp_path), options, StatisticsConfig(), make_pipeline)
+    assert produced.anomalies == ()
+    assert produced.stats.leakage.groups == 0
+    assert produced.stats.source.skipped_by_example_gen == 0
+    assert produced.stats.source.supported_fraction == 1.0
+    assert "label conflict: identical bytes under labels [crimson, lime]" in produced.html
 
 
 def test_combine_fn_is_merge_order_independent(dataset):

@@ -44,7 +44,7 @@ def _image_folder(root: str) -> None:
                 )
     shutil.copy(
         os.path.join(root, "train", "ant", "007.png"),
-        os.path.join(root, "eval", "bee", "planted.png"),
+        os.path.join(root, "eval", "ant", "planted.png"),
     )
 
 
@@ -88,7 +88,7 @@ def test_gate_stops_the_run_on_leakage_after_writing_the_report(tmp_path):
     assert anomaly_lib.AnomaliesFoundError.__name__ in repr(raised.value) or (
         "fail_on_anomalies" in message
     )
-    assert "leakage" in message and "eval/bee/planted.png" in message
+    assert "leakage" in message and "eval/ant/planted.png" in message
 
     # TFX removed the failed execution's output folder; the gate kept a copy beside it.
     (stats_dir,) = _outputs(root, "ImageStatistics", spec.STATISTICS_KEY)

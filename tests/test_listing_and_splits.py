@@ -8,8 +8,15 @@ import re
 
 import pytest
 
-from imgpipe.components.common import label_map
-from imgpipe.components.image_example_gen import labels, listing, splitting
+from imgpipe.components.common import conversion_summary, label_map
+from imgpipe.components.common.conversion_summary import LabelConflict
+from imgpipe.components.image_example_gen import (
+    data_warnings,
+    labels,
+    listing,
+    split_names,
+    splitting,
+)
 from imgpipe.components.image_example_gen.options import OutputOptions
 
 pytestmark = pytest.mark.unit
@@ -85,6 +92,152 @@ def test_stratified_split_gives_every_label_the_exact_proportion():
     assert counts == {("a", "train"): 7, ("a", "eval"): 3, ("b", "train"): 5, ("b", "eval"): 2}
 
 
+def test_split_counts_are_exact_and_reach_every_split_when_they_can():
+    assert splitting.split_counts([0.9, 0.1], 100) == [90, 10]
+    assert splitting.split_counts([0.7, 0.3], 7) == [5, 2]
+    # 0.9/0.1 of 3 rounds to 3/0; a class of 3 still reaches eval.
+    assert splitting.split_counts([0.9, 0.1], 3) == [2, 1]
+    assert splitting.split_counts([0.8, 0.1, 0.1], 3) == [1, 1, 1]
+    # Fewer items than splits: some split must go without.
+    assert splitting.split_counts([0.9, 0.1], 1) == [1, 0]
+
+
+def test_cut_points_decide_as_the_ranking_does_and_count_a_key_once():
+    """The pipeline decides a content split from each label's cut points (splitting.py);
+    they must give the same splits as ranking the keys, and copies must count once."""
+    splits = (("train", 0.6), ("eval", 0.3), ("test", 0.1))
+    names = [name for name, _ in splits]
+    keys = [f"{i:064x}" for i in range(23)]
+    ranked = splitting.stratified_split({"a": keys}, splits)
+    cuts = splitting.cut_points([splitting.split_hash(k) for k in keys], [0.6, 0.3, 0.1])
+    assert {k: splitting.split_at(splitting.split_hash(k), cuts, names) for k in keys} == ranked
+    assert collections.Counter(ranked.values()) == {"train": 14, "eval": 7, "test": 2}
+    # Each key five times over: the same cut points, so copies change no proportion.
+    copies = [splitting.split_hash(k) for k in keys for _ in range(5)]
+    assert splitting.cut_points(copies, [0.6, 0.3, 0.1]) == cuts
+
+
+def test_a_content_key_splits_the_same_whatever_the_path():
+    """By content, the split key is the image's SHA-256, not its path: copies at any
+    paths get one split; by path, copies of one image are split apart."""
+    splits = (("train", 0.5), ("eval", 0.5))
+    content = "ab" * 32
+    assert len({splitting.hash_split(content, splits) for _ in range(3)}) == 1
+    paths = [f"cat/copy{i}.jpg" for i in range(40)]
+    assert set(splitting.stratified_split({"cat": paths}, splits).values()) == {"train", "eval"}
+
+
+@pytest.mark.parametrize(
+    "folder, split",
+    [
+        ("train", "train"),
+        ("training", "train"),
+        ("Train", "train"),
+        ("eval", "eval"),
+        ("evaluation", "eval"),
+        ("validation", "eval"),
+        ("val", "eval"),
+        ("valid", "eval"),
+        ("dev", "eval"),
+        ("VAL", "eval"),
+        ("test", "test"),
+        ("testing", "test"),
+    ],
+)
+def test_each_usual_split_folder_name_is_a_split(folder, split):
+    assert listing.detect_layout([f"{folder}/cat/a.jpg", "train/dog/b.jpg"]) == "split"
+    assert split_names.canonical_split(folder) == split
+    given = split_names.resolve_given_splits(
+        {folder, "train" if split != "train" else "val"}, "train", "eval"
+    )
+    assert given.split_of[folder] == (split if split != "test" else "eval")
+
+
+def test_pre_split_folders_map_to_the_trained_and_evaluated_splits():
+    given = split_names.resolve_given_splits(["training", "validation", "test"], "train", "eval")
+    assert given.split_of == {"training": "train", "validation": "eval", "test": "test"}
+    assert given.names == ["eval", "test", "train"] and given.notes == []
+    # train + test and no validation: test is evaluated on, and a note says so.
+    given = split_names.resolve_given_splits(["train", "test"], "train", "eval")
+    assert given.split_of == {"train": "train", "test": "eval"}
+    assert given.notes == [
+        "no validation folder: the test folder 'test' is the 'eval' split, which the "
+        "Evaluator reads"
+    ]
+    # Other names work with layout: split and the settings.
+    given = split_names.resolve_given_splits(["fit", "holdout"], "fit", "holdout")
+    assert given.split_of == {"fit": "fit", "holdout": "holdout"}
+
+
+def test_a_missing_train_or_eval_split_folder_names_the_folders_and_the_setting():
+    with pytest.raises(ValueError) as raised:
+        split_names.resolve_given_splits(["train"], "train", "eval")
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith("the image folder has split folders ['train'] but none for the eval")
+    assert "validation" in message and "example_gen.output.eval_split" in message
+    assert "--eval-split" in message
+    with pytest.raises(ValueError, match=r"\['test', 'val'\].*none for the train split 'train'"):
+        split_names.resolve_given_splits(["val", "test"], "train", "eval")
+    with pytest.raises(ValueError, match=r"split folders \['dev', 'val'\] are all the 'eval'"):
+        split_names.resolve_given_splits(["train", "val", "dev"], "train", "eval")
+
+
+def test_warnings_name_empty_and_small_classes_empty_splits_and_conflicts():
+    conflict = LabelConflict("ab" * 32, ("cat", "dog"), ("cat/x.jpg", "dog/x.jpg"), kept=False)
+    found = data_warnings.conversion_warnings(
+        split_labels={"train": {"cat": 9, "dog": 9, "owl": 1, "bad": 0}, "eval": {"cat": 1}},
+        listed_by_label={"cat": 11, "dog": 10, "owl": 1, "bad": 3},
+        class_folders=["bad", "cat", "dog", "empty", "owl"],
+        given_splits=False,
+        conflicts=[conflict],
+    )
+    assert [(w.code, w.message) for w in found] == [
+        (
+            conversion_summary.EMPTY_CLASS,
+            "class 'bad' has no image written: all 3 of its image files were skipped "
+            "(see skipped.json)",
+        ),
+        (conversion_summary.EMPTY_CLASS, "class folder 'empty' has no image"),
+        (
+            conversion_summary.SMALL_CLASS,
+            "class 'dog' has no image in split(s) ['eval'] (train 9, eval 0)",
+        ),
+        (
+            conversion_summary.SMALL_CLASS,
+            "class 'owl' has 1 image, too few to appear in every split (train 1, eval 0)",
+        ),
+        (
+            conversion_summary.LABEL_CONFLICT,
+            "label conflict: identical bytes under labels [cat, dog]: cat/x.jpg, dog/x.jpg "
+            "(skipped)",
+        ),
+    ]
+    found = data_warnings.conversion_warnings(
+        split_labels={"train": {"cat": 3}, "eval": {}},
+        listed_by_label={"cat": 3},
+        class_folders=["cat"],
+        given_splits=True,
+        conflicts=[],
+        split_notes=["a note"],
+    )
+    assert [(w.code, w.message) for w in found] == [
+        (conversion_summary.SPLIT_FOLDERS, "a note"),
+        (
+            conversion_summary.SMALL_CLASS,
+            "class 'cat' has no image in split(s) ['eval'] (train 3, eval 0)",
+        ),
+        (conversion_summary.EMPTY_SPLIT, "split 'eval' has no image"),
+    ]
+
+
+def test_a_label_conflict_lists_at_most_ten_paths():
+    paths = tuple(f"{label}/{i:02d}.jpg" for label in ("a", "b") for i in range(6))
+    reason = LabelConflict("0" * 64, ("a", "b"), paths, kept=False).reason
+    assert reason.startswith("label conflict: identical bytes under labels [a, b]: a/00.jpg, ")
+    assert reason.endswith("b/03.jpg and 2 more")
+
+
 def test_label_ids_are_sorted_and_stay_stable_with_an_existing_map(tmp_path):
     assert labels.build_labels(["dog", "cat"], None, "fail") == ["cat", "dog"]
     existing = ["zebra", "cat"]
@@ -107,6 +260,14 @@ def test_options_are_validated_with_the_bad_value_named():
         OutputOptions(num_shards=0).validate()
     with pytest.raises(ValueError, match="split 'eval' needs .* positive weight"):
         OutputOptions(splits=(("train", 1.0), ("eval", 0.0))).validate()
+    with pytest.raises(ValueError, match="split_by must be content or path, got 'name'"):
+        OutputOptions(split_by="name").validate()
+    with pytest.raises(ValueError, match="on_label_conflict must be skip, keep or fail"):
+        OutputOptions(on_label_conflict="merge").validate()
+    with pytest.raises(ValueError, match="train_split and eval_split must differ"):
+        OutputOptions(eval_split="train").validate()
+    with pytest.raises(ValueError, match="eval_split must be a plain split name"):
+        OutputOptions(eval_split="a/b").validate()
 
 
 HOSTILE_CLASS_NAMES = [
@@ -167,6 +328,17 @@ def test_a_label_folder_that_cannot_be_a_class_is_skipped_by_name():
         "which labels.txt cannot hold; rename it",
     }
     assert result.files_seen == 3
+
+
+def test_class_folders_come_from_the_walk_empty_ones_too():
+    folders = ["cat", "cat/deep", "empty", ".cache", " dog"]
+    flat = listing.classify(["cat/a.jpg", "cat/deep/b.jpg", " dog/c.jpg"], folders=folders)
+    # Hidden folders, nested folders and names that cannot be classes are not class folders.
+    assert listing.class_folders(flat) == [(None, "cat"), (None, "empty")]
+    split = listing.classify(
+        ["train/cat/a.jpg", "val/cat/b.jpg"], folders=["train", "train/cat", "train/owl", "val"]
+    )
+    assert listing.class_folders(split) == [("train", "cat"), ("train", "owl")]
 
 
 def test_a_label_map_file_is_refused_with_the_reason(tmp_path):

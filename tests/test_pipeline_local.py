@@ -1,15 +1,17 @@
 """The whole pipeline under LocalDagRunner through `imgpipe run local`, with no config:
 the defaults learn, the served model is right on new images, and a second run on
-unchanged images is served from TFX's cache."""
+unchanged images is served from TFX's cache. And a pre-split folder that the data gate
+stops, until its advice is followed."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 
 import pytest
 
-from imgpipe.components.common import layout, served_models
+from imgpipe.components.common import conversion_summary, layout, served_models
 from imgpipe.pipelines import cli, local_runner, sample_photos
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
@@ -91,7 +93,81 @@ def test_run_local_stops_on_data_anomalies_with_one_line_naming_the_report(tmp_p
     report = re.fullmatch(
         r"imgpipe: error: ImageStatistics found 2 data anomalies \(labels_differ, leakage\), "
         r"so the run stopped before training; see (\S+), then fix the data or set "
-        r"statistics.fail_on_anomalies: false in the pipeline config",
+        r"statistics.fail_on_anomalies: false \(or raise statistics.leakage_threshold\) "
+        r"in the pipeline config",
         line,
     ).group(1)
     assert os.path.isfile(report) and report.endswith(layout.REPORT_FILE)
+
+
+@pytest.mark.pipeline
+def test_a_validation_folder_is_evaluated_and_the_data_gate_advice_can_be_followed(
+    tmp_path, capsys
+):
+    """A Keras-style `training/ + validation/` tree, with one training image copied into
+    validation, a class of one image and an empty class folder: the leakage gate stops
+    the run with one message and no traceback; the setting it names lets the next run
+    train on `training/`, evaluate on `validation/` and push, the one-image class too."""
+    data = tmp_path / "images"
+    classes = ["animal", "fruit"]
+    sample_photos.make_dataset(str(data / "training"), per_class=10, size=64, classes=classes)
+    sample_photos.make_dataset(
+        str(data / "validation"), per_class=3, size=64, classes=classes, seed=1
+    )
+    leaked = sorted(os.listdir(data / "training" / "animal"))[0]
+    shutil.copy(
+        data / "training" / "animal" / leaked, data / "validation" / "animal" / "leaked.jpg"
+    )
+    imagegen.write(
+        str(data / "training" / "tiny" / "only.jpg"),
+        imagegen.jpeg_bytes(imagegen.photo_like(64, 64, seed=5)),
+    )
+    (data / "training" / "empty").mkdir()
+    settings = (
+        "pipeline_name: gate-test\n"
+        "trainer: {backbone: tiny_cnn, image_size: 32, epochs: 1, batch_size: 4,"
+        " train_steps: 2, eval_steps: 1}\n"
+        "beam_args: [--direct_num_workers=1, --direct_running_mode=in_memory]\n"
+    )
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(settings)
+    argv = [
+        "run",
+        "local",
+        "--data",
+        str(data),
+        "--config",
+        str(config_file),
+        "--pipeline-root",
+        str(tmp_path / "root"),
+        "--serving-dir",
+        str(tmp_path / "serving"),
+    ]
+
+    assert cli.main(argv) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("imgpipe: error: ImageStatistics found 1 data anomaly (leakage)")
+    assert "(or raise statistics.leakage_threshold)" in line
+    report = re.search(r"; see (\S+), then", line).group(1)
+    assert "validation/animal/leaked.jpg" in open(report).read()
+    assert not (tmp_path / "serving").exists()
+
+    config_file.write_text(settings + "statistics: {leakage_threshold: 0.5}\n")
+    assert cli.main(argv) == 0
+    config = cfg.load(
+        str(config_file),
+        data_root=str(data),
+        pipeline_root=str(tmp_path / "root"),
+        serving_dir=str(tmp_path / "serving"),
+    )
+    result = local_runner.latest_results(config)
+    assert {n.state for n in result.nodes.values()} <= {"COMPLETE", "CACHED"}
+    examples = result.uri(ids.EXAMPLE_GEN, "examples")
+    summary = conversion_summary.read(examples)
+    assert summary.split_names == ["eval", "train"]
+    assert summary.splits["train"].labels == {"animal": 10, "fruit": 10, "tiny": 1}
+    assert [w.code for w in summary.warnings] == [
+        conversion_summary.EMPTY_CLASS,
+        conversion_summary.SMALL_CLASS,
+    ]
+    assert len(os.listdir(tmp_path / "serving")) == 1

@@ -270,7 +270,9 @@ def test_an_object_store_tree_is_walked_and_read_through_gfile():
         with tf.io.gfile.GFile(f"{root}/{relpath}", "wb") as f:
             f.write(imagegen.jpeg_bytes(imagegen.photo_like(8, 8)))
     tree = walk.walk_tree(root)
-    assert tree == walk.Tree(["cat/a.jpg", "cat/deep/b.jpg", "dog/c.jpg", "notes.txt"], [])
+    assert tree == walk.Tree(
+        ["cat/a.jpg", "cat/deep/b.jpg", "dog/c.jpg", "notes.txt"], [], ["cat", "cat/deep", "dog"]
+    )
     assert driver.tree_fingerprint(root).startswith(f"images:{root},num_files:4,")
     converted = transforms.convert_task(
         root, ConversionTask("cat/deep/b.jpg", "cat", 0, "train"), ImageOptions()

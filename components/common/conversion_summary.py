@@ -2,7 +2,9 @@
 
 ImageExampleGen (and `imgpipe convert`) write it beside the splits; ImageStatistics and
 the Trainer read its per-split record counts to check the shards they read, and its
-label counts to size their sampling.
+label counts to size their sampling. `warnings` says, by name, what a user should look
+at: empty class folders, classes too small for every split, empty splits, label
+conflicts (byte-identical images under different labels, also in `label_conflicts`).
 
 Example:
   summary = conversion_summary.read(examples_uri)
@@ -12,13 +14,25 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Any
 
 from imgpipe.components.common import config_loader, fileio
 from imgpipe.components.common.layout import SUMMARY_FILE
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 1 had no split_by, label_conflicts or warnings; it reads with their defaults.
+READABLE_VERSIONS = (1, SCHEMA_VERSION)
+
+# ConversionWarning codes.
+EMPTY_CLASS = "empty_class"
+SMALL_CLASS = "small_class"
+EMPTY_SPLIT = "empty_split"
+LABEL_CONFLICT = "label_conflict"
+SPLIT_FOLDERS = "split_folders"
+
+MAX_LISTED_PATHS = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +43,41 @@ class SplitSummary:
     reencoded: int
     num_shards: int
     labels: dict[str, int]  # label name -> records
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelConflict:
+    """Byte-identical images filed under more than one label.
+
+    Attributes:
+      sha256: the images' content hash.
+      labels: the labels they are filed under, sorted.
+      paths: every copy's relative path, sorted.
+      kept: whether the copies were written (on_label_conflict keep) or skipped.
+    """
+
+    sha256: str
+    labels: tuple[str, ...]
+    paths: tuple[str, ...]
+    kept: bool
+
+    @property
+    def reason(self) -> str:
+        """The one line that skipped.json, the log and errors give for each copy."""
+        shown = ", ".join(self.paths[:MAX_LISTED_PATHS])
+        more = len(self.paths) - MAX_LISTED_PATHS
+        return (
+            f"label conflict: identical bytes under labels [{', '.join(self.labels)}]: "
+            f"{shown}{f' and {more} more' if more > 0 else ''}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ConversionWarning:
+    """Something in the data a user should look at; `message` names the class or split."""
+
+    code: str
+    message: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +101,9 @@ class ConversionSummary:
     # Every written image was decoded, strictly (libjpeg's warnings are errors), or is
     # the encoder's own output: ImageStatistics' strict check has nothing to add.
     decoded_every_image: bool = False
+    split_by: str = ""  # OutputOptions.split_by of a flat layout; "" for a split layout
+    label_conflicts: tuple[LabelConflict, ...] = ()
+    warnings: tuple[ConversionWarning, ...] = ()
 
     @property
     def split_names(self) -> list[str]:
@@ -79,7 +131,18 @@ def read(folder: str) -> ConversionSummary:
             f"{path} not found: was {folder} written by ImageExampleGen or `imgpipe convert`?"
         )
     with fileio.open_file(path, "r") as f:
-        return config_loader.from_document(ConversionSummary, f.read(), path, SCHEMA_VERSION)
+        text = f.read()
+    return config_loader.from_document(ConversionSummary, text, path, _readable_version(text))
+
+
+def _readable_version(text: str) -> int:
+    """The file's version when this release reads it, else the current one (whose
+    check then names the file and both versions)."""
+    try:
+        found = json.loads(text).get("version")
+    except (json.JSONDecodeError, AttributeError):
+        return SCHEMA_VERSION
+    return found if found in READABLE_VERSIONS else SCHEMA_VERSION
 
 
 def read_if_present(folder: str) -> ConversionSummary | None:

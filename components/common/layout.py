@@ -46,6 +46,8 @@ GZIP_SUFFIX = ".gz"
 GZIP = "GZIP"
 
 # The splits a flat image folder is divided into, and that the Trainer and the
-# Evaluator read by default.
+# Evaluator read by default (OutputOptions.train_split and eval_split).
 TRAIN_SPLIT = "train"
 EVAL_SPLIT = "eval"
+# A pre-split folder's held-out split (test/, testing/); it stands in for a missing eval.
+TEST_SPLIT = "test"

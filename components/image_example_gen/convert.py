@@ -1,6 +1,10 @@
 """One image conversion, end to end: list, label, split, run the Beam pipeline, check the
 counts, publish. Shared by the TFX executor and `imgpipe convert`.
 
+Splits are decided at listing for a split layout (by folder) and for split_by path; for
+split_by content (the default) the pipeline decides them after reading each file
+(split_assignment.py), and finds label conflicts either way.
+
 Shards are written under a work folder inside the output and moved into
 `Split-<name>/` only after the pipeline succeeded and the counts reconcile. The
 metadata files follow, and the manifest comes last: until it exists, readers refuse
@@ -33,15 +37,25 @@ from imgpipe.components.common import (
 )
 from imgpipe.components.common.conversion_summary import ConversionSummary, SplitSummary
 from imgpipe.components.common.printable import printable
-from imgpipe.components.image_example_gen import free_space, shards, splitting, tasks, transforms
+from imgpipe.components.image_example_gen import (
+    data_warnings,
+    free_space,
+    shards,
+    split_assignment,
+    splitting,
+    tasks,
+    transforms,
+)
 from imgpipe.components.image_example_gen import labels as label_lib
 from imgpipe.components.image_example_gen import listing as listing_lib
 from imgpipe.components.image_example_gen.options import (
     LAYOUT_SPLIT,
     ON_ERROR_FAIL,
+    SPLIT_BY_CONTENT,
     ImageOptions,
     OutputOptions,
 )
+from imgpipe.components.image_example_gen.split_names import GivenSplits, resolve_given_splits
 
 
 class CountMismatchError(RuntimeError):
@@ -57,15 +71,29 @@ class ConversionResult:
 
 
 def plan_tasks(
-    listing: listing_lib.Listing, labels: list[str], options: OutputOptions
+    listing: listing_lib.Listing,
+    labels: list[str],
+    options: OutputOptions,
+    given: GivenSplits | None = None,
 ) -> list[tasks.ConversionTask]:
-    """Decides label id and split of every image, in sorted path order."""
+    """Decides label id and split of every image, in sorted path order.
+
+    A split layout's images take the split of their folder (`given`). A flat layout's
+    split is decided here by path hash, or by content (`split_by`) in the pipeline,
+    after conversion: until then each task holds the first split, where a file that
+    fails to convert is recorded.
+    """
     ids = {label: i for i, label in enumerate(labels)}
     decided: dict[str, str]
     if listing.layout == LAYOUT_SPLIT:
+        assert given is not None  # a split layout's folders are resolved first
         decided = {
-            image.relpath: image.split for image in listing.images if image.split is not None
+            image.relpath: given.split_of[image.split]
+            for image in listing.images
+            if image.split is not None
         }
+    elif options.split_by == SPLIT_BY_CONTENT:
+        decided = {image.relpath: options.splits[0][0] for image in listing.images}
     elif options.stratify:
         by_label: dict[str, list[str]] = {}
         for image in listing.images:
@@ -90,9 +118,17 @@ def build_pipeline(
     image_options: ImageOptions,
     output_options: OutputOptions,
     progress_dir: str | None = None,
+    *,
+    by_content: bool,
+    num_images: int,
 ) -> None:
-    """Converts into work_dir: shards under `shards/Split-<name>/`, result rows under
-    `results/` (the folders must exist)."""
+    """Converts into work_dir: shards under `shards/Split-<name>/`, result rows and label
+    conflicts under `results/` (the folders must exist).
+
+    Args:
+      by_content: the tasks' splits are undecided: decide them by content.
+      num_images: the tasks planned, to size the search for label conflicts.
+    """
     converted = (
         pipeline
         | "ListedImages" >> tasks.ReadTaskBatches(task_pattern)
@@ -106,15 +142,20 @@ def build_pipeline(
         )
     )
     _ = (
-        converted[transforms.RECORDS_TAG],
-        converted[transforms.SKIPPED_TAG],
-    ) | "WriteShards" >> shards.WriteShards(
-        os.path.join(work_dir, "shards"),
-        os.path.join(work_dir, "results"),
-        output_options.num_shards,
-        output_options.shard_mb,
-        output_options.gzip,
-        output_options.seed,
+        (converted[transforms.RECORDS_TAG], converted[transforms.SKIPPED_TAG])
+        | "AssignSplits"
+        >> split_assignment.AssignSplits(
+            output_options, by_content, num_images, os.path.join(work_dir, "results")
+        )
+        | "WriteShards"
+        >> shards.WriteShards(
+            os.path.join(work_dir, "shards"),
+            os.path.join(work_dir, "results"),
+            output_options.num_shards,
+            output_options.shard_mb,
+            output_options.gzip,
+            output_options.seed,
+        )
     )
 
 
@@ -136,6 +177,8 @@ class _Plan:
     tasks: list[tasks.ConversionTask]
     split_names: list[str]
     source_bytes: int | None  # the images' total size; None when they are not local
+    given: GivenSplits | None  # a split layout's folders, mapped to splits
+    class_folders: list[str]  # the label of every class folder, empty ones too
 
 
 def run_conversion(
@@ -242,17 +285,25 @@ def _plan(input_root: str, output_options: OutputOptions) -> _Plan:
         else None
     )
     labels = label_lib.build_labels(listing.labels, existing, output_options.on_new_label)
-    split_names = (
-        listing.given_splits
+    given = (
+        resolve_given_splits(
+            listing.given_splits, output_options.train_split, output_options.eval_split
+        )
         if listing.layout == LAYOUT_SPLIT
-        else [name for name, _ in output_options.splits]
+        else None
     )
     return _Plan(
         listing,
         labels,
-        plan_tasks(listing, labels, output_options),
-        split_names,
+        plan_tasks(listing, labels, output_options, given),
+        given.names if given is not None else [name for name, _ in output_options.splits],
         free_space.input_bytes(input_root, [image.relpath for image in listing.images]),
+        given,
+        [
+            label
+            for split, label in listing_lib.class_folders(listing)
+            if given is None or split in given.split_of
+        ],
     )
 
 
@@ -290,6 +341,8 @@ def _convert_and_publish(
             image_options,
             output_options,
             progress_dir,
+            by_content=plan.given is None and output_options.split_by == SPLIT_BY_CONTENT,
+            num_images=len(plan.tasks),
         )
         try:
             pipeline.run().wait_until_finish()
@@ -299,6 +352,7 @@ def _convert_and_publish(
                 raise
             raise transforms.ImageConversionError(message) from e
         shard_results = shards.read_shard_results(os.path.join(work_dir, "results"))
+        conflicts = split_assignment.read_conflicts(os.path.join(work_dir, "results"))
         summary = _summarize(
             plan.listing,
             shard_results,
@@ -306,6 +360,21 @@ def _convert_and_publish(
             plan.labels,
             image_options,
             output_options,
+        )
+        summary = dataclasses.replace(
+            summary,
+            split_by="" if plan.given is not None else output_options.split_by,
+            label_conflicts=tuple(conflicts),
+            warnings=tuple(
+                data_warnings.conversion_warnings(
+                    split_labels={split: s.labels for split, s in summary.splits.items()},
+                    listed_by_label=_listed_by_label(plan.listing),
+                    class_folders=plan.class_folders,
+                    given_splits=plan.given is not None,
+                    conflicts=conflicts,
+                    split_notes=plan.given.notes if plan.given is not None else (),
+                )
+            ),
         )
         entries = _publish(staged, output_dir, plan.split_names, shard_results, output_options.gzip)
     finally:
@@ -339,6 +408,13 @@ def _write_metadata(
     )
     conversion_summary.write(output_dir, summary)
     return manifest.describe(output_dir, layout.EXAMPLES_METADATA_FILES)
+
+
+def _listed_by_label(listing: listing_lib.Listing) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for image in listing.images:
+        counts[image.label] = counts.get(image.label, 0) + 1
+    return counts
 
 
 def _summarize(

@@ -69,6 +69,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             summary.ignored,
             summary.files_seen,
         )
+        for warning in summary.warnings:
+            logging.warning("ImageExampleGen: %s", warning.message)
 
     @staticmethod
     def _resolve_input_root(exec_properties: dict[str, Any], examples: types.Artifact) -> str:

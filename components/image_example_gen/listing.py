@@ -15,32 +15,20 @@ import dataclasses
 import posixpath
 
 from imgpipe.components.common.label_map import class_name_problem
-from imgpipe.components.common.layout import EVAL_SPLIT, TRAIN_SPLIT
 from imgpipe.components.image_example_gen.options import LAYOUT_AUTO, LAYOUT_FLAT, LAYOUT_SPLIT
+from imgpipe.components.image_example_gen.split_names import SPLIT_ALIASES
 from imgpipe.components.image_example_gen.walk import Unlisted, walk_tree
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp"})
-KNOWN_SPLIT_NAMES = frozenset(
-    {
-        TRAIN_SPLIT,
-        "training",
-        EVAL_SPLIT,
-        "evaluation",
-        "val",
-        "valid",
-        "validation",
-        "test",
-        "testing",
-        "dev",
-    }
-)
+# The folder names that make a tree a split layout (split_names.py maps them to splits).
+KNOWN_SPLIT_NAMES = frozenset(SPLIT_ALIASES)
 
 
 @dataclasses.dataclass(frozen=True)
 class SourceImage:
     relpath: str  # posix path relative to the root
     label: str
-    split: str | None  # given by a split layout, else None
+    split: str | None  # the top-level folder of a split layout, else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +43,7 @@ class Listing:
     images: list[SourceImage]
     ignored: list[ListedFile]  # not images: hidden files, other names, links not followed
     skipped: list[ListedFile]  # images that cannot be read or labelled; special files
+    folders: list[str] = dataclasses.field(default_factory=list)  # every folder walked
 
     @property
     def files_seen(self) -> int:
@@ -90,13 +79,17 @@ def detect_layout(relpaths: list[str]) -> str:
 
 
 def classify(
-    relpaths: list[str], layout: str = LAYOUT_AUTO, unlisted: list[Unlisted] | None = None
+    relpaths: list[str],
+    layout: str = LAYOUT_AUTO,
+    unlisted: list[Unlisted] | None = None,
+    folders: list[str] | None = None,
 ) -> Listing:
     """Sorts relative paths into labelled images, ignored files and skipped ones.
 
     Args:
       unlisted: entries the walk did not list as files, with their reasons; hidden
         ones are ignored as hidden, like hidden files.
+      folders: the folders walked (see class_folders).
     """
     if layout == LAYOUT_AUTO:
         layout = detect_layout(relpaths)
@@ -134,7 +127,7 @@ def classify(
         images.append(SourceImage(relpath, label, split))
     ignored.sort(key=lambda f: f.relpath)
     skipped.sort(key=lambda f: f.relpath)
-    return Listing(layout, images, ignored, skipped)
+    return Listing(layout, images, ignored, skipped, sorted(folders or []))
 
 
 def list_images(root: str, layout: str = LAYOUT_AUTO, follow_links: bool = False) -> Listing:
@@ -144,4 +137,22 @@ def list_images(root: str, layout: str = LAYOUT_AUTO, follow_links: bool = False
       FileNotFoundError: root does not exist or is not a directory.
     """
     tree = walk_tree(root, follow_links)
-    return classify(tree.files, layout, tree.unlisted)
+    return classify(tree.files, layout, tree.unlisted, tree.folders)
+
+
+def class_folders(listing: Listing) -> list[tuple[str | None, str]]:
+    """(split folder or None, label) of every label folder walked, empty ones too.
+
+    The images name only the classes that hold a file, so a class folder with no file
+    in it would vanish without a word; the conversion compares these folders with the
+    classes it wrote and warns about each empty one. Hidden folders and names that
+    cannot be classes (their files are skipped with the reason) are left out.
+    """
+    depth = 1 if listing.layout == LAYOUT_FLAT else 2
+    found = []
+    for folder in listing.folders:
+        parts = folder.split("/")
+        if len(parts) != depth or is_hidden(folder) or class_name_problem(parts[-1]):
+            continue
+        found.append((parts[0] if depth == 2 else None, parts[-1]))
+    return found

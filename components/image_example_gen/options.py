@@ -27,6 +27,13 @@ LAYOUT_SPLIT = "split"
 NEW_LABEL_FAIL = "fail"
 NEW_LABEL_APPEND = "append"
 
+SPLIT_BY_CONTENT = "content"
+SPLIT_BY_PATH = "path"
+
+LABEL_CONFLICT_SKIP = "skip"
+LABEL_CONFLICT_KEEP = "keep"
+LABEL_CONFLICT_FAIL = "fail"
+
 DEFAULT_SHARD_MB = 128.0
 DEFAULT_JPEG_QUALITY = 90
 DEFAULT_MAX_PIXELS = 100_000_000
@@ -124,9 +131,20 @@ class OutputOptions:
         or a second link to one folder, is reported, not followed). Links that leave
         the root are never followed. False reports every link, unread.
       splits: (name, weight) pairs for a flat layout; weights need not sum to 1.
+      split_by: what a flat layout's split is decided by (see splitting.py):
+        `content`, the hash of the image bytes, so byte-identical files always land
+        in the same split whatever their paths; or `path`, the hash of the relative
+        path, decided at listing, before any file is read, but copies of a file at
+        two paths may land in two splits.
       stratify: give every label the split proportions exactly, so small classes
-        reach every split (see splitting.py); False decides each file by its own path
+        reach every split (see splitting.py); False decides each file by its own
         hash, so adding images never moves old ones.
+      train_split: the split the Trainer trains on.
+      eval_split: the split the Trainer validates on and the Evaluator evaluates.
+        A split layout's folders are mapped to these names (split_names.py).
+      on_label_conflict: byte-identical images under different labels are `skip`ped
+        (every copy, listed in skipped.json), `keep`t under each label (in one
+        split), or `fail` the conversion. Each conflict is reported either way.
       num_shards: shards per split; None sizes shards by shard_mb.
       shard_mb: target shard size in MB when num_shards is None.
       gzip: GZIP-compress shards (names end in .gz, as TFX readers expect).
@@ -139,7 +157,11 @@ class OutputOptions:
     layout: str = LAYOUT_AUTO
     follow_links: bool = False
     splits: tuple[tuple[str, float], ...] = ((TRAIN_SPLIT, 0.9), (EVAL_SPLIT, 0.1))
+    split_by: str = SPLIT_BY_CONTENT
     stratify: bool = True
+    train_split: str = TRAIN_SPLIT
+    eval_split: str = EVAL_SPLIT
+    on_label_conflict: str = LABEL_CONFLICT_SKIP
     num_shards: int | None = None
     shard_mb: float = DEFAULT_SHARD_MB
     gzip: bool = False
@@ -160,6 +182,25 @@ class OutputOptions:
                 raise ValueError(
                     f"split {name!r} needs a plain name and a positive weight, got {weight}"
                 )
+        if self.split_by not in (SPLIT_BY_CONTENT, SPLIT_BY_PATH):
+            raise ValueError(f"split_by must be content or path, got {self.split_by!r}")
+        for setting in ("train_split", "eval_split"):
+            name = getattr(self, setting)
+            if not name or "/" in name:
+                raise ValueError(f"{setting} must be a plain split name, got {name!r}")
+        if self.train_split == self.eval_split:
+            raise ValueError(
+                f"train_split and eval_split must differ: evaluating on the training split "
+                f"({self.train_split!r}) measures nothing"
+            )
+        if self.on_label_conflict not in (
+            LABEL_CONFLICT_SKIP,
+            LABEL_CONFLICT_KEEP,
+            LABEL_CONFLICT_FAIL,
+        ):
+            raise ValueError(
+                f"on_label_conflict must be skip, keep or fail, got {self.on_label_conflict!r}"
+            )
         if self.num_shards is not None and self.num_shards < 1:
             raise ValueError(f"num_shards must be at least 1, got {self.num_shards}")
         if self.shard_mb <= 0:
@@ -178,7 +219,9 @@ class ExampleGenConfig:
     output: OutputOptions = dataclasses.field(default_factory=OutputOptions)
 
 
-def flat_splits(eval_fraction: float) -> tuple[tuple[str, float], ...]:
+def flat_splits(
+    eval_fraction: float, train_split: str = TRAIN_SPLIT, eval_split: str = EVAL_SPLIT
+) -> tuple[tuple[str, float], ...]:
     """The (train, eval) split weights of a flat layout with this eval fraction.
 
     Raises:
@@ -186,10 +229,10 @@ def flat_splits(eval_fraction: float) -> tuple[tuple[str, float], ...]:
     """
     if not 0 < eval_fraction < 1:
         raise ValueError(f"the eval fraction must be in (0, 1), got {eval_fraction}")
-    return ((TRAIN_SPLIT, 1 - eval_fraction), (EVAL_SPLIT, eval_fraction))
+    return ((train_split, 1 - eval_fraction), (eval_split, eval_fraction))
 
 
-def eval_fraction(splits: tuple[tuple[str, float], ...]) -> float:
+def eval_fraction(splits: tuple[tuple[str, float], ...], eval_split: str = EVAL_SPLIT) -> float:
     """The eval split's share of the weights (the inverse of flat_splits)."""
     weights = dict(splits)
-    return weights.get(EVAL_SPLIT, 0.0) / sum(weights.values())
+    return weights.get(eval_split, 0.0) / sum(weights.values())

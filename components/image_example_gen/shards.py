@@ -50,6 +50,7 @@ class RecordPointer:
     length: int
     bytes_in: int
     reencoded: bool
+    sha256: str  # of the source bytes
 
 
 @dataclasses.dataclass(frozen=True)

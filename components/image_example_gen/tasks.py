@@ -28,7 +28,7 @@ class ConversionTask:
     relpath: str
     label: str
     label_id: int
-    split: str
+    split: str  # under split_by content, provisional: decided after conversion
 
 
 def batch_tasks(

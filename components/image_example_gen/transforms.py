@@ -43,6 +43,7 @@ class _Converted:
     record: bytes | None = None
     bytes_in: int = 0
     reencoded: bool = False
+    sha256: str = ""  # of the source bytes: the content split key
     error: str | None = None
 
 
@@ -61,14 +62,13 @@ def convert_task(root: str, task: ConversionTask, options: ImageOptions) -> _Con
         return _Converted(task, error=f"unreadable: {reason}")
     try:
         image, _ = convert_image(data, options)
-        record = image_example(
-            image, task.label_id, task.label, task.relpath, hashlib.sha256(data).hexdigest()
-        )
+        sha256 = hashlib.sha256(data).hexdigest()
+        record = image_example(image, task.label_id, task.label, task.relpath, sha256)
     except (ImageHeaderError, ImageDecodeError) as e:
         return _Converted(task, error=str(e))
     except Exception as e:  # anything else one file can cause is its reason too
         return _Converted(task, error=f"cannot convert: {type(e).__name__}: {e}")
-    return _Converted(task, record, len(data), image.reencoded)
+    return _Converted(task, record, len(data), image.reencoded, sha256)
 
 
 class ConvertImageFn(beam.DoFn):
@@ -140,6 +140,7 @@ class ConvertImageFn(beam.DoFn):
                     len(record),
                     converted.bytes_in,
                     converted.reencoded,
+                    converted.sha256,
                 )
             )
             self._offset += len(record)

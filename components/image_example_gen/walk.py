@@ -14,6 +14,7 @@ through tf.io.gfile.
 
 Every entry that is not a regular file to read is `Unlisted`, with its reason and
 whether it counts as skipped (it may have been an image) or ignored (it is not one).
+The folders entered are listed too, so that an empty class folder can be named.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Unlisted:
 class Tree:
     files: list[str]  # regular files to read, as sorted posix paths relative to the root
     unlisted: list[Unlisted]
+    folders: list[str] = dataclasses.field(default_factory=list)  # entered, sorted, UTF-8
 
 
 def special_file_reason(mode: int) -> str:
@@ -98,6 +100,7 @@ class _LocalWalk:
         self.follow_links = follow_links
         self.files: list[str] = []
         self.unlisted: list[Unlisted] = []
+        self.folders: list[str] = []
         # Folders entered through a link: each at most once, so that links cannot
         # multiply a tree (two links to one folder in each of n levels: 2**n copies).
         self.entered_by_link: set[tuple[int, int]] = set()
@@ -144,9 +147,12 @@ def _walk_local(root: bytes, follow_links: bool) -> Tree:
                 continue
             if subfolder is not None:
                 stack.append((entry.path, relpath, (*parents, subfolder)))
+                name = _decoded(relpath)
+                if name is not None:
+                    walk.folders.append(name)
     walk.files.sort()
     walk.unlisted.sort(key=lambda entry: entry.relpath)
-    return Tree(walk.files, walk.unlisted)
+    return Tree(walk.files, walk.unlisted, sorted(walk.folders))
 
 
 def _visit(
@@ -209,6 +215,7 @@ def _walk_remote(root: str) -> Tree:
         raise FileNotFoundError(f"image folder {root!r} does not exist or is not a directory")
     files: list[str] = []
     unlisted: list[Unlisted] = []
+    folders: list[str] = []
     stack = [""]
     while stack:
         rel_folder = stack.pop()
@@ -225,6 +232,7 @@ def _walk_remote(root: str) -> Tree:
             relpath = posixpath.join(rel_folder, name) if rel_folder else name
             if child.endswith("/") or tf.io.gfile.isdir(posixpath.join(root, relpath)):
                 stack.append(relpath)
+                folders.append(relpath)
             else:
                 files.append(relpath)
-    return Tree(sorted(files), sorted(unlisted, key=lambda entry: entry.relpath))
+    return Tree(sorted(files), sorted(unlisted, key=lambda entry: entry.relpath), sorted(folders))

@@ -60,14 +60,17 @@ def check(stats: ImageStats, config: StatisticsConfig) -> list[Anomaly]:
         if stats.splits[split].images == 0:
             found.append(Anomaly(EMPTY_SPLIT, split, f"split {split!r} has no decodable image"))
     reference = _reference_split(splits)
+    # A class with fewer images than there are splits cannot be in every split;
+    # ImageExampleGen warned about it by name, and training and evaluation cope.
+    too_small = _classes_smaller_than(stats, len(splits))
 
     for split in splits:
         if split == reference or not stats.splits[split].images:
             continue
-        missing = sorted(
-            stats.splits[reference].labels.present - stats.splits[split].labels.present
-        )
-        extra = sorted(stats.splits[split].labels.present - stats.splits[reference].labels.present)
+        reference_labels = stats.splits[reference].labels.present - too_small
+        split_labels = stats.splits[split].labels.present - too_small
+        missing = sorted(reference_labels - split_labels)
+        extra = sorted(split_labels - reference_labels)
         if missing or extra:
             found.append(
                 Anomaly(
@@ -128,6 +131,14 @@ def check(stats: ImageStats, config: StatisticsConfig) -> list[Anomaly]:
             )
         )
     return found
+
+
+def _classes_smaller_than(stats: ImageStats, count: int) -> set[str]:
+    totals: dict[str, int] = {}
+    for split_stats in stats.splits.values():
+        for label, images in split_stats.labels.counts.items():
+            totals[label] = totals.get(label, 0) + images
+    return {label for label, total in totals.items() if total < count}
 
 
 def validator_anomalies(anomalies_uri: str, split_names: Sequence[str]) -> list[Anomaly]:
@@ -197,6 +208,12 @@ def gate_message(anomalies: Sequence[Anomaly], output_uri: str, config: Statisti
         f"  - [{a.code}{'/' + a.split if a.split else ''}] {printable(a.message)}"
         for a in anomalies
     ]
+    if any(a.code == LEAKAGE for a in anomalies):
+        lines.append(
+            "Exact copies across splits: in a flat folder, example_gen.output.split_by: "
+            "content (the default) keeps every copy in one split; in a pre-split folder, "
+            "remove each copy from one of its split folders."
+        )
     fixes = []
     if any(a.code != DRIFT for a in anomalies):
         fixes.append(

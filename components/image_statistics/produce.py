@@ -66,6 +66,15 @@ def produce(
         image_stats.FileReason(path=row["path"], reason=row["reason"])
         for row in artifacts.load_skipped(examples_uri)
     ]
+    # Label conflicts were left out on purpose (on_label_conflict skip): they are listed
+    # with the skipped files, but not counted as unusable images.
+    converted = conversion_summary.read_if_present(examples_uri)
+    left_out = {
+        path
+        for conflict in (converted.label_conflicts if converted else ())
+        if not conflict.kept
+        for path in conflict.paths
+    }
     run = run_statistics(examples_uri, splits, work_parent, options, make_pipeline)
     stats = summary.build_stats(
         splits=run.splits,
@@ -74,7 +83,7 @@ def produce(
         labels=labels,
         options=options,
         examples_uri=examples_uri,
-        skipped=len(skipped),
+        skipped=sum(row.path not in left_out for row in skipped),
         leakage_threshold=config.leakage_threshold,
     )
     drift = None

@@ -53,9 +53,10 @@ def examples_uri_and_split(file_pattern: str) -> tuple[str, str]:
 
 
 def resolve_normalization(
-    config: TrainerConfig, statistics_uri: str | None
+    config: TrainerConfig, statistics_uri: str | None, train_split: str = layout.TRAIN_SPLIT
 ) -> tuple[list[float], list[float], float]:
-    """(mean, std, crop_fraction): ImageStatistics' values unless the config overrides them.
+    """(mean, std, crop_fraction): ImageStatistics' values of the train split, unless the
+    config overrides them.
 
     Raises:
       ValueError: neither a statistics artifact nor mean and std in the config.
@@ -65,7 +66,7 @@ def resolve_normalization(
     if statistics_uri:
         manifest.verify(statistics_uri)
         try:
-            stats = image_stats.read(statistics_uri).normalization()
+            stats = image_stats.read(statistics_uri).normalization(train_split)
         except KeyError as e:
             raise ValueError(f"{statistics_uri}: {e.args[0]}") from None
         if stats.image_size != config.input_size:
@@ -131,7 +132,7 @@ def run_fn(fn_args) -> None:
     if config.tune_malloc:
         allocator.tune_malloc()
     statistics_uri = custom_config.get(IMAGE_STATISTICS_URI_KEY)
-    mean, std, crop_fraction = resolve_normalization(config, statistics_uri)
+    mean, std, crop_fraction = resolve_normalization(config, statistics_uri, train_split)
     labels = artifacts.load_labels(examples_uri)
     train_source = input_lib.split_source(examples_uri, train_split)
     eval_source = input_lib.split_source(examples_uri, eval_split)

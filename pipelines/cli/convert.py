@@ -98,11 +98,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="fraction for the eval split of a flat layout (default %(default)s)",
     )
     parser.add_argument(
+        "--split-by",
+        default=_output_default("split_by"),
+        choices=[opts.SPLIT_BY_CONTENT, opts.SPLIT_BY_PATH],
+        help="decide a flat layout's splits by the hash of the image bytes (content: "
+        "identical files always share a split) or of the path (default %(default)s)",
+    )
+    parser.add_argument(
         "--stratify",
         action=argparse.BooleanOptionalAction,
         default=_output_default("stratify"),
         help="give every label the split proportions exactly; "
-        "--no-stratify decides each file by its path hash alone",
+        "--no-stratify decides each file by its own hash alone",
+    )
+    parser.add_argument(
+        "--train-split",
+        default=_output_default("train_split"),
+        metavar="NAME",
+        help="the split to train on (default %(default)s); in a pre-split folder, train/ "
+        "and training/ are the split 'train'",
+    )
+    parser.add_argument(
+        "--eval-split",
+        default=_output_default("eval_split"),
+        metavar="NAME",
+        help="the split to evaluate on (default %(default)s); in a pre-split folder, "
+        "validation/, val/, valid/, dev/, eval/ and evaluation/ are the split 'eval', and "
+        "test/ is this split when none of them exists",
+    )
+    parser.add_argument(
+        "--on-label-conflict",
+        default=_output_default("on_label_conflict"),
+        choices=[opts.LABEL_CONFLICT_SKIP, opts.LABEL_CONFLICT_KEEP, opts.LABEL_CONFLICT_FAIL],
+        help="identical images under different labels: skip every copy, keep them (in "
+        "one split), or fail (default %(default)s)",
     )
     parser.add_argument(
         "--layout",
@@ -140,9 +169,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run, accepts_extra_args=True)
 
 
-def _flat_splits(eval_fraction: float) -> tuple[tuple[str, float], ...]:
+def _flat_splits(args: argparse.Namespace) -> tuple[tuple[str, float], ...]:
     try:
-        return opts.flat_splits(eval_fraction)
+        return opts.flat_splits(args.eval_fraction, args.train_split, args.eval_split)
     except ValueError as e:
         raise ValueError(f"--eval-fraction: {e}") from None
 
@@ -176,8 +205,12 @@ def options_from_args(args: argparse.Namespace) -> tuple[ImageOptions, OutputOpt
         {
             "layout": args.layout,
             "follow_links": args.follow_links,
-            "splits": _flat_splits(args.eval_fraction),
+            "splits": _flat_splits(args),
+            "split_by": args.split_by,
             "stratify": args.stratify,
+            "train_split": args.train_split,
+            "eval_split": args.eval_split,
+            "on_label_conflict": args.on_label_conflict,
             "num_shards": args.shards,
             "shard_mb": args.shard_mb,
             "gzip": args.gzip,
@@ -322,4 +355,14 @@ def print_summary(summary: ConversionSummary, out: str) -> None:
     print(f"skipped          {summary.skipped}   (see {os.path.join(shown, layout.SKIPPED_FILE)})")
     print(f"ignored          {summary.ignored}   (see {os.path.join(shown, layout.IGNORED_FILE)})")
     print(f"files seen       {summary.files_seen} = written + skipped + ignored")
+    if summary.label_conflicts:
+        conflicting = sum(len(c.paths) for c in summary.label_conflicts)
+        outcome = "kept" if summary.label_conflicts[0].kept else "skipped"
+        print(
+            f"label conflicts  {len(summary.label_conflicts)}   ({conflicting} byte-identical "
+            f"images under different labels, {outcome}; see label_conflicts in "
+            f"{os.path.join(shown, layout.SUMMARY_FILE)})"
+        )
     print(f"output           {shown}")
+    for warning in summary.warnings:
+        print(f"warning: {printable(warning.message)}")

@@ -106,18 +106,25 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_and_report(config) -> int:
-    from imgpipe.components.image_statistics.anomalies import AnomaliesFoundError, switches
+    from imgpipe.components.image_statistics.anomalies import (
+        LEAKAGE,
+        AnomaliesFoundError,
+        switches,
+    )
     from imgpipe.pipelines import local_runner
 
     try:
         result = local_runner.run(config)
     except AnomaliesFoundError as e:
+        leaked = any(a.code == LEAKAGE for a in e.anomalies)
         raise UserError(
             f"ImageStatistics found {len(e.anomalies)} data anomal"
             f"{'y' if len(e.anomalies) == 1 else 'ies'} "
             f"({', '.join(sorted({a.code for a in e.anomalies}))}), so the run stopped "
             f"before training; see {e.report}, then fix the data or set "
-            f"{switches(e.anomalies)}: false in the pipeline config"
+            f"{switches(e.anomalies)}: false"
+            f"{' (or raise statistics.leakage_threshold)' if leaked else ''} "
+            "in the pipeline config"
         ) from e
     for line in local_runner.summary_lines(result, config):
         print(line)

@@ -1,0 +1,92 @@
+"""What a conversion warns about, by name: empty class folders, classes too small to
+appear in every split, empty splits, label conflicts, and how split folders were read.
+
+None of these stops a conversion: each is logged, kept in the conversion summary's
+`warnings`, and printed by `imgpipe convert`, so a user knows which class or split to
+look at before training starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from imgpipe.components.common.conversion_summary import (
+    EMPTY_CLASS,
+    EMPTY_SPLIT,
+    LABEL_CONFLICT,
+    MAX_LISTED_PATHS,
+    SMALL_CLASS,
+    SPLIT_FOLDERS,
+    ConversionWarning,
+    LabelConflict,
+)
+
+
+def _counts(label: str, split_labels: Mapping[str, Mapping[str, int]]) -> str:
+    return ", ".join(f"{split} {labels.get(label, 0)}" for split, labels in split_labels.items())
+
+
+def conversion_warnings(
+    *,
+    split_labels: Mapping[str, Mapping[str, int]],
+    listed_by_label: Mapping[str, int],
+    class_folders: Sequence[str],
+    given_splits: bool,
+    conflicts: Sequence[LabelConflict],
+    split_notes: Sequence[str] = (),
+) -> list[ConversionWarning]:
+    """The warnings of one conversion, in a fixed order.
+
+    Args:
+      split_labels: split -> label -> records written, for every output split.
+      listed_by_label: label -> image files listed under it.
+      class_folders: every class folder's label, including folders with no image.
+      given_splits: the splits came from the folders (a split layout).
+      conflicts: the label conflicts found.
+      split_notes: how the split folders were mapped (split_names.GivenSplits.notes).
+    """
+    found = [ConversionWarning(SPLIT_FOLDERS, note) for note in split_notes]
+    written = {
+        label: sum(labels.get(label, 0) for labels in split_labels.values())
+        for label in sorted(set(class_folders) | set(listed_by_label))
+    }
+    for label, count in written.items():
+        if count:
+            continue
+        listed = listed_by_label.get(label, 0)
+        found.append(
+            ConversionWarning(
+                EMPTY_CLASS,
+                f"class folder {label!r} has no image"
+                if not listed
+                else f"class {label!r} has no image written: all {listed} of its image "
+                "files were skipped (see skipped.json)",
+            )
+        )
+    for label, count in written.items():
+        missing = [split for split, labels in split_labels.items() if not labels.get(label)]
+        if not count or not missing:
+            continue
+        message = (
+            f"class {label!r} has {count} image{'s' if count > 1 else ''}, too few to "
+            f"appear in every split ({_counts(label, split_labels)})"
+            if count < len(split_labels) and not given_splits
+            else f"class {label!r} has no image in split(s) {missing} "
+            f"({_counts(label, split_labels)})"
+        )
+        found.append(ConversionWarning(SMALL_CLASS, message))
+    for split, labels in split_labels.items():
+        if not sum(labels.values()):
+            found.append(ConversionWarning(EMPTY_SPLIT, f"split {split!r} has no image"))
+    for conflict in conflicts[:MAX_LISTED_PATHS]:
+        outcome = "kept in one split" if conflict.kept else "skipped"
+        found.append(ConversionWarning(LABEL_CONFLICT, f"{conflict.reason} ({outcome})"))
+    if len(conflicts) > MAX_LISTED_PATHS:
+        found.append(
+            ConversionWarning(
+                LABEL_CONFLICT,
+                f"{len(conflicts) - MAX_LISTED_PATHS} more label conflicts: see label_conflicts "
+                "in conversion_summary.json",
+            )
+        )
+    return found
