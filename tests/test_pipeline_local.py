@@ -127,6 +127,8 @@ def test_a_validation_folder_is_evaluated_and_the_data_gate_advice_can_be_follow
         "pipeline_name: gate-test\n"
         "trainer: {backbone: tiny_cnn, image_size: 32, epochs: 1, batch_size: 4,"
         " train_steps: 2, eval_steps: 1}\n"
+        # Seven eval images cannot pass the default floor's binomial test.
+        "evaluator: {majority_margin: 0.0, significance: 0.0}\n"
         "beam_args: [--direct_num_workers=1, --direct_running_mode=in_memory]\n"
     )
     config_file = tmp_path / "config.yaml"
