@@ -251,7 +251,7 @@ def test_the_statistics_name_the_corrupt_images_the_conversion_kept(
     assert reasons["dog/corrupt-body.png"].startswith("TensorFlow cannot decode it: ")
     assert "Graph execution" not in reasons["dog/corrupt-body.png"]
     assert "PNG" in reasons["dog/corrupt-body.png"]
-    message = anomalies.gate_message(produced.stats.anomalies, out)
+    message = anomalies.gate_message(produced.stats.anomalies, out, StatisticsConfig())
     assert "cat/corrupt-entropy.jpg" in message
     # No name reaches the page or the terminal with its control characters.
     assert "\x1b" not in produced.html and "\x1b" not in message
