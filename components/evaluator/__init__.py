@@ -1,1 +1,1 @@
-"""ImageEvaluator: TFX's Evaluator (TFMA), configured for the image classifier."""
+"""ImageEvaluator: blesses a candidate model against the served champion."""
