@@ -5,6 +5,10 @@ Every test belongs to exactly one tier, marked with its pytest marker:
   component  one component's library or executor on tiny data: Beam runs, training,
              exporting, compiling the pipeline
   pipeline   a whole pipeline on a runner (LocalDagRunner, kfp.local)
+  engine     the Beam steps on real distributed engines (a Flink and a Spark cluster
+             started on this machine)
+  platform   what production runs on: object-store emulators, the Kubeflow backend's
+             own compiler, NVIDIA DALI's readers
 `make test-fast` runs the unit tier; `make test` runs them all. A test with no tier, or
 with two, fails the collection, so the tiers cannot drift.
 """
@@ -17,7 +21,7 @@ import pytest
 
 from imgpipe.pipelines.beam_args import DEFAULT_LOCAL_BEAM_ARGS
 
-TIERS = ("unit", "component", "pipeline")
+TIERS = ("unit", "component", "pipeline", "engine", "platform")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
