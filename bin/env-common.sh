@@ -43,6 +43,18 @@ host_venv() {
   echo "$ENV_CACHE/venv-$(lock_key)"
 }
 
+# Artifacts fetched with the ordinary clients (mvn, go, apt-get, pip download) for the
+# engine and platform tiers: each in its own <name>-<version> folder, so a new version
+# is fetched beside the old one. Seen from inside the environment (IMGPIPE_ARTIFACTS,
+# set by bin/in-env) and from the host (artifact_cache_host).
+artifact_cache_env() {
+  if [ "$(env_mode)" = rootfs ]; then echo /opt/imgpipe-artifacts; else echo "$ENV_CACHE/artifacts"; fi
+}
+
+artifact_cache_host() {
+  if [ "$(env_mode)" = rootfs ]; then echo "$(rootfs_dir)/opt/imgpipe-artifacts"; else echo "$ENV_CACHE/artifacts"; fi
+}
+
 # The checkout's import root: imgpipe.components and imgpipe.pipelines are links to the
 # top-level folders, as pyproject.toml's package-dir maps them in an installed
 # distribution. Made on first use; build/ is ignored by git.
