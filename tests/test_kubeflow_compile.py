@@ -20,6 +20,7 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from imgpipe.pipelines import cli, tfx_patches
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
+from imgpipe.pipelines.beam_args import DEFAULT_LOCAL_BEAM_ARGS
 from imgpipe.pipelines.cli import kfp as cli_kfp
 from imgpipe.pipelines.container import entrypoint
 from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
@@ -150,8 +151,9 @@ def test_every_step_runs_the_project_entrypoint_with_tfxs_arguments(compiled):
         assert args[:4][0] == "--executor_class_path" and args[3] == "{{$}}"
         assert args[4] == "--json_serialized_inputs_spec_args"
         assert {"name": ARTIFACT_IO_ENV, "value": "auto"} in container["env"]
-    gen = executor(spec, ids.EXAMPLE_GEN)["container"]["args"]
-    assert gen[-2:] == ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    for task in (ids.EXAMPLE_GEN, ids.STATISTICS_GEN, ids.IMAGE_STATISTICS):
+        args = executor(spec, task)["container"]["args"]
+        assert args[-2:] == list(DEFAULT_LOCAL_BEAM_ARGS), task
     tasks = spec["root"]["dag"]["tasks"]
     assert tasks[ids.EXAMPLE_GEN]["cachingOptions"] == {"enableCache": False}
     assert tasks[ids.TRAINER]["cachingOptions"] == {"enableCache": True}
@@ -177,6 +179,13 @@ def test_images_given_by_digest_reach_their_steps():
     for task in ids.COMPONENT_IDS:
         image = executor(spec, task)["container"]["image"]
         assert image == (trainer if task == ids.TRAINER else default), task
+
+
+def test_beam_args_without_a_runner_keep_beam_in_process():
+    config = cfg.from_dict({**TEST_SETTINGS, "beam_args": ["--direct_num_workers=3"]})
+    spec, _ = compiler.compile_pipeline(config)
+    args = executor(spec, ids.EXAMPLE_GEN)["container"]["args"]
+    assert args[-3:] == [*DEFAULT_LOCAL_BEAM_ARGS, "--direct_num_workers=3"]
 
 
 def test_beam_args_for_flink_reach_every_beam_component():

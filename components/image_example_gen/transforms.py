@@ -20,7 +20,7 @@ from typing import IO
 import apache_beam as beam
 import tensorflow as tf
 
-from imgpipe.components.common import allocator, fileio
+from imgpipe.components.common import allocator, cpu, fileio
 from imgpipe.components.common.image_header import ImageHeaderError
 from imgpipe.components.common.printable import printable
 from imgpipe.components.image_example_gen.examples import image_example
@@ -102,7 +102,7 @@ class ConvertImageFn(beam.DoFn):
         self._pool = None
         if self._options.decodes_every_image:
             self._pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=self._threads or os.cpu_count() or 1
+                max_workers=self._threads or cpu.available_cores()
             )
 
     def teardown(self) -> None:

@@ -18,13 +18,13 @@ all taken from the one `PipelineConfig` (its `kubeflow` section and the Trainer'
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import pipeline as pl
 from imgpipe.pipelines import tfx_patches
+from imgpipe.pipelines.beam_args import local_beam_args
 from imgpipe.pipelines.config import PipelineConfig
 from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
 from imgpipe.pipelines.kfp_contract import ARTIFACT_IO_ENV, ENTRYPOINT_COMMAND
@@ -62,13 +62,15 @@ def gpu_count(config: PipelineConfig, component_id: str) -> int:
     return (config.trainer.num_gpus or 0) if component_id == ids.TRAINER else 0
 
 
-def beam_args_for(config: PipelineConfig, component_id: str) -> list[str]:
-    """config.beam_args, or a local multi-process DirectRunner sized to the CPU request."""
-    if config.beam_args:
-        return list(config.beam_args)
-    request = config.kubeflow.resources_for(component_id).cpu_request
-    workers = max(1, math.floor(cpu_cores(request))) if request else 1
-    return ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
+def beam_args_for(config: PipelineConfig) -> list[str]:
+    """config.beam_args when they name a runner; else Beam in the step's own process.
+
+    In-process, ImageExampleGen and ImageStatistics spread their work over thread pools
+    sized to the pod's CPU quota (common/cpu.py). The multi-process DirectRunner was 4-9x
+    slower on the same cores (benchmarks/README.md): every worker process starts
+    TensorFlow, and every element crosses processes over gRPC.
+    """
+    return local_beam_args(config.beam_args)
 
 
 def configure_for_kubeflow(components: list, config: PipelineConfig) -> None:
@@ -84,7 +86,7 @@ def configure_for_kubeflow(components: list, config: PipelineConfig) -> None:
             )
         )
         if isinstance(component, base_beam_component.BaseBeamComponent):
-            component.with_beam_pipeline_args(beam_args_for(config, component.id))
+            component.with_beam_pipeline_args(beam_args_for(config))
 
 
 def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, Any]]:
