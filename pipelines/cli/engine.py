@@ -1,7 +1,7 @@
-"""`imgpipe engine flink`: a Flink session cluster on this machine, until Ctrl-C.
+"""`imgpipe engine flink|spark`: a Flink or Spark cluster on this machine, until Ctrl-C.
 
 It prints where the cluster is and the Beam arguments that run a pipeline on it, then
-waits; Ctrl-C (or SIGTERM) stops the JobManager, the TaskManager and the worker pool.
+waits; Ctrl-C (or SIGTERM) stops every process of the cluster.
 """
 
 from __future__ import annotations
@@ -35,6 +35,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--worker-pool-port", type=int, default=50000, help="the Beam worker pool's port"
     )
     flink.set_defaults(handler=run_flink)
+    spark = engines.add_parser(
+        "spark",
+        help="a Spark standalone cluster (master, worker with 2 cores), Beam's Spark job "
+        "server and the Beam SDK worker pool",
+    )
+    spark.add_argument(
+        "--workdir",
+        help="its logs and the worker's folders (default: a temporary folder, removed at the end)",
+    )
+    spark.set_defaults(handler=run_spark)
 
 
 def run_flink(args: argparse.Namespace) -> int:
@@ -63,4 +73,30 @@ def run_flink(args: argparse.Namespace) -> int:
             except termination.Terminated:
                 pass
     print("Flink cluster stopped.", flush=True)
+    return 0
+
+
+def run_spark(args: argparse.Namespace) -> int:
+    from imgpipe.pipelines import termination
+    from imgpipe.pipelines.engines import spark
+
+    with tempfile.TemporaryDirectory(prefix="imgpipe-spark-") as scratch:
+        work_dir = args.workdir or scratch
+        os.makedirs(work_dir, exist_ok=True)
+        with spark.spark_cluster(work_dir) as cluster:
+            print(
+                f"Spark {spark.SPARK_VERSION} standalone cluster at {cluster.master_url}: "
+                f"1 worker, {spark.WORKER_CORES} cores; Beam's Spark job server at "
+                f"{cluster.job_endpoint}; logs in {work_dir}/logs",
+                flush=True,
+            )
+            print("Beam arguments: " + shlex.join(cluster.beam_args()), flush=True)
+            print("Ctrl-C stops it.", flush=True)
+            try:
+                while True:
+                    cluster.check_alive()
+                    time.sleep(_CHECK_SECONDS)
+            except termination.Terminated:
+                pass
+    print("Spark cluster stopped.", flush=True)
     return 0
