@@ -4,6 +4,7 @@ bytes as the DirectRunner's, and no process left however the cluster is stopped.
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
@@ -113,6 +114,7 @@ def test_convert_on_spark_writes_the_direct_runners_bytes_and_leaves_no_process(
     assert sorted(groups) == ["job-server", "master", "worker", "worker-pool"]
     assert jvms == {"job-server", "master", "worker"}
     assert _living(members) == []
+    assert glob.glob(str(tmp_path / "cluster" / "**" / "*.jar"), recursive=True) == []
 
 
 def test_ctrl_c_stops_the_cluster_command_and_leaves_no_process(tmp_path):

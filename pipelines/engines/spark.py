@@ -12,14 +12,15 @@ classpath; Beam 2.77's Python SDK submits to it over the portable job API, and
 tests/test_spark_engine.py shows the two agree byte for byte with the DirectRunner.
 
 The worker pool is the EXTERNAL environment of the Kubernetes sidecar pattern, as for
-Flink. Everything a cluster writes (logs, the worker's application folders, which hold
-a copy of the job server's classpath per job) is under its work folder;
-`spark_cluster()` stops the processes when its block is left, however it is left.
+Flink. Everything a cluster writes (logs, the worker's application folders) is under its
+work folder; `spark_cluster()` stops the processes when its block is left, however it is
+left.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import socket
@@ -29,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from imgpipe.pipelines.engines import artifacts, processes
-from imgpipe.pipelines.engines.flink import free_port, java
+from imgpipe.pipelines.engines.flink import free_port, java, maven_pom
 
 # PyPI's pyspark ships Spark's jars and launcher scripts; only its source distribution
 # exists, so bin/fetch-engines downloads it by hash and keeps jars/ and bin/.
@@ -190,7 +191,9 @@ def spark_cluster(work_dir: str) -> Iterator[SparkCluster]:
         "SPARK_WORKER_DIR": worker_dir,
     }
     spark_class = os.path.join(home, "bin", "spark-class")
-    with processes.supervised(log_dir) as supervisor:
+    with contextlib.ExitStack() as stack:
+        stack.callback(_remove_staged_jars, worker_dir)
+        supervisor = stack.enter_context(processes.supervised(log_dir))
         cluster = replace(cluster, supervisor=supervisor)
         supervisor.start(
             "master",
@@ -246,19 +249,11 @@ def spark_cluster(work_dir: str) -> Iterator[SparkCluster]:
         yield cluster
 
 
-def job_server_pom() -> str:
-    """A Maven project whose runtime dependencies are the job server's classpath (Spark
-    itself, a `provided` dependency of the runner, comes from pyspark's jars)."""
-    group, artifact, version = JOB_SERVER_COORDINATES.split(":")
-    return (
-        '<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
-        "<modelVersion>4.0.0</modelVersion>\n"
-        "<groupId>imgpipe</groupId><artifactId>beam-spark-job-server</artifactId>"
-        f"<version>{version}</version>\n"
-        f"<dependencies><dependency><groupId>{group}</groupId>"
-        f"<artifactId>{artifact}</artifactId><version>{version}</version></dependency>"
-        "</dependencies>\n</project>\n"
-    )
+def _remove_staged_jars(worker_dir: str) -> None:
+    """Each job stages the job server's classpath (about 400 MB) into the worker's
+    application folder; the executors' logs beside the jars stay."""
+    for jar in glob.glob(os.path.join(worker_dir, "*", "*", "*.jar")):
+        os.remove(jar)
 
 
 def _print_fetch_plan() -> None:
@@ -270,6 +265,7 @@ def _print_fetch_plan() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["pom"]:
-        print(job_server_pom(), end="")
+        # Spark itself, a `provided` dependency of the runner, comes from pyspark's jars.
+        print(maven_pom((JOB_SERVER_COORDINATES,)), end="")
     else:
         _print_fetch_plan()
