@@ -16,6 +16,8 @@ _CHECK_SECONDS = 1.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from imgpipe.pipelines.engines.flink import WORKER_POOL_PORT
+
     parser = subparsers.add_parser(
         "engine", help="start a distributed engine on this machine, until Ctrl-C"
     )
@@ -32,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     flink.add_argument("--rest-port", type=int, default=8081, help="the JobManager's REST port")
     flink.add_argument(
-        "--worker-pool-port", type=int, default=50000, help="the Beam worker pool's port"
+        "--worker-pool-port", type=int, default=WORKER_POOL_PORT, help="the Beam worker pool's port"
     )
     flink.add_argument("--job-port", type=int, default=8099, help="Beam's job server's port")
     flink.set_defaults(handler=run_flink)

@@ -38,6 +38,9 @@ JOB_SERVER_ARTIFACT = "beam-flink-job-server"
 JOB_SERVER_COORDINATES = f"org.apache.beam:beam-runners-flink-{FLINK_MINOR}:{BEAM_RUNNER_VERSION}"
 _JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
 SLOTS = 2
+# The worker pool's port in `imgpipe engine flink` and in the sidecar of
+# k8s/flink-deployment.yaml.
+WORKER_POOL_PORT = 50000
 HOST = "localhost"
 STARTUP_TIMEOUT_SECONDS = 120.0
 # Flink's own start-up scripts pass these on Java 17+ (its config.yaml's env.java.opts.all).
@@ -183,7 +186,11 @@ def write_config(conf_dir: str, work_dir: str, rest_port: int, rpc_port: int) ->
         # container may not resolve.
         "taskmanager.resource-id": "imgpipe-taskmanager-1",
         "taskmanager.numberOfTaskSlots": SLOTS,
-        "taskmanager.memory.process.size": "1536m",
+        "taskmanager.memory.process.size": "2048m",
+        # TFDV's statistics pipeline has many shuffles; each needs network buffers per
+        # channel, more than Flink's default share (10%) gives.
+        "taskmanager.memory.network.min": "320m",
+        "taskmanager.memory.network.max": "320m",
         "parallelism.default": SLOTS,
         "io.tmp.dirs": tmp_dir,
         "web.tmpdir": tmp_dir,
