@@ -76,7 +76,11 @@ def load_documents() -> list[tuple[str, dict]]:
     return documents
 
 
-DOCUMENTS = load_documents()
+# Kinds of custom resources, which the kubernetes client has no model of; their pod
+# templates are checked against its Pod model instead.
+CUSTOM_KINDS = ("FlinkDeployment",)
+ALL_DOCUMENTS = load_documents()
+DOCUMENTS = [(n, d) for n, d in ALL_DOCUMENTS if d["kind"] not in CUSTOM_KINDS]
 
 
 def test_the_manifests_cover_the_deployment():
@@ -172,3 +176,67 @@ def test_every_pod_meets_the_restricted_standard_as_the_compiled_steps_user():
             context = container["securityContext"]
             assert context["allowPrivilegeEscalation"] is False
             assert context["capabilities"] == {"drop": ["ALL"]}
+
+
+# The fields of the Flink Kubernetes operator's FlinkDeployment (v1beta1) that a session
+# cluster uses, from its CRD; a field outside them is a typo the operator would reject.
+_FLINK_SPEC_FIELDS = {
+    "image",
+    "imagePullPolicy",
+    "flinkVersion",
+    "serviceAccount",
+    "flinkConfiguration",
+    "podTemplate",
+    "jobManager",
+    "taskManager",
+    "job",
+    "mode",
+    "ingress",
+    "logConfiguration",
+    "restartNonce",
+}
+_FLINK_ROLE_FIELDS = {"resource", "replicas", "podTemplate"}
+_FLINK_RESOURCE_FIELDS = {"cpu", "memory", "ephemeralStorage"}
+
+
+def _flink_deployment() -> dict:
+    (document,) = [d for _, d in ALL_DOCUMENTS if d["kind"] == "FlinkDeployment"]
+    return document
+
+
+def test_the_flink_deployment_uses_known_fields_and_pod_templates_that_validate():
+    document = _flink_deployment()
+    assert document["apiVersion"] == "flink.apache.org/v1beta1"
+    assert document["metadata"]["namespace"] == "imgpipe"
+    spec = document["spec"]
+    assert set(spec) <= _FLINK_SPEC_FIELDS
+    templates = [spec["podTemplate"]]
+    for role in ("jobManager", "taskManager"):
+        assert set(spec[role]) <= _FLINK_ROLE_FIELDS, role
+        assert set(spec[role]["resource"]) <= _FLINK_RESOURCE_FIELDS, role
+        templates += [spec[role]["podTemplate"]] if "podTemplate" in spec[role] else []
+    for template in templates:
+        assert strict_errors(template, "V1Pod", "podTemplate") == []
+        pod = kubernetes.client.ApiClient()._ApiClient__deserialize(template, "V1Pod")
+        assert pod.spec.security_context.run_as_non_root is True
+        assert pod.spec.security_context.seccomp_profile.type == "RuntimeDefault"
+        for container in pod.spec.containers:
+            context = container.security_context
+            assert context.allow_privilege_escalation is False
+            assert context.capabilities.drop == ["ALL"]
+            assert context.run_as_user
+
+
+def test_the_flink_deployment_matches_the_local_cluster_and_runs_the_worker_pool_sidecar():
+    from imgpipe.pipelines.engines import flink
+
+    spec = _flink_deployment()["spec"]
+    assert spec["image"].startswith(f"flink:{flink.FLINK_VERSION}-")
+    assert spec["flinkVersion"] == "v" + flink.FLINK_MINOR.replace(".", "_")
+    assert spec["flinkConfiguration"]["taskmanager.numberOfTaskSlots"] == str(flink.SLOTS)
+    containers = spec["taskManager"]["podTemplate"]["spec"]["containers"]
+    (pool,) = [c for c in containers if c["name"] == "beam-worker-pool"]
+    assert pool["image"] == images.RUNTIME_IMAGE
+    assert pool["command"][-1] == "apache_beam.runners.worker.worker_pool_main"
+    assert pool["args"] == [f"--service_port={flink.WORKER_POOL_PORT}"]
+    assert pool["securityContext"]["runAsUser"] == images.RUNTIME_UID
