@@ -5,7 +5,8 @@ PYTEST_ARGS ?=
 # Empty: the demo's own default folder (imgpipe demo --help).
 DEMO_DIR ?=
 
-.PHONY: env test test-fast lint typecheck format demo bench lock image pin-images clean-env
+.PHONY: env test test-fast lint typecheck format demo bench lock image pin-images clean-env \
+	engines-fetch engines
 
 # pytest exits 5 when it collected nothing: a broken set-up, never a pass.
 define run_pytest
@@ -29,12 +30,20 @@ typecheck: env
 	$(IN_ENV) mypy
 
 # Every tier (unit, component, pipeline), after the static checks: what CI runs.
-test: lint typecheck
+test: lint typecheck engines-fetch
 	$(call run_pytest,)
 
 # The unit tier alone: under half a minute once the environment exists.
 test-fast: env
 	$(call run_pytest,-m unit)
+
+# The engine tier's artifacts, fetched once into the artifact cache (bin/fetch-engines).
+engines-fetch: env
+	bin/fetch-engines
+
+# A Flink session cluster and the Beam worker pool on this machine, until Ctrl-C.
+engines: engines-fetch
+	$(IN_ENV) imgpipe engine flink
 
 demo: env
 	$(IN_ENV) imgpipe demo $(if $(DEMO_DIR),--workdir $(DEMO_DIR))

@@ -34,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from imgpipe.pipelines.cli import convert, kfp, run, stats, version
+    from imgpipe.pipelines.cli import convert, engine, kfp, run, stats, version
 
     parser = _Parser(
         prog="imgpipe",
@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="on an error, show the traceback (allowed anywhere before --)",
     )
     subparsers = parser.add_subparsers(title="subcommands", metavar="COMMAND")
-    for module in (version, convert, run, kfp, stats):
+    for module in (version, convert, run, kfp, stats, engine):
         module.register(subparsers)
     _remember_command_parsers(parser)
     return parser

@@ -1,0 +1,66 @@
+"""`imgpipe engine flink`: a Flink session cluster on this machine, until Ctrl-C.
+
+It prints where the cluster is and the Beam arguments that run a pipeline on it, then
+waits; Ctrl-C (or SIGTERM) stops the JobManager, the TaskManager and the worker pool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import tempfile
+import time
+
+_CHECK_SECONDS = 1.0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "engine", help="start a distributed engine on this machine, until Ctrl-C"
+    )
+    engines = parser.add_subparsers(title="engines", metavar="ENGINE")
+    flink = engines.add_parser(
+        "flink",
+        help="a Flink session cluster (JobManager, TaskManager with 2 slots) and the "
+        "Beam SDK worker pool",
+    )
+    flink.add_argument(
+        "--workdir",
+        help="its configuration, logs and temporary files (default: a temporary folder, "
+        "removed at the end)",
+    )
+    flink.add_argument("--rest-port", type=int, default=8081, help="the JobManager's REST port")
+    flink.add_argument(
+        "--worker-pool-port", type=int, default=50000, help="the Beam worker pool's port"
+    )
+    flink.set_defaults(handler=run_flink)
+
+
+def run_flink(args: argparse.Namespace) -> int:
+    from imgpipe.pipelines import termination
+    from imgpipe.pipelines.engines import artifacts, flink
+
+    with tempfile.TemporaryDirectory(prefix="imgpipe-flink-") as scratch:
+        work_dir = args.workdir or scratch
+        os.makedirs(work_dir, exist_ok=True)
+        with flink.flink_cluster(work_dir, args.rest_port, args.worker_pool_port) as cluster:
+            print(
+                f"Flink {flink.FLINK_VERSION} session cluster at {cluster.rest_url}: "
+                f"1 TaskManager, {flink.SLOTS} slots; Beam worker pool at "
+                f"{flink.HOST}:{cluster.worker_pool_port}; logs in {work_dir}/logs",
+                flush=True,
+            )
+            try:
+                print("Beam arguments: " + shlex.join(cluster.beam_args()), flush=True)
+            except artifacts.MissingArtifact as e:
+                print(f"Beam pipelines cannot be submitted yet: {e}", flush=True)
+            print("Ctrl-C stops it.", flush=True)
+            try:
+                while True:
+                    cluster.check_alive()
+                    time.sleep(_CHECK_SECONDS)
+            except termination.Terminated:
+                pass
+    print("Flink cluster stopped.", flush=True)
+    return 0

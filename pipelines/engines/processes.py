@@ -1,0 +1,141 @@
+"""Server processes that live exactly as long as a `with` block.
+
+Each process starts in its own session, so its process group holds it and whatever it
+starts (a JVM's helpers, a worker pool's workers); stopping sends SIGTERM to the whole
+group, then SIGKILL to what is left after a grace period. The block's exit stops them
+all, whether it ends normally, raises, or is interrupted (Ctrl-C, or SIGTERM under
+`termination.stop_on_signals`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+# What a stopped server gets to end by itself before SIGKILL.
+STOP_GRACE_SECONDS = 10.0
+_POLL_SECONDS = 0.25
+_LOG_TAIL_LINES = 15
+
+
+class ServerFailed(RuntimeError):
+    """A supervised process ended, or never became ready; the message has its log's tail."""
+
+
+@dataclass
+class Server:
+    """One supervised process: its name, its Popen and the file its output goes to."""
+
+    name: str
+    process: subprocess.Popen
+    log_path: str
+
+    def log_tail(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(lines[-_LOG_TAIL_LINES:])
+
+    def check_alive(self) -> None:
+        code = self.process.poll()
+        if code is not None:
+            raise ServerFailed(
+                f"{self.name} exited with code {code}; its log {self.log_path} ends:\n"
+                f"{self.log_tail()}"
+            )
+
+
+@dataclass
+class Supervisor:
+    """The processes started in one `supervised()` block, in start order."""
+
+    log_dir: str
+    servers: list[Server] = field(default_factory=list)
+
+    def start(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Server:
+        """Starts `argv` in a new process group, its output going to <log_dir>/<name>.out."""
+        log_path = os.path.join(self.log_dir, f"{name}.out")
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(env) if env is not None else None,
+                start_new_session=True,
+            )
+        server = Server(name, process, log_path)
+        self.servers.append(server)
+        return server
+
+    def wait_until(self, ready: Callable[[], bool], what: str, timeout: float) -> None:
+        """Polls `ready` until it is true, failing at once if any server has ended.
+
+        Raises:
+          ServerFailed: a server ended, or `timeout` seconds passed.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            for server in self.servers:
+                server.check_alive()
+            if ready():
+                return
+            if time.monotonic() > deadline:
+                tails = "\n".join(f"--- {s.name}:\n{s.log_tail()}" for s in self.servers)
+                raise ServerFailed(
+                    f"{what} not ready after {timeout:.0f} s; the logs end:\n{tails}"
+                )
+            time.sleep(_POLL_SECONDS)
+
+    def check_alive(self) -> None:
+        for server in self.servers:
+            server.check_alive()
+
+    def stop_all(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """SIGTERM to every group (last started first), then SIGKILL to what remains."""
+        for server in reversed(self.servers):
+            _signal_group(server.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for server in reversed(self.servers):
+            try:
+                server.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for server in reversed(self.servers):
+            # The group outlives its leader when a child ignores SIGTERM.
+            _signal_group(server.process.pid, signal.SIGKILL)
+            server.process.wait()
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+@contextlib.contextmanager
+def supervised(log_dir: str) -> Iterator[Supervisor]:
+    """A Supervisor whose processes are all stopped when the block is left, however."""
+    os.makedirs(log_dir, exist_ok=True)
+    supervisor = Supervisor(log_dir)
+    try:
+        yield supervisor
+    finally:
+        supervisor.stop_all()
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """Whether `url` answers 200 now (a readiness probe)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False

@@ -1,0 +1,148 @@
+"""The Flink session cluster the project starts: a JobManager and a TaskManager with two
+slots, separate JVMs, plus the Beam worker pool, all gone when the block is left (on
+success, on an error, on Ctrl-C)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from imgpipe.pipelines.engines import artifacts, flink, processes
+
+pytestmark = pytest.mark.engine
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a process that has not ended (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(int(entry))
+    return members
+
+
+def test_the_cluster_has_two_slots_in_separate_jvms_and_stops_without_a_trace(tmp_path):
+    with flink.flink_cluster(str(tmp_path)) as cluster:
+        overview = cluster.overview()
+        assert cluster.supervisor is not None
+        groups = {s.name: s.process.pid for s in cluster.supervisor.servers}
+        members = [pid for pgid in groups.values() for pid in _group_members(pgid)]
+        jvms = [pid for pid in members if _cmdline(pid).startswith(flink.java())]
+    assert overview["taskmanagers"] == 1
+    assert overview["slots-total"] == 2
+    assert overview["flink-version"] == flink.FLINK_VERSION
+    # The JobManager and the TaskManager are two JVMs; the worker pool runs beside them ...
+    assert sorted(groups) == ["jobmanager", "taskmanager", "worker-pool"]
+    assert len(jvms) == 2
+    # ... and nothing of theirs is left.
+    assert [pid for pid in members if _alive(pid)] == []
+    assert os.path.exists(tmp_path / "logs" / "taskmanager.log")
+
+
+def _children(pid: int) -> list[int]:
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                children.append(int(entry))
+    return children
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_an_error_inside_the_block_stops_the_processes(tmp_path):
+    with pytest.raises(RuntimeError, match="the step failed"):
+        with processes.supervised(str(tmp_path)) as supervisor:
+            server = supervisor.start("sleeper", ["sh", "-c", "sleep 300 & sleep 300"])
+            supervisor.wait_until(lambda: len(_group_members(server.process.pid)) >= 2, "two", 10)
+            raise RuntimeError("the step failed")
+    assert _group_members(server.process.pid) == []
+
+
+def test_ctrl_c_stops_the_cluster_command_and_leaves_no_process(tmp_path):
+    """`imgpipe engine flink` in the foreground, interrupted as a terminal would."""
+    command = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "imgpipe.pipelines.cli",
+            "engine",
+            "flink",
+            "--workdir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert command.stdout is not None
+        first = command.stdout.readline()
+        assert "Flink" in first and "2 slots" in first, first
+        children = _children(command.pid)
+        assert len(children) == 3  # the JobManager, the TaskManager, the worker pool
+        os.killpg(command.pid, signal.SIGINT)
+        command.wait(60)
+    finally:
+        if command.poll() is None:
+            os.killpg(command.pid, signal.SIGKILL)
+            command.wait()
+    time.sleep(0.5)
+    assert [p for p in children if _alive(p)] == []
+    assert command.returncode == 0
+    assert command.stdout.read().splitlines()[-1] == "Flink cluster stopped."
+
+
+def test_a_missing_artifact_is_a_one_line_error_naming_the_fetch(tmp_path, monkeypatch):
+    monkeypatch.setenv(artifacts.ARTIFACTS_ENV, str(tmp_path))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "imgpipe.pipelines.cli",
+            "engine",
+            "flink",
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        env=os.environ,
+    )
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("imgpipe: error: the Flink 2.2.0 cluster jars are not in")
+    assert "make engines-fetch" in result.stderr
+    with pytest.raises(artifacts.MissingArtifact, match=flink.JOB_SERVER_COORDINATES):
+        flink.job_server_jar()
