@@ -1,5 +1,5 @@
 """The Flink session cluster the project starts: a JobManager and a TaskManager with two
-slots, separate JVMs, plus the Beam worker pool, all gone when the block is left (on
+slots, separate JVMs, plus Beam's job server and worker pool, all gone when the block is left (on
 success, on an error, on Ctrl-C)."""
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def test_the_cluster_has_two_slots_in_separate_jvms_and_stops_without_a_trace(tm
     assert overview["slots-total"] == 2
     assert overview["flink-version"] == flink.FLINK_VERSION
     # The JobManager and the TaskManager are two JVMs; the worker pool runs beside them ...
-    assert sorted(groups) == ["jobmanager", "taskmanager", "worker-pool"]
-    assert len(jvms) == 2
+    assert sorted(groups) == ["job-server", "jobmanager", "taskmanager", "worker-pool"]
+    assert len(jvms) == 3  # with the job server
     # ... and nothing of theirs is left.
     assert [pid for pid in members if _alive(pid)] == []
     assert os.path.exists(tmp_path / "logs" / "taskmanager.log")
@@ -111,7 +111,7 @@ def test_ctrl_c_stops_the_cluster_command_and_leaves_no_process(tmp_path):
         first = command.stdout.readline()
         assert "Flink" in first and "2 slots" in first, first
         children = _children(command.pid)
-        assert len(children) == 3  # the JobManager, the TaskManager, the worker pool
+        assert len(children) == 4  # JobManager, TaskManager, job server, worker pool
         os.killpg(command.pid, signal.SIGINT)
         command.wait(60)
     finally:
@@ -122,6 +122,26 @@ def test_ctrl_c_stops_the_cluster_command_and_leaves_no_process(tmp_path):
     assert [p for p in children if _alive(p)] == []
     assert command.returncode == 0
     assert command.stdout.read().splitlines()[-1] == "Flink cluster stopped."
+
+
+def test_a_supervisor_killed_outright_leaves_no_server(tmp_path):
+    script = (
+        "import sys, time; from imgpipe.pipelines.engines import processes\n"
+        "with processes.supervised(sys.argv[1]) as s:\n"
+        "    print(s.start('sleeper', ['sleep', '300']).process.pid, flush=True)\n"
+        "    time.sleep(300)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    assert parent.stdout is not None
+    server = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(server)
 
 
 def test_a_missing_artifact_is_a_one_line_error_naming_the_fetch(tmp_path, monkeypatch):
@@ -142,7 +162,9 @@ def test_a_missing_artifact_is_a_one_line_error_naming_the_fetch(tmp_path, monke
     )
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.startswith("imgpipe: error: the Flink 2.2.0 cluster jars are not in")
+    assert result.stderr.startswith(
+        f"imgpipe: error: the Flink {flink.FLINK_VERSION} cluster jars are not in"
+    )
     assert "make engines-fetch" in result.stderr
     with pytest.raises(artifacts.MissingArtifact, match=flink.JOB_SERVER_COORDINATES):
-        flink.job_server_jar()
+        flink.job_server_lib()

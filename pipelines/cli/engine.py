@@ -22,8 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     engines = parser.add_subparsers(title="engines", metavar="ENGINE")
     flink = engines.add_parser(
         "flink",
-        help="a Flink session cluster (JobManager, TaskManager with 2 slots) and the "
-        "Beam SDK worker pool",
+        help="a Flink session cluster (JobManager, TaskManager with 2 slots), Beam's "
+        "job server and the Beam SDK worker pool",
     )
     flink.add_argument(
         "--workdir",
@@ -34,27 +34,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flink.add_argument(
         "--worker-pool-port", type=int, default=50000, help="the Beam worker pool's port"
     )
+    flink.add_argument("--job-port", type=int, default=8099, help="Beam's job server's port")
     flink.set_defaults(handler=run_flink)
 
 
 def run_flink(args: argparse.Namespace) -> int:
     from imgpipe.pipelines import termination
-    from imgpipe.pipelines.engines import artifacts, flink
+    from imgpipe.pipelines.engines import flink
 
     with tempfile.TemporaryDirectory(prefix="imgpipe-flink-") as scratch:
         work_dir = args.workdir or scratch
         os.makedirs(work_dir, exist_ok=True)
-        with flink.flink_cluster(work_dir, args.rest_port, args.worker_pool_port) as cluster:
+        with flink.flink_cluster(
+            work_dir, args.rest_port, args.worker_pool_port, args.job_port
+        ) as cluster:
             print(
                 f"Flink {flink.FLINK_VERSION} session cluster at {cluster.rest_url}: "
                 f"1 TaskManager, {flink.SLOTS} slots; Beam worker pool at "
                 f"{flink.HOST}:{cluster.worker_pool_port}; logs in {work_dir}/logs",
                 flush=True,
             )
-            try:
-                print("Beam arguments: " + shlex.join(cluster.beam_args()), flush=True)
-            except artifacts.MissingArtifact as e:
-                print(f"Beam pipelines cannot be submitted yet: {e}", flush=True)
+            print(
+                f"Beam's job server at {flink.HOST}:{cluster.job_port}. Beam arguments: "
+                + shlex.join(cluster.beam_args()),
+                flush=True,
+            )
             print("Ctrl-C stops it.", flush=True)
             try:
                 while True:

@@ -24,15 +24,19 @@ from dataclasses import dataclass, field, replace
 
 from imgpipe.pipelines.engines import artifacts, processes
 
-FLINK_VERSION = "2.2.0"
-FLINK_MINOR = FLINK_VERSION.rsplit(".", 1)[0]  # Beam's --flink_version, and its jar's name
-BEAM_VERSION = "2.77.0"
+# Beam's Flink runner (the Java side that turns a portable pipeline into a Flink job)
+# must match the cluster's Flink minor version. Maven Central serves no Flink runner or
+# job server of Beam 2.77 (nor of 2.70-2.76) to this project's machines; 2.62.0, for
+# Flink 1.19, is the newest served, and it runs Beam 2.77's Python pipelines (the
+# portable API between them is versioned: tests/test_flink_beam.py runs them).
+FLINK_VERSION = "1.19.1"
+FLINK_MINOR = FLINK_VERSION.rsplit(".", 1)[0]
+BEAM_RUNNER_VERSION = "2.62.0"
 # Cache folders, as bin/fetch-engines names them.
 FLINK_ARTIFACT = "flink"
 JOB_SERVER_ARTIFACT = "beam-flink-job-server"
-JOB_SERVER_COORDINATES = (
-    f"org.apache.beam:beam-runners-flink-{FLINK_MINOR}-job-server:{BEAM_VERSION}"
-)
+JOB_SERVER_COORDINATES = f"org.apache.beam:beam-runners-flink-{FLINK_MINOR}:{BEAM_RUNNER_VERSION}"
+_JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
 SLOTS = 2
 HOST = "localhost"
 STARTUP_TIMEOUT_SECONDS = 120.0
@@ -80,6 +84,7 @@ class FlinkCluster:
 
     rest_port: int
     worker_pool_port: int
+    job_port: int
     parallelism: int = SLOTS
     supervisor: processes.Supervisor | None = field(default=None, compare=False, repr=False)
 
@@ -103,16 +108,10 @@ class FlinkCluster:
             return json.loads(response.read())
 
     def beam_args(self) -> list[str]:
-        """Beam arguments that run a pipeline on this cluster, its Python stages on the pool.
-
-        Raises:
-          MissingArtifact: Beam's Flink job server jar is not in the artifact cache.
-        """
+        """Beam arguments that run a pipeline on this cluster, its Python stages on the pool."""
         return [
-            "--runner=FlinkRunner",
-            f"--flink_master={self.master}",
-            f"--flink_version={FLINK_MINOR}",
-            f"--flink_job_server_jar={job_server_jar()}",
+            "--runner=PortableRunner",
+            f"--job_endpoint={HOST}:{self.job_port}",
             f"--parallelism={self.parallelism}",
             "--environment_type=EXTERNAL",
             f"--environment_config={HOST}:{self.worker_pool_port}",
@@ -131,18 +130,18 @@ def flink_lib() -> str:
     return os.path.join(path, "lib")
 
 
-def job_server_jar() -> str:
-    """Beam's Flink job server jar, which translates a portable pipeline into a Flink job.
+def job_server_lib() -> str:
+    """The folder of Beam's Flink job server's jars (Beam's Flink runner and its dependencies).
 
     Raises:
       MissingArtifact: not fetched.
     """
     path = artifacts.artifact_dir(
         JOB_SERVER_ARTIFACT,
-        f"{FLINK_MINOR}-{BEAM_VERSION}",
+        f"{FLINK_MINOR}-{BEAM_RUNNER_VERSION}",
         f"the jars of Beam's Flink job server ({JOB_SERVER_COORDINATES})",
     )
-    return os.path.join(path, f"beam-runners-flink-{FLINK_MINOR}-job-server-{BEAM_VERSION}.jar")
+    return os.path.join(path, "lib")
 
 
 def java() -> str:
@@ -241,6 +240,14 @@ def _java_command(lib: str, conf_dir: str, log_file: str, role: str, main: str) 
     ]
 
 
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection((HOST, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
 def _ready(cluster: FlinkCluster) -> bool:
     try:
         overview = cluster.overview()
@@ -251,22 +258,26 @@ def _ready(cluster: FlinkCluster) -> bool:
 
 @contextlib.contextmanager
 def flink_cluster(
-    work_dir: str, rest_port: int = 0, worker_pool_port: int = 0
+    work_dir: str, rest_port: int = 0, worker_pool_port: int = 0, job_port: int = 0
 ) -> Iterator[FlinkCluster]:
-    """Starts the cluster and the worker pool; stops them when the block is left.
+    """Starts the cluster, Beam's job server and the worker pool; stops them when the block
+    is left.
 
     Args:
       work_dir: configuration, logs (logs/) and Flink's temporary folders go here.
-      rest_port, worker_pool_port: 0 picks a free port.
+      rest_port, worker_pool_port, job_port: 0 picks a free port.
 
     Raises:
-      MissingArtifact: the Flink jars or Java are not installed.
+      MissingArtifact: the Flink or Beam jars, or Java, are not installed.
       ServerFailed: a process ended, or the cluster was not ready in time.
     """
     lib = flink_lib()
+    job_server = job_server_lib()
     conf_dir = os.path.join(work_dir, "conf")
     log_dir = os.path.join(work_dir, "logs")
-    cluster = FlinkCluster(rest_port or free_port(), worker_pool_port or free_port())
+    cluster = FlinkCluster(
+        rest_port or free_port(), worker_pool_port or free_port(), job_port or free_port()
+    )
     write_config(conf_dir, work_dir, cluster.rest_port, free_port())
     with processes.supervised(log_dir) as supervisor:
         cluster = replace(cluster, supervisor=supervisor)
@@ -285,13 +296,31 @@ def flink_cluster(
                 f"--service_port={cluster.worker_pool_port}",
             ],
         )
-        supervisor.wait_until(lambda: _ready(cluster), "the Flink cluster", STARTUP_TIMEOUT_SECONDS)
+        supervisor.start(
+            "job-server",
+            [
+                java(),
+                "-cp",
+                os.path.join(job_server, "*"),
+                _JOB_SERVER_MAIN,
+                f"--flink-master={cluster.master}",
+                f"--job-port={cluster.job_port}",
+                f"--artifact-port={free_port()}",
+                "--expansion-port=0",
+            ],
+        )
+        supervisor.wait_until(
+            lambda: _ready(cluster) and _listening(cluster.job_port),
+            "the Flink cluster and Beam's job server",
+            STARTUP_TIMEOUT_SECONDS,
+        )
         yield cluster
 
 
-# What bin/fetch-engines resolves with Maven into the Flink cache folder's lib/: the
-# modules a session cluster runs (flink-dist, which bundles them, is not on Maven
-# Central), their dependencies, and log4j with its SLF4J 2 binding.
+# What bin/fetch-engines resolves with Maven into the cache folders' lib/: the modules a
+# session cluster runs (flink-dist, which bundles them, is not served by Maven Central
+# here), their dependencies, and log4j with its SLF4J 2 binding; and, apart, Beam's Flink
+# runner with the job service it runs (what Beam's job-server jar bundles).
 CLUSTER_MAVEN_DEPENDENCIES = (
     f"org.apache.flink:flink-runtime:{FLINK_VERSION}",
     f"org.apache.flink:flink-clients:{FLINK_VERSION}",
@@ -303,18 +332,25 @@ CLUSTER_MAVEN_DEPENDENCIES = (
 )
 
 
-def cluster_pom() -> str:
-    """A Maven project whose runtime dependencies are the cluster's classpath."""
+JOB_SERVER_MAVEN_DEPENDENCIES = (
+    JOB_SERVER_COORDINATES,
+    f"org.apache.beam:beam-runners-java-job-service:{BEAM_RUNNER_VERSION}",
+    f"org.apache.beam:beam-sdks-java-expansion-service:{BEAM_RUNNER_VERSION}",
+)
+
+
+def maven_pom(coordinates: tuple[str, ...]) -> str:
+    """A Maven project whose runtime dependencies are a classpath."""
     dependencies = "".join(
         "<dependency><groupId>{}</groupId><artifactId>{}</artifactId>"
-        "<version>{}</version></dependency>\n".format(*coordinates.split(":"))
-        for coordinates in CLUSTER_MAVEN_DEPENDENCIES
+        "<version>{}</version></dependency>\n".format(*gav.split(":"))
+        for gav in coordinates
     )
     return (
         '<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
         "<modelVersion>4.0.0</modelVersion>\n"
-        f"<groupId>imgpipe</groupId><artifactId>flink-cluster</artifactId>"
-        f"<version>{FLINK_VERSION}</version>\n"
+        "<groupId>imgpipe</groupId><artifactId>engine-classpath</artifactId>"
+        "<version>1</version>\n"
         f"<dependencies>\n{dependencies}</dependencies>\n</project>\n"
     )
 
@@ -322,12 +358,13 @@ def cluster_pom() -> str:
 def _print_fetch_plan() -> None:
     """For bin/fetch-engines: the cache folders and what goes in them, as shell words."""
     print(f"FLINK_DIR={FLINK_ARTIFACT}-{FLINK_VERSION}")
-    print(f"JOB_SERVER_DIR={JOB_SERVER_ARTIFACT}-{FLINK_MINOR}-{BEAM_VERSION}")
-    print(f"JOB_SERVER_COORDINATES={JOB_SERVER_COORDINATES}")
+    print(f"JOB_SERVER_DIR={JOB_SERVER_ARTIFACT}-{FLINK_MINOR}-{BEAM_RUNNER_VERSION}")
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["pom"]:
-        print(cluster_pom(), end="")
+    if sys.argv[1:] == ["cluster-pom"]:
+        print(maven_pom(CLUSTER_MAVEN_DEPENDENCIES), end="")
+    elif sys.argv[1:] == ["job-server-pom"]:
+        print(maven_pom(JOB_SERVER_MAVEN_DEPENDENCIES), end="")
     else:
         _print_fetch_plan()

@@ -4,7 +4,8 @@ Each process starts in its own session, so its process group holds it and whatev
 starts (a JVM's helpers, a worker pool's workers); stopping sends SIGTERM to the whole
 group, then SIGKILL to what is left after a grace period. The block's exit stops them
 all, whether it ends normally, raises, or is interrupted (Ctrl-C, or SIGTERM under
-`termination.stop_on_signals`).
+`termination.stop_on_signals`). A supervisor killed outright (SIGKILL) cannot stop them:
+on Linux each then gets SIGKILL from the kernel (PR_SET_PDEATHSIG), so none outlives it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -72,6 +74,7 @@ class Supervisor:
                 stderr=subprocess.STDOUT,
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         server = Server(name, process, log_path)
         self.servers.append(server)
@@ -114,6 +117,14 @@ class Supervisor:
             # The group outlives its leader when a child ignores SIGTERM.
             _signal_group(server.process.pid, signal.SIGKILL)
             server.process.wait()
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the process that started it dies."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def _signal_group(pgid: int, signum: int) -> None:
