@@ -141,6 +141,7 @@ def measure(folder: str, beam_args: list[str], resize: bool = False) -> dict:
         planned = plan_tasks(listed, labels.build_labels(listed.labels, None, ""), output_options)
         pattern = tasks.write_task_files(planned, plan_dir)
         task_file_bytes = sum(os.path.getsize(p) for p in glob.glob(pattern))
+    planned_rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
     captured: dict = {}
 
@@ -177,6 +178,8 @@ def measure(folder: str, beam_args: list[str], resize: bool = False) -> dict:
         "pipeline_proto_bytes": captured["proto_bytes"],
         "shuffled_bytes": captured["shuffled"],
         "launcher_peak_rss_mb": round(peak_kb / 1024),
+        # The listing and plan, held by the launcher on any runner.
+        "launcher_rss_after_plan_mb": round(planned_rss_kb / 1024),
         "wall_s": round(wall_s, 3),
     }
 
@@ -292,6 +295,11 @@ def extrapolate(runs: dict, cores: int, images: int = IMAGENET_IMAGES) -> dict:
     synthetic = sorted(runs["synthetic"], key=lambda m: m["images"])
     photos, resized = runs["photos"], runs["photos_resize"]
     fixed_s, per_image_s = fit([(m["images"], m["wall_s"]) for m in synthetic])
+    if per_image_s <= 0:
+        return {
+            "error": "the wall time did not grow with the images: the fixed cost's "
+            "variation hides the per-image cost at these sizes; measure larger ones"
+        }
     same_count = [m for m in synthetic if m["images"] == photos["images"]]
     if same_count:
         per_byte_s = (photos["wall_s"] - same_count[0]["wall_s"]) / (
@@ -404,11 +412,9 @@ def run_engines(photos: str, sizes: Iterable[int], flink: bool = False) -> dict:
     """
     if not flink:
         return run(photos, sizes, {"direct": DIRECT})
-    try:
-        from imgpipe.pipelines.engines import artifacts
-        from imgpipe.pipelines.engines import flink as flink_engine
-    except ImportError:
-        raise SystemExit("imgpipe: error: this checkout has no Flink engine (h-flink)") from None
+    from imgpipe.pipelines.engines import artifacts
+    from imgpipe.pipelines.engines import flink as flink_engine
+
     with (
         tempfile.TemporaryDirectory(prefix="imgpipe-scale-flink-") as work,
         contextlib.ExitStack() as stack,

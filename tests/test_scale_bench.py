@@ -100,3 +100,12 @@ def test_extrapolate_separates_fixed_per_image_per_byte_and_resize_costs():
     assert imagenet["resize_256"]["wall_s_here"] == pytest.approx(
         1 + 1e6 * (per_image_s + 1e-3), rel=0.01
     )
+
+
+def test_extrapolate_refuses_runs_whose_time_does_not_grow():
+    runs = {
+        "synthetic": [_run(3000, 240.0, 3000 * 800), _run(30000, 115.0, 30000 * 800)],
+        "photos": _run(3000, 180.0, 3000 * 40_000),
+        "photos_resize": _run(3000, 184.0, 3000 * 40_000),
+    }
+    assert "error" in scale.extrapolate(runs, cores=2)
