@@ -1,7 +1,7 @@
 """ImageExampleGen at growing sizes, measured on each runner, and extrapolated to ImageNet-1k.
 
-Each size is converted (pass-through, the default options) in a fresh interpreter, which
-reports:
+Each size is converted (pass-through, the default options; the photos also resized as
+convert_bench does) in a fresh interpreter, which reports:
 - `listing_s`: the safe walk and classification of the input folder (listing.py);
 - the plan handed to Beam: `task_file_bytes` (the task files, which scale with the
   images) and `pipeline_proto_bytes` (the pipeline proto the runner receives, which must
@@ -13,8 +13,8 @@ reports:
   interpreter itself in-process; the SDK worker processes on Flink, sampled);
 - `wall_s`, end to end as `imgpipe convert` runs it.
 
-The sizes beyond the bench's 3,000 photos are tiny synthetic JPEGs (one distinct
-image each, written in seconds and removed after): their per-image cost is the fixed
+The sizes are tiny synthetic JPEGs (one distinct image each, about 800 bytes,
+removed after): their per-image cost is the fixed
 cost of an image, without the per-byte cost. The bench's photos measure the per-byte
 cost, so a model `fixed + images × per_image + bytes × per_byte` can be fitted and
 extrapolated to ImageNet-1k (`extrapolate`).
@@ -44,8 +44,6 @@ ONE_HOUR_S = 3600.0
 SYNTHETIC_CLASSES = 10
 _GROUP_BY_KEY_URN = "beam:transform:group_by_key:v1"
 _RSS_SAMPLE_S = 0.2
-RESIZE = 256  # the bench's resize: 256 + centre crop, JPEG q90
-QUALITY = 90
 
 
 def make_synthetic_dataset(out_dir: str, count: int, classes: int = SYNTHETIC_CLASSES) -> str:
@@ -127,6 +125,7 @@ def measure(folder: str, beam_args: list[str], resize: bool = False) -> dict:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from benchmarks.convert_bench import QUALITY, RESIZE
     from imgpipe.components.common import allocator
     from imgpipe.components.image_example_gen import labels, listing, tasks
     from imgpipe.components.image_example_gen.convert import plan_tasks, run_conversion
