@@ -133,28 +133,30 @@ def _timed(fn, *args, repeats: int = 1) -> float:
 
 def _peak_rss_mb(folder: str, limit: int, beam_args: list[str]) -> float:
     """Peak RSS (MB) of the largest process of one conversion run in a fresh interpreter."""
-    code = (
-        "import resource, sys, tempfile\n"
-        "from benchmarks.convert_bench import _subset, ours\n"
-        "from imgpipe.components.image_example_gen.options import ImageOptions\n"
-        f"ours(_subset({folder!r}, {limit}), tempfile.mkdtemp(), ImageOptions(), {beam_args!r})\n"
-        "print(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,\n"
-        "          resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
+    with tempfile.TemporaryDirectory(prefix="imgpipe-rss-") as work:
+        subset = _subset(folder, limit, os.path.join(work, "subset"))
+        code = (
+            "import resource\n"
+            "from benchmarks.convert_bench import ours\n"
+            "from imgpipe.components.image_example_gen.options import ImageOptions\n"
+            f"ours({subset!r}, {os.path.join(work, 'out')!r}, ImageOptions(), {beam_args!r})\n"
+            "print(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,\n"
+            "          resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        )
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
 
-def _subset(folder: str, count: int) -> str:
-    """A folder of hard links to the first `count` images, in the same label layout
-    (symbolic links to files outside an input folder are not followed)."""
-    subset = tempfile.mkdtemp(prefix="imgpipe-subset-")
+def _subset(folder: str, count: int, subset: str) -> str:
+    """Makes `subset`, a folder of hard links to the first `count` images of `folder` in
+    the same label layout (symbolic links to files outside an input folder are not
+    followed), and returns it."""
     for path in _images(folder)[:count]:
         label_dir = os.path.join(subset, os.path.basename(os.path.dirname(path)))
         os.makedirs(label_dir, exist_ok=True)
@@ -175,10 +177,10 @@ def run(folder: str, processes: int | None = None) -> dict:
     for path in paths:  # warm the page cache for everyone alike
         with open(path, "rb") as f:
             f.read()
-    small_folder = _subset(folder, 30)
     multi = ["--direct_running_mode=multi_processing", f"--direct_num_workers={processes}"]
     in_process = ["--direct_num_workers=1"]
     work = tempfile.mkdtemp(prefix="imgpipe-convert-bench-")
+    small_folder = _subset(folder, 30, os.path.join(work, "small"))
     out = iter(range(1000))
 
     def ours_time(src: str, options: ImageOptions, args: list[str], repeats: int = 2) -> float:
@@ -247,7 +249,6 @@ def run(folder: str, processes: int | None = None) -> dict:
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(small_folder, ignore_errors=True)
     small = max(1, n // 10)
     rss_small = _peak_rss_mb(folder, small, in_process)
     rss_large = _peak_rss_mb(folder, n, in_process)

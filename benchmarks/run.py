@@ -9,10 +9,12 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import tempfile
 import time
 
 from benchmarks.photos import make_photo_dataset
+from benchmarks.scale import DEFAULT_SIZES
 
 DEFAULT_DATA = os.path.join(tempfile.gettempdir(), "imgpipe-bench", "photos")
 
@@ -38,11 +40,33 @@ def machine() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--images", type=int, default=3000)
-    parser.add_argument("--only", choices=["convert", "stats", "input"], action="append")
+    parser.add_argument("--only", choices=["convert", "stats", "input", "scale"], action="append")
+    parser.add_argument(
+        "--scale",
+        type=_sizes,
+        default=DEFAULT_SIZES,
+        help="the synthetic sizes of the scale benchmark, e.g. 3000,30000,300000",
+    )
+    parser.add_argument(
+        "--flink",
+        action="store_true",
+        help="also run the scale benchmark on a local Flink cluster (started and stopped here)",
+    )
     parser.add_argument("--out", default="bench-results/latest.json")
     args = parser.parse_args()
-    selected = set(args.only or ["convert", "stats", "input"])
+    selected = set(args.only or ["convert", "stats", "input", "scale"])
 
+    # Whatever the benchmarks or the libraries they call leave in the temporary folder
+    # (Beam's runners leave empty folders there) goes with this one.
+    scratch = tempfile.mkdtemp(prefix="imgpipe-bench-scratch-")
+    os.environ["TMPDIR"] = tempfile.tempdir = scratch
+    try:
+        _run(args, selected)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, selected: set[str]) -> None:
     # As the pipeline's own stages do; set once here, so every baseline gets it too.
     from imgpipe.components.common import allocator
 
@@ -68,11 +92,22 @@ def main() -> None:
 
             results["trainer_input_fn"] = input_bench.run(shards, photos)
             results["gpu_feed"] = input_bench.gpu_feed(shards, batch_size=16, steps=4)
+    if "scale" in selected:
+        from benchmarks import scale
+
+        results["scale"] = scale.run_engines(photos, args.scale, flink=args.flink)
     results["seconds"] = round(time.time() - start)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
     print(json.dumps(results, indent=2))
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    sizes = tuple(sorted(int(size) for size in text.split(",")))
+    if len(sizes) < 2 or sizes[0] < 1:
+        raise argparse.ArgumentTypeError(f"give at least two positive sizes, got {text!r}")
+    return sizes
 
 
 def convert_bench_shards(photos: str) -> str:
