@@ -18,6 +18,11 @@ Pipelines, each yielding batches of `batch_size` images at `image_size` px:
                             resize), no parallelism asked for (TF still runs the
                             reader, the map and ops like resize on their own threads).
   sequential_one_thread     the same confined to one thread, for reference.
+  dali_cpu                  NVIDIA DALI's CPU pipeline on the same shards, through their
+                            index files (components/trainer/dali_input.py): its TFRecord
+                            reader, random-resized-crop decode, resize, flip, batch, with
+                            one DALI thread per core. DALI's peer on GPU nodes is its
+                            `mixed` decoder, which this machine cannot run.
 `augment_ceiling` bounds the input_fn: it is the same preprocessing with no reading,
 parsing or shuffling, so its ratios to the decode ceiling and to the sequential pipeline
 are about the most the input_fn can reach with that preprocessing.
@@ -32,14 +37,14 @@ one full epoch first.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import tensorflow as tf
 
 from imgpipe.components.common import allocator, artifacts, layout, preprocessing
 from imgpipe.components.common.model_input import DEFAULT_IMAGE_SIZE
+from imgpipe.components.trainer import dali_input, memory
 from imgpipe.components.trainer import input as input_lib
-from imgpipe.components.trainer import memory
 from imgpipe.components.trainer.config import MOBILENET_V3_SMALL
 
 TARGETS = {"vs_decode_ceiling": 0.85, "vs_image_dataset_from_directory": 2.0, "vs_sequential": 1.8}
@@ -47,9 +52,7 @@ MEAN, STD = (124.0, 116.0, 104.0), (58.0, 57.0, 57.0)
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-def _images_per_second(
-    dataset: tf.data.Dataset, batches: int, warmup: int, batch_size: int
-) -> float:
+def _images_per_second(dataset: Iterable, batches: int, warmup: int, batch_size: int) -> float:
     iterator = iter(dataset)
     for _ in range(warmup):
         next(iterator)
@@ -57,6 +60,18 @@ def _images_per_second(
     for _ in range(batches):
         next(iterator)
     return batches * batch_size / (time.perf_counter() - start)
+
+
+class _DaliBatches:
+    """A built DALI pipeline as an iterable of batches, as the measurement takes them."""
+
+    def __init__(self, pipeline):
+        self._pipeline = pipeline
+        pipeline.build()
+
+    def __iter__(self):
+        while True:
+            yield self._pipeline.run()
 
 
 def _encoded_images(source: input_lib.SplitSource) -> tuple[tf.Tensor, tf.Tensor]:
@@ -71,7 +86,7 @@ def _encoded_images(source: input_lib.SplitSource) -> tuple[tf.Tensor, tf.Tensor
 
 def _pipelines(
     examples_dir: str, image_folder: str, batch_size: int, image_size: int
-) -> tuple[dict[str, Callable[[], tf.data.Dataset]], dict]:
+) -> tuple[dict[str, Callable[[], Iterable]], dict]:
     source = input_lib.split_source(examples_dir, layout.TRAIN_SPLIT)
     plan = memory.plan_memory(
         source.encoded_bytes or 0,
@@ -168,6 +183,11 @@ def _pipelines(
         "image_dataset_from_directory": from_directory,
         "sequential": sequential,
         "sequential_one_thread": lambda: sequential(one_core=True),
+        "dali_cpu": lambda: _DaliBatches(
+            dali_input.train_pipeline(
+                examples_dir, layout.TRAIN_SPLIT, batch_size=batch_size, image_size=image_size
+            )
+        ),
     }
     info = {
         "records": source.records,
@@ -217,6 +237,7 @@ def run(
         "host_normalization_cost": 1 - best["input_fn_host_normalized"] / ours,
         "augment_ceiling_vs_decode_ceiling": best["augment_ceiling"] / decode_ceiling,
         "augment_ceiling_vs_sequential": best["augment_ceiling"] / best["sequential"],
+        "vs_dali_cpu": ours / best["dali_cpu"],
     }
     return {
         "batch_size": batch_size,

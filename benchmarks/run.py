@@ -115,12 +115,15 @@ def convert_bench_shards(photos: str) -> str:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from imgpipe.components.common.layout import SUMMARY_FILE
+    from imgpipe.components.common.layout import DALI_INDEX_DIR, MANIFEST_FILE
     from imgpipe.components.image_example_gen.convert import run_conversion
     from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
 
     out = photos.rstrip("/") + "-shards-256"
-    if os.path.exists(os.path.join(out, SUMMARY_FILE)):
+    # Complete, and with the DALI index files that the DALI pipeline reads.
+    if os.path.exists(os.path.join(out, MANIFEST_FILE)) and os.path.isdir(
+        os.path.join(out, DALI_INDEX_DIR)
+    ):
         return out
     run_conversion(
         photos,

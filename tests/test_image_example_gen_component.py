@@ -62,7 +62,14 @@ def test_tfx_statistics_and_schema_consume_the_output_and_new_images_rerun(tmp_p
         "labels.txt",
         "manifest.json",
         "skipped.json",
+        "dali_index",
     }
+    # DALI's index files sit outside Split-<name>/, whose every file TFX reads as a shard.
+    for split in ("train", "eval"):
+        shard_names = tf.io.gfile.listdir(os.path.join(examples_dir, f"Split-{split}"))
+        assert sorted(
+            tf.io.gfile.listdir(os.path.join(examples_dir, f"dali_index/Split-{split}"))
+        ) == [name + ".idx" for name in sorted(shard_names)]
     (stats_dir,) = _outputs(root, "StatisticsGen", "statistics")
     assert {"Split-train", "Split-eval"} <= {n.rstrip("/") for n in tf.io.gfile.listdir(stats_dir)}
     (schema_dir,) = _outputs(root, "SchemaGen", "schema")

@@ -117,12 +117,14 @@ def test_every_bad_input_is_skipped_with_its_reason(converted):
 def test_the_manifest_lists_every_file_and_each_shard_with_its_records(converted):
     out, result = converted
     files = manifest.verify(out, checksums=True).files
+    shard_names = [
+        f"Split-{split}/data_tfrecord-0000{i}-of-00002"
+        for split in ("eval", "train")
+        for i in (0, 1)
+    ]
     assert sorted(files) == sorted(
-        [
-            f"Split-{split}/data_tfrecord-0000{i}-of-00002"
-            for split in ("eval", "train")
-            for i in (0, 1)
-        ]
+        shard_names
+        + [f"dali_index/{name}.idx" for name in shard_names]
         + list(layout.EXAMPLES_METADATA_FILES)
     )
     for split in ("train", "eval"):
@@ -178,6 +180,27 @@ def test_passthrough_round_trip_keeps_bytes_and_pixels(converted, messy_folder):
         np.testing.assert_array_equal(
             tf.io.decode_image(stored).numpy(), tf.io.decode_image(source).numpy()
         )
+
+
+def test_each_shard_has_its_dali_index_with_every_record_where_it_is(converted):
+    out, result = converted
+    for split in ("train", "eval"):
+        indexed = 0
+        for path in sorted(tf.io.gfile.glob(artifacts.split_shard_pattern(out, split))):
+            with open(path, "rb") as f:
+                shard = f.read()
+            lines = open(artifacts.dali_index_path(out, split, path)).read().splitlines()
+            # Each line is `offset size` of a record: its framing (length, CRC, bytes,
+            # CRC) starts there and takes exactly that many bytes, one after another.
+            end = 0
+            for line in lines:
+                offset, size = map(int, line.split(" "))
+                assert offset == end
+                assert int.from_bytes(shard[offset : offset + 8], "little") == size - 16
+                end = offset + size
+            assert end == len(shard)
+            indexed += len(lines)
+        assert indexed == result.summary.splits[split].records > 0
 
 
 def test_shards_are_named_and_mixed(converted):
@@ -243,6 +266,9 @@ def test_resize_crop_gzip_and_shard_size(tmp_path):
     assert result.summary.decoded_every_image
     names = tf.io.gfile.listdir(artifacts.split_dir(out, "train"))
     assert all(n.endswith(".gz") for n in names)
+    # DALI cannot index GZIP shards: none is written, and the summary says so.
+    assert not os.path.exists(os.path.join(out, layout.DALI_INDEX_DIR))
+    assert [w.code for w in result.summary.warnings] == [conversion_summary.NO_DALI_INDEX]
     bytes_out = result.summary.splits["train"].bytes_out
     assert len(names) == max(1, -(-bytes_out // int(0.01 * 1024 * 1024)))
     examples = read_split(out, "train")
@@ -314,6 +340,10 @@ def test_a_split_of_only_bad_files_is_reported_and_published_empty(tmp_path):
     }
     assert tf.io.gfile.listdir(artifacts.split_dir(out, "eval")) == ["data_tfrecord-00000-of-00001"]
     assert read_split(out, "eval") == [] and len(read_split(out, "train")) == 5
+    # The empty shard has its empty index, listed in the manifest.
+    empty_index = artifacts.dali_index_path(out, "eval", "data_tfrecord-00000-of-00001")
+    assert open(empty_index, "rb").read() == b""
+    assert "dali_index/Split-eval/data_tfrecord-00000-of-00001.idx" in manifest.read(out).files
     assert (conversion_summary.EMPTY_SPLIT, "split 'eval' has no image") in [
         (w.code, w.message) for w in summary.warnings
     ]

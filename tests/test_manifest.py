@@ -24,7 +24,7 @@ def _folder(tmp_path) -> str:
         os.path.join(folder, "Split-train", "data_tfrecord-00000-of-00001"),
         [b"one", b"two" * 1000],
         gzip=False,
-    )
+    ).shard
     with open(os.path.join(folder, "summary.json"), "w") as f:
         f.write('{"a": 1}\n')
     entries = {"Split-train/data_tfrecord-00000-of-00001": shard}
@@ -119,9 +119,19 @@ def test_other_shapes_are_refused_naming_the_field(tmp_path, document, message):
 def test_shards_are_tfrecords_whose_entry_is_computed_while_writing(tmp_path, gzip):
     records = [b"", b"x", os.urandom(100), os.urandom(70_000)]
     path = str(tmp_path / ("shard.gz" if gzip else "shard"))
-    entry = shards.write_tfrecord(path, records, gzip)
+    index_path = None if gzip else str(tmp_path / "shard.idx")
+    written = shards.write_tfrecord(path, records, gzip, index_path)
     name = os.path.basename(path)
-    assert entry == dataclasses.replace(manifest.describe(str(tmp_path), [name])[name], records=4)
+    assert written.shard == dataclasses.replace(
+        manifest.describe(str(tmp_path), [name])[name], records=4
+    )
+    if index_path is not None:  # DALI's index: `offset size` of each framed record
+        assert open(index_path).read() == "0 16\n16 17\n33 116\n149 70016\n"
+        assert written.index == manifest.describe(str(tmp_path), ["shard.idx"])["shard.idx"]
+    else:
+        assert written.index is None
+        with pytest.raises(ValueError, match="DALI cannot index a GZIP"):
+            shards.write_tfrecord(path, records, gzip, str(tmp_path / "shard.idx"))
     read_back = tf.data.TFRecordDataset(path, layout.GZIP if gzip else "")
     assert [r.numpy() for r in read_back] == records
     if not gzip:  # the same bytes as TensorFlow's own writer

@@ -14,6 +14,8 @@ import tensorflow as tf
 
 from imgpipe.components.common import label_map
 from imgpipe.components.common.layout import (
+    DALI_INDEX_DIR,
+    DALI_INDEX_SUFFIX,
     GZIP,
     GZIP_SUFFIX,
     LABEL_MAP_FILE,
@@ -39,6 +41,17 @@ def split_dir(examples_uri: str, split: str) -> str:
 
 def split_shard_pattern(examples_uri: str, split: str) -> str:
     return os.path.join(split_dir(examples_uri, split), f"{SHARD_PREFIX}-*")
+
+
+def dali_index_dir(examples_uri: str, split: str) -> str:
+    return os.path.join(examples_uri, DALI_INDEX_DIR, SPLIT_DIR_PREFIX + split)
+
+
+def dali_index_path(examples_uri: str, split: str, shard_path: str) -> str:
+    """The DALI index file of one of `split`'s shards (it has one when not GZIP'd)."""
+    return os.path.join(
+        dali_index_dir(examples_uri, split), os.path.basename(shard_path) + DALI_INDEX_SUFFIX
+    )
 
 
 def read_json(path: str) -> Any:

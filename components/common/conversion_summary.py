@@ -4,7 +4,8 @@ ImageExampleGen (and `imgpipe convert`) write it beside the splits; ImageStatist
 the Trainer read its per-split record counts to check the shards they read, and its
 label counts to size their sampling. `warnings` says, by name, what a user should look
 at: empty class folders, classes too small for every split, empty splits, label
-conflicts (byte-identical images under different labels, also in `label_conflicts`).
+conflicts (byte-identical images under different labels, also in `label_conflicts`),
+GZIP shards that DALI cannot read (no index files were written).
 
 Example:
   summary = conversion_summary.read(examples_uri)
@@ -31,6 +32,7 @@ SMALL_CLASS = "small_class"
 EMPTY_SPLIT = "empty_split"
 LABEL_CONFLICT = "label_conflict"
 SPLIT_FOLDERS = "split_folders"
+NO_DALI_INDEX = "no_dali_index"
 
 MAX_LISTED_PATHS = 10
 

@@ -8,6 +8,10 @@ standard `Split-<name>/` folders of `data_tfrecord-SSSSS-of-NNNNN[.gz]` shards:
   ignored.json              [{"path", "reason"}] for every file that is not an image
   conversion_summary.json   counts and bytes per split (conversion_summary.py)
   manifest.json             every other file with its size and checksum (manifest.py)
+  dali_index/Split-<name>/data_tfrecord-SSSSS-of-NNNNN.idx
+                            NVIDIA DALI's TFRecord index of each uncompressed shard: one
+                            `offset size` line per record (DALI's tfrecord2idx format).
+                            Outside Split-<name>/, whose every file TFX reads as a shard.
 ImageStatistics' artifact holds image_stats.json (image_stats.py), report.html and
 manifest.json; the Trainer's model artifact holds Format-Serving/ and manifest.json.
 An artifact folder is complete only when its manifest.json exists: it is written last.
@@ -43,6 +47,8 @@ SHARD_PREFIX = "data_tfrecord"
 # TFX names the folder of each split of an artifact Split-<name>.
 SPLIT_DIR_PREFIX = "Split-"
 GZIP_SUFFIX = ".gz"
+DALI_INDEX_DIR = "dali_index"
+DALI_INDEX_SUFFIX = ".idx"
 GZIP = "GZIP"
 
 # The splits a flat image folder is divided into, and that the Trainer and the

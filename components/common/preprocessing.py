@@ -22,6 +22,10 @@ from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
 # the default (accurate) one, with differences of a level or two that augmentation
 # dwarfs. Evaluation and serving keep the default, so they agree with each other.
 TRAIN_DCT_METHOD = "INTEGER_FAST"
+# Random-resized-crop's ranges: the crop's area as a fraction of the image's, and its
+# aspect ratio (Inception's, as tensorflow/models' classification input uses).
+TRAIN_AREA_RANGE = (0.08, 1.0)
+TRAIN_ASPECT_RATIO_RANGE = (3.0 / 4.0, 4.0 / 3.0)
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -125,8 +129,8 @@ def _resize_bilinear(image: tf.Tensor, image_size: int) -> tf.Tensor:
 
 def random_crop_windows(
     shapes: tf.Tensor,
-    area_range: tuple[float, float] = (0.08, 1.0),
-    aspect_ratio_range: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
+    area_range: tuple[float, float] = TRAIN_AREA_RANGE,
+    aspect_ratio_range: tuple[float, float] = TRAIN_ASPECT_RATIO_RANGE,
 ) -> tf.Tensor:
     """Random [offset_y, offset_x, height, width] windows inside images of `shapes` [B, 2].
 
@@ -193,8 +197,8 @@ def train_images(
     encoded: tf.Tensor,
     image_size: int,
     shapes: tf.Tensor | None = None,
-    area_range: tuple[float, float] = (0.08, 1.0),
-    aspect_ratio_range: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
+    area_range: tuple[float, float] = TRAIN_AREA_RANGE,
+    aspect_ratio_range: tuple[float, float] = TRAIN_ASPECT_RATIO_RANGE,
 ) -> tf.Tensor:
     """Random-resized-crop and horizontal flip of a batch; JPEGs are cropped while decoding.
 

@@ -6,11 +6,11 @@ split_by content (the default) the pipeline decides them after reading each file
 (split_assignment.py), and finds label conflicts either way.
 
 Shards are written under a work folder inside the output and moved into
-`Split-<name>/` only after the pipeline succeeded and the counts reconcile. The
-metadata files follow, and the manifest comes last: until it exists, readers refuse
-the output. A run first removes whatever an earlier run into the same folder left (a
-retried step gets the same URI), so a rerun gives byte-identical output; a failed or
-stopped run removes what it wrote.
+`Split-<name>/` (their DALI index files into `dali_index/Split-<name>/`) only after the
+pipeline succeeded and the counts reconcile. The metadata files follow, and the
+manifest comes last: until it exists, readers refuse the output. A run first removes
+whatever an earlier run into the same folder left (a retried step gets the same URI),
+so a rerun gives byte-identical output; a failed or stopped run removes what it wrote.
 """
 
 from __future__ import annotations
@@ -35,7 +35,11 @@ from imgpipe.components.common import (
     outputs,
     phases,
 )
-from imgpipe.components.common.conversion_summary import ConversionSummary, SplitSummary
+from imgpipe.components.common.conversion_summary import (
+    ConversionSummary,
+    ConversionWarning,
+    SplitSummary,
+)
 from imgpipe.components.common.printable import printable
 from imgpipe.components.image_example_gen import (
     data_warnings,
@@ -122,8 +126,9 @@ def build_pipeline(
     by_content: bool,
     num_images: int,
 ) -> None:
-    """Converts into work_dir: shards under `shards/Split-<name>/`, result rows and label
-    conflicts under `results/` (the folders must exist).
+    """Converts into work_dir: shards under `shards/Split-<name>/` (their DALI index
+    files under `shards/dali_index/Split-<name>/`), result rows and label conflicts
+    under `results/` (the folders must exist).
 
     Args:
       by_content: the tasks' splits are undecided: decide them by content.
@@ -155,6 +160,7 @@ def build_pipeline(
             output_options.shard_mb,
             output_options.gzip,
             output_options.seed,
+            output_options.writes_dali_index,
         )
     )
 
@@ -242,6 +248,7 @@ def is_conversion_file(name: str) -> bool:
     """Whether a name at the top of an output folder is one a conversion writes."""
     return (
         name.startswith((layout.SPLIT_DIR_PREFIX, layout.WORK_DIR_PREFIX))
+        or name == layout.DALI_INDEX_DIR
         or name in layout.EXAMPLES_METADATA_FILES
         or name in (layout.MANIFEST_FILE, layout.MANIFEST_FILE + fileio.ATOMIC_TEMP_SUFFIX)
     )
@@ -326,7 +333,11 @@ def _convert_and_publish(
     work_dir = os.path.join(output_dir, layout.WORK_DIR_PREFIX + uuid.uuid4().hex)
     staged = os.path.join(work_dir, "shards")
     folders = [os.path.join(work_dir, "spill"), os.path.join(work_dir, "results")]
-    for folder in folders + [artifacts.split_dir(staged, split) for split in plan.split_names]:
+    for split in plan.split_names:
+        folders.append(artifacts.split_dir(staged, split))
+        if output_options.writes_dali_index:
+            folders.append(artifacts.dali_index_dir(staged, split))
+    for folder in folders:
         fileio.makedirs(folder)
     try:
         if progress is not None:
@@ -374,9 +385,10 @@ def _convert_and_publish(
                     conflicts=conflicts,
                     split_notes=plan.given.notes if plan.given is not None else (),
                 )
-            ),
+            )
+            + _index_warnings(output_options),
         )
-        entries = _publish(staged, output_dir, plan.split_names, shard_results, output_options.gzip)
+        entries = _publish(staged, output_dir, plan.split_names, shard_results, output_options)
     finally:
         fileio.remove(work_dir)
     entries.update(_write_metadata(output_dir, plan, summary, shard_results))
@@ -408,6 +420,23 @@ def _write_metadata(
     )
     conversion_summary.write(output_dir, summary)
     return manifest.describe(output_dir, layout.EXAMPLES_METADATA_FILES)
+
+
+def _index_warnings(output_options: OutputOptions) -> tuple[ConversionWarning, ...]:
+    if not (output_options.dali_index and output_options.gzip):
+        return ()
+    return (
+        ConversionWarning(
+            conversion_summary.NO_DALI_INDEX,
+            "no DALI index files were written: DALI cannot index GZIP shards "
+            "(convert without gzip to read the shards with DALI)",
+        ),
+    )
+
+
+def _relpath(folder: str, path: str) -> str:
+    """`path` relative to `folder` (which it is inside), with / separators."""
+    return path[len(folder.rstrip("/")) + 1 :]
 
 
 def _listed_by_label(listing: listing_lib.Listing) -> dict[str, int]:
@@ -472,23 +501,34 @@ def _publish(
     output_dir: str,
     split_names: list[str],
     shard_results: list[shards.ShardResult],
-    gzip: bool,
+    output_options: OutputOptions,
 ) -> dict[str, manifest.FileEntry]:
-    """Moves the staged shards into Split-<name>/, adding empty shards so that every
-    split has its -of-N complete; returns the shards' manifest entries."""
+    """Moves the staged shards into Split-<name>/ and their DALI index files into
+    dali_index/Split-<name>/, adding empty shards so that every split has its -of-N
+    complete; returns the files' manifest entries."""
+    gzip, dali_index = output_options.gzip, output_options.writes_dali_index
     entries = {}
     for split in split_names:
         results = {result.shard: result for result in shard_results if result.split == split}
         num_shards = next(iter(results.values())).num_shards if results else 1
         for shard in range(num_shards):
-            name = shards.shard_file_name(shard, num_shards, gzip)
-            relpath = f"{layout.SPLIT_DIR_PREFIX}{split}/{name}"
+            path, index_path = shards.shard_paths(
+                staged, split, shard, num_shards, gzip, dali_index
+            )
             if shard in results:
-                entries[relpath] = results[shard].manifest_entry
+                written = shards.WrittenShard(
+                    results[shard].manifest_entry, results[shard].index_manifest_entry
+                )
             else:
-                entries[relpath] = shards.write_tfrecord(os.path.join(staged, relpath), [], gzip)
+                written = shards.write_tfrecord(path, [], gzip, index_path)
+            entries[_relpath(staged, path)] = written.shard
+            if index_path is not None:
+                assert written.index is not None, f"{path} was written without its index"
+                entries[_relpath(staged, index_path)] = written.index
     for split in split_names:
         fileio.makedirs(artifacts.split_dir(output_dir, split))
+        if dali_index:
+            fileio.makedirs(artifacts.dali_index_dir(output_dir, split))
     for relpath in entries:
         fileio.rename(os.path.join(staged, relpath), os.path.join(output_dir, relpath))
         phases.reached(phases.PUBLISHING)

@@ -148,6 +148,9 @@ class OutputOptions:
       num_shards: shards per split; None sizes shards by shard_mb.
       shard_mb: target shard size in MB when num_shards is None.
       gzip: GZIP-compress shards (names end in .gz, as TFX readers expect).
+      dali_index: write NVIDIA DALI's TFRecord index file of each shard, under
+        dali_index/Split-<name>/. DALI cannot index GZIP shards: with `gzip`, none is
+        written, and the summary's warnings say so.
       seed: seeds the order of records within a shard.
       on_error: `skip` bad files (listed in skipped.json) or `fail` on the first.
       on_new_label: with a given label map, `fail` on a new class or `append` it.
@@ -165,10 +168,15 @@ class OutputOptions:
     num_shards: int | None = None
     shard_mb: float = DEFAULT_SHARD_MB
     gzip: bool = False
+    dali_index: bool = True
     seed: int = 0
     on_error: str = ON_ERROR_SKIP
     on_new_label: str = NEW_LABEL_FAIL
     label_map_uri: str | None = None
+
+    @property
+    def writes_dali_index(self) -> bool:
+        return self.dali_index and not self.gzip
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""

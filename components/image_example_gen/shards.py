@@ -12,7 +12,8 @@ run's fixed cost.
 
 Shards are written here rather than by tf.io.TFRecordWriter so that their checksum is
 computed while they are written, not by reading them again (from an object store, that
-would be a second transfer of the whole output).
+would be a second transfer of the whole output). So are uncompressed shards' DALI index
+files (layout.DALI_INDEX_DIR): the record offsets are taken as the shard is written.
 """
 
 from __future__ import annotations
@@ -73,10 +74,26 @@ class ShardResult:
     skipped: tuple[tuple[str, str], ...]  # (relpath, reason) of the files skipped here
     file_size: int  # bytes of the shard file
     crc32c: str  # of the shard file, for the manifest
+    index_size: int | None = None  # bytes of the shard's DALI index file, if written
+    index_crc32c: str | None = None
 
     @property
     def manifest_entry(self) -> manifest.FileEntry:
         return manifest.FileEntry(self.file_size, self.crc32c, self.records)
+
+    @property
+    def index_manifest_entry(self) -> manifest.FileEntry | None:
+        if self.index_size is None or self.index_crc32c is None:
+            return None
+        return manifest.FileEntry(self.index_size, self.index_crc32c)
+
+
+@dataclasses.dataclass(frozen=True)
+class WrittenShard:
+    """The manifest entries of a shard and of its DALI index file (None if not written)."""
+
+    shard: manifest.FileEntry
+    index: manifest.FileEntry | None = None
 
 
 def shard_file_name(shard: int, num_shards: int, gzip: bool) -> str:
@@ -84,18 +101,34 @@ def shard_file_name(shard: int, num_shards: int, gzip: bool) -> str:
     return f"{layout.SHARD_PREFIX}-{shard:05d}-of-{num_shards:05d}{suffix}"
 
 
+def shard_paths(
+    output_dir: str, split: str, shard: int, num_shards: int, gzip: bool, dali_index: bool
+) -> tuple[str, str | None]:
+    """A shard's path in `output_dir` and its DALI index file's (None: not written)."""
+    path = os.path.join(
+        artifacts.split_dir(output_dir, split), shard_file_name(shard, num_shards, gzip)
+    )
+    return path, artifacts.dali_index_path(output_dir, split, path) if dali_index else None
+
+
 class WriteShardFn(beam.DoFn):
     """Writes one shard from its pointers, in seeded order, and its result row.
 
     A shard that only skipped files hashed to is written empty, as every shard of
-    the `-of-N` set must exist.
+    the `-of-N` set must exist. With `dali_index` (uncompressed shards only), the
+    shard's DALI index file is written too.
     """
 
-    def __init__(self, output_dir: str, results_dir: str, gzip: bool, seed: int):
+    def __init__(
+        self, output_dir: str, results_dir: str, gzip: bool, seed: int, dali_index: bool = False
+    ):
+        if gzip and dali_index:
+            raise ValueError("DALI cannot index GZIP shards: write them uncompressed")
         self._output_dir = output_dir
         self._results_dir = results_dir
         self._gzip = gzip
         self._seed = seed
+        self._dali_index = dali_index
 
     def process(
         self, element: tuple[tuple[str, int, int], Iterable[list[RecordPointer] | SkippedFile]]
@@ -128,11 +161,10 @@ class WriteShardFn(beam.DoFn):
         records.sort(key=lambda r: (r[0], r[1]))
         # The launcher made the split folders: a task still running after its run was
         # stopped and cleaned up must not make them again.
-        path = os.path.join(
-            artifacts.split_dir(self._output_dir, split),
-            shard_file_name(shard, num_shards, self._gzip),
+        path, index_path = shard_paths(
+            self._output_dir, split, shard, num_shards, self._gzip, self._dali_index
         )
-        written = write_tfrecord(path, (r[2] for r in records), self._gzip)
+        written = write_tfrecord(path, (r[2] for r in records), self._gzip, index_path)
         phases.reached(phases.WRITING)
         labels: dict[str, int] = {}
         for pointer in pointers:
@@ -147,8 +179,10 @@ class WriteShardFn(beam.DoFn):
             sum(p.reencoded for p in pointers),
             tuple(sorted(labels.items())),
             tuple(sorted(skipped)),
-            written.size,
-            written.crc32c,
+            written.shard.size,
+            written.shard.crc32c,
+            written.index.size if written.index is not None else None,
+            written.index.crc32c if written.index is not None else None,
         )
         artifacts.write_json(
             os.path.join(self._results_dir, result_file_name(split, shard)),
@@ -199,14 +233,23 @@ class _ChecksummedFile:
         self._file.flush()
 
 
-def write_tfrecord(path: str, records: Iterable[bytes], gzip: bool) -> manifest.FileEntry:
-    """Writes a TFRecord file, GZIP-compressed or not; returns its manifest entry,
-    computed while writing.
+def write_tfrecord(
+    path: str, records: Iterable[bytes], gzip: bool, index_path: str | None = None
+) -> WrittenShard:
+    """Writes a TFRecord file, GZIP-compressed or not, and, at `index_path`, its DALI
+    index; returns their manifest entries, computed while writing.
 
     The framing is TFRecord's: for each record, its length (uint64, little-endian) and
-    that length's masked CRC-32C, then the bytes and their masked CRC-32C.
+    that length's masked CRC-32C, then the bytes and their masked CRC-32C. The index is
+    DALI's (its tfrecord2idx): a line `offset size` per record, in bytes of the file.
+
+    Raises:
+      ValueError: an index was asked for a GZIP file, which DALI cannot index.
     """
+    if gzip and index_path is not None:
+        raise ValueError(f"{path}: DALI cannot index a GZIP TFRecord file")
     checksum = manifest.Checksum()
+    offsets: list[int] | None = [] if index_path is not None else None
     count = 0
     with fileio.open_file(path, "wb") as file:
         sink = _ChecksummedFile(file, checksum)
@@ -219,6 +262,8 @@ def write_tfrecord(path: str, records: Iterable[bytes], gzip: bool) -> manifest.
         )
         out = sink if compressor is None else compressor
         for record in records:
+            if offsets is not None:
+                offsets.append(checksum.size)
             length = struct.pack("<Q", len(record))
             out.write(length + _masked_crc(length))
             out.write(record)
@@ -226,7 +271,20 @@ def write_tfrecord(path: str, records: Iterable[bytes], gzip: bool) -> manifest.
             count += 1
         if compressor is not None:
             compressor.close()  # the GZIP trailer; the file itself stays open
-    return checksum.entry(count)
+    shard = checksum.entry(count)
+    if index_path is None or offsets is None:
+        return WrittenShard(shard)
+    index = dali_index(offsets, shard.size)
+    with fileio.open_file(index_path, "wb") as file:
+        file.write(index)
+    return WrittenShard(shard, manifest.entry_of(index))
+
+
+def dali_index(offsets: list[int], file_size: int) -> bytes:
+    """DALI's TFRecord index of a file whose records start at `offsets`."""
+    ends = offsets[1:] + [file_size] if offsets else []
+    lines = (f"{start} {end - start}\n" for start, end in zip(offsets, ends, strict=True))
+    return "".join(lines).encode()
 
 
 def shards_for_bytes(total_bytes: int, shard_mb: float) -> int:
@@ -271,9 +329,11 @@ def WriteShards(  # noqa: N802
     shard_mb: float,
     gzip: bool,
     seed: int,
+    dali_index: bool = False,
 ) -> beam.PCollection:
     """Groups records into shards (a fixed count, or sized by shard_mb) and writes them,
-    each with its result row in `results_dir` (see `read_shard_results`).
+    each with its result row in `results_dir` (see `read_shard_results`), and with its
+    DALI index file if `dali_index`.
 
     Takes ConvertImages' two outputs: the lists of RecordPointer, and the SkippedFiles,
     which go to the result row of the shard their path hashes to.
@@ -301,5 +361,5 @@ def WriteShards(  # noqa: N802
         (keyed, keyed_skipped)
         | "PointersAndSkipped" >> beam.Flatten()
         | "GroupByShard" >> beam.GroupByKey()
-        | "WriteShard" >> beam.ParDo(WriteShardFn(output_dir, results_dir, gzip, seed))
+        | "WriteShard" >> beam.ParDo(WriteShardFn(output_dir, results_dir, gzip, seed, dali_index))
     )

@@ -163,6 +163,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--gzip", action="store_true", help="GZIP shards (off by default: JPEG barely shrinks)"
     )
     parser.add_argument(
+        "--no-dali-index",
+        dest="dali_index",
+        action="store_false",
+        help="write no NVIDIA DALI index files beside the shards (none are written with --gzip)",
+    )
+    parser.add_argument(
         "--seed", type=int, default=_output_default("seed"), help="seed of the order within shards"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -214,6 +220,7 @@ def options_from_args(args: argparse.Namespace) -> tuple[ImageOptions, OutputOpt
             "num_shards": args.shards,
             "shard_mb": args.shard_mb,
             "gzip": args.gzip,
+            "dali_index": args.dali_index,
             "seed": args.seed,
             "on_error": args.on_error,
             "on_new_label": args.on_new_label,
