@@ -80,10 +80,10 @@ def test_the_strict_decode_gives_tensorflows_eval_pixels_bit_for_bit():
     for name, data in kinds.items():
         height, width = tf.image.extract_jpeg_shape(data).numpy()[:2]
         window = decoder.crop_windows([(height, width)])[0]
-        crop = strict_jpeg.crop_decode(lib, data, tuple(window))
-        assert crop is not None, name
+        crop = np.empty((window[2], window[3], 3), np.uint8)
+        assert strict_jpeg.crop_decode(lib, data, tuple(window), crop), name
         if crop.shape[:2] != (IMAGE_SIZE, IMAGE_SIZE):
-            (crop,) = decoder.resize_crops([crop])
+            (crop,) = decoder.resize_crops(crop.reshape(-1), np.asarray([crop.shape[:2]]))
         np.testing.assert_array_equal(crop, decoder.eval_pixels([data])[0], err_msg=name)
     # A full decode differs from the crop-decode where the window starts on an iMCU
     # boundary, so this case tells a crop-decode apart.
@@ -95,7 +95,8 @@ def test_the_strict_decode_gives_tensorflows_eval_pixels_bit_for_bit():
     cmyk = imagegen.cmyk_jpeg_bytes(imagegen.photo_like(40, 40, seed=4))
     png = imagegen.png_bytes(imagegen.photo_like(40, 40, seed=5))
     records += [_record("cmyk.jpg", cmyk), _record("image.png", png)]
-    assert strict_jpeg.crop_decode(lib, cmyk, (2, 2, 35, 35)) is None  # left to TensorFlow
+    unset = np.empty((35, 35, 3), np.uint8)
+    assert not strict_jpeg.crop_decode(lib, cmyk, (2, 2, 35, 35), unset)  # left to TensorFlow
     strict, strict_keys = analyze_batch(
         records, "train", decoder, AnalysisOptions(IMAGE_SIZE, CROP)
     )

@@ -324,11 +324,10 @@ class BatchDecoder:
         [(height, width)]."""
         return center_crop_windows(tf.constant(shapes, tf.int32), self._crop_fraction).numpy()
 
-    def resize_crops(self, crops: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """eval_images' resize of each [h, w, 3] crop, as it resizes its own crops."""
-        flat = np.concatenate([crop.reshape(-1) for crop in crops])
-        shapes = np.asarray([crop.shape[:2] for crop in crops], np.int64)
-        return list(self._functions()[2](flat, shapes).numpy())
+    def resize_crops(self, flat: np.ndarray, shapes: np.ndarray) -> np.ndarray:
+        """eval_images' resize of each crop of `shapes` [B, 2] (height, width), their
+        RGB pixels concatenated in `flat`: [B, S, S, 3]."""
+        return self._functions()[2](flat, shapes).numpy()
 
 
 def _decode_chunk(
@@ -423,20 +422,37 @@ def _decode_strictly(
     if lib is None or not candidates:
         return {}, {}
     windows = decoder.crop_windows([(header.height, header.width) for _, header in candidates])
+    # A crop too large to decode (a lying header) is left to TensorFlow, which refuses it.
+    fits = windows[:, 2].astype(np.int64) * windows[:, 3] * 3 < strict_jpeg.MAX_OUTPUT_BYTES
+    candidates = [candidate for candidate, fit in zip(candidates, fits, strict=True) if fit]
+    windows = windows[fits]
+    if not candidates:
+        return {}, {}
+    # Decoded into one buffer, which TensorFlow resizes without a copy (a chunk of
+    # photos' crops is tens of MB, and each copy of it costs about as much as a decode).
+    shapes = windows[:, 2:].astype(np.int64)
+    ends = np.cumsum(shapes[:, 0] * shapes[:, 1] * 3)
+    flat: np.ndarray = np.empty(int(ends[-1]), np.uint8)
+    crops = [
+        flat[end - height * width * 3 : end].reshape(height, width, 3)
+        for end, (height, width) in zip(ends, shapes, strict=True)
+    ]
     pixels, errors = {}, {}
-    for (index, _), window in zip(candidates, windows, strict=True):
+    for (index, _), window, crop in zip(candidates, windows, crops, strict=True):
         try:
-            crop = strict_jpeg.crop_decode(lib, images[index].encoded, tuple(window))
+            if strict_jpeg.crop_decode(lib, images[index].encoded, tuple(window), crop):
+                pixels[index] = crop
         except strict_jpeg.StrictJpegError as e:
             errors[index] = f"{_CORRUPT_JPEG}{e}"
-            continue
-        if crop is not None:
-            pixels[index] = crop
     size = decoder.image_size
-    to_resize = [index for index, crop in pixels.items() if crop.shape[:2] != (size, size)]
-    if to_resize:
-        resized = decoder.resize_crops([pixels[index] for index in to_resize])
-        pixels.update(zip(to_resize, resized, strict=True))
+    if pixels and any(crop.shape[:2] != (size, size) for crop in pixels.values()):
+        # All of them, as eval_images does (the same size is the identity).
+        resized = decoder.resize_crops(flat, shapes)
+        pixels = {
+            index: resized[position]
+            for position, (index, _) in enumerate(candidates)
+            if index in pixels
+        }
     return pixels, errors
 
 

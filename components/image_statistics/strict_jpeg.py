@@ -26,7 +26,7 @@ BUILD_COMMAND = "bin/in-env python -m imgpipe.components.image_statistics.strict
 _DECODED, _CORRUPT, _NOT_HERE = 0, 1, 2
 _REASON_SIZE = 200
 # TensorFlow refuses to decode an image of 2**29 bytes or more; so does this.
-_MAX_OUTPUT_BYTES = 1 << 29
+MAX_OUTPUT_BYTES = 1 << 29
 
 
 class StrictJpegError(ValueError):
@@ -70,20 +70,21 @@ def library() -> ctypes.CDLL | None:
 
 
 def crop_decode(
-    lib: ctypes.CDLL, encoded: bytes, window: tuple[int, int, int, int]
-) -> np.ndarray | None:
-    """The [height, width, 3] RGB pixels of `window` (offset_y, offset_x, height, width)
-    of a JPEG, as `tf.image.decode_and_crop_jpeg` decodes them, or None for an image
-    this decoder leaves to TensorFlow (CMYK or YCCK, a window outside the frame, or one
-    too large).
+    lib: ctypes.CDLL, encoded: bytes, window: tuple[int, int, int, int], out: np.ndarray
+) -> bool:
+    """Decodes the window (offset_y, offset_x, height, width) of a JPEG into `out`, a
+    C-contiguous uint8 [height, width, 3], as `tf.image.decode_and_crop_jpeg` decodes it.
+    False (and `out` unset) for an image this decoder leaves to TensorFlow: CMYK or
+    YCCK, a window outside the frame, or one too large.
 
     Raises:
       StrictJpegError: libjpeg found the data corrupt or truncated.
     """
     offset_y, offset_x, height, width = window
-    if height * width * 3 >= _MAX_OUTPUT_BYTES:
-        return None
-    pixels: np.ndarray = np.empty((height, width, 3), np.uint8)
+    if height * width * 3 >= MAX_OUTPUT_BYTES:
+        return False
+    if out.shape != (height, width, 3) or out.dtype != np.uint8 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous uint8 {(height, width, 3)}, got {out.shape}")
     reason = ctypes.create_string_buffer(_REASON_SIZE)
     status = lib.imgpipe_strict_crop_decode(
         encoded,
@@ -92,10 +93,10 @@ def crop_decode(
         offset_x,
         height,
         width,
-        pixels.ctypes.data,
+        out.ctypes.data,
         reason,
         _REASON_SIZE,
     )
     if status == _CORRUPT:
         raise StrictJpegError(reason.value.decode(errors="replace"))
-    return pixels if status == _DECODED else None
+    return status == _DECODED
