@@ -27,6 +27,12 @@ RUN pip install --require-virtualenv --require-hashes --no-deps -r /tmp/requirem
 COPY pyproject.toml README.md /src/
 COPY components /src/components
 COPY pipelines /src/pipelines
+# The statistics' strict JPEG decoder, built into the package (strict_jpeg_build.py)
+# with the libjpeg it links beside it, so the runtime stage needs no system package.
+RUN apt-get update && apt-get install -y --no-install-recommends libjpeg62-turbo-dev \
+ && rm -rf /var/lib/apt/lists/* \
+ && python /src/components/image_statistics/strict_jpeg_build.py --bundle-libjpeg \
+      --out /src/components/image_statistics
 RUN pip install --require-virtualenv --no-deps --no-build-isolation /src \
  && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +
 

@@ -16,6 +16,7 @@ endef
 
 env:
 	bin/setup-env
+	$(IN_ENV) python -m imgpipe.components.image_statistics.strict_jpeg_build
 
 # The linter and the formatter's check (`make format` rewrites the files).
 lint: env

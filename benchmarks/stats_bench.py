@@ -6,7 +6,11 @@ Passes over the shards of one Examples folder, interleaved and repeated (best of
                 tf.io.decode_image every image at its stored size (batched
                 tf.function, as the statistics do): the floor cost.
   stats_core    the same reading, then the statistics' per-batch work without Beam
-                (analyze_batch, two batches in flight as AnalyzeBatchFn runs them).
+                (analyze_batch, two batches in flight as AnalyzeBatchFn runs them),
+                with the strict JPEG decode (verify_images, the default).
+  stats_core_unchecked  the same with verify_images off: TensorFlow's decode alone.
+  stats_core_two_decodes  the same checked the way it is without the strict_jpeg
+                library: a second, 1/8-scale strict decode before TensorFlow's.
   stats_beam    the whole statistics run on Beam's DirectRunner (one worker): reading,
                 analysis, combine, duplicate search, results written and read back.
   stats_beam_small  the same on one shard per split, to separate Beam's fixed cost per
@@ -16,6 +20,8 @@ Passes over the shards of one Examples folder, interleaved and repeated (best of
   eval_decode_histograms  the same plus each image's exact channel histograms, the
                 one pass over the pixels that the exact mean and std need: no hash,
                 thumbnails or bookkeeping.
+The check's cost is stats_core / stats_core_unchecked (and the same for two_decodes); the
+Beam runs here read shards whose conversion decoded every image, so they skip the check.
 The target is stats_beam / decode_only >= 0.8; the marginal rate, (images - small
 images) / (time - small time), is what a large dataset sees.
 
@@ -25,11 +31,13 @@ cost plus eval_decode_histograms, and nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import tensorflow as tf
@@ -37,6 +45,7 @@ import tensorflow as tf
 from imgpipe.components.common import artifacts, conversion_summary, layout
 from imgpipe.components.common import features as fk
 from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION, DEFAULT_IMAGE_SIZE
+from imgpipe.components.image_statistics import strict_jpeg
 from imgpipe.components.image_statistics.analyze import (
     DECODE_CHUNK,
     REDUCING_THREADS,
@@ -122,6 +131,22 @@ def _stats_core(examples_dir: str, options: AnalysisOptions) -> int:
     return images
 
 
+@contextlib.contextmanager
+def _without_strict_library() -> Iterator[None]:
+    """The statistics as they run where the strict_jpeg library is not built."""
+    library = strict_jpeg.library
+    strict_jpeg.library = lambda: None
+    try:
+        yield
+    finally:
+        strict_jpeg.library = library
+
+
+def _stats_core_two_decodes(examples_dir: str, options: AnalysisOptions) -> int:
+    with _without_strict_library():
+        return _stats_core(examples_dir, options)
+
+
 def _eval_decode(examples_dir: str, options: AnalysisOptions, histograms: bool) -> int:
     decoder = BatchDecoder(options.image_size, options.crop_fraction)
     encoded = [parse_record(record).encoded for record in _records(examples_dir)]
@@ -197,12 +222,15 @@ def run(examples_dir: str, image_size: int = DEFAULT_IMAGE_SIZE, repeats: int = 
         crop_fraction=DEFAULT_CROP_FRACTION,
         keep_thumbnails=StatisticsConfig().sample_thumbnails,
     )
+    unchecked = dataclasses.replace(options, verify_images=False)
     _decode_only(examples_dir)  # warm-up: tf.function tracing, page cache
     rates: dict[str, list[float]] = {
         "decode_only": [],
         "eval_decode": [],
         "eval_decode_histograms": [],
         "stats_core": [],
+        "stats_core_unchecked": [],
+        "stats_core_two_decodes": [],
         "stats_beam": [],
         "stats_beam_marginal": [],
     }
@@ -214,6 +242,10 @@ def run(examples_dir: str, image_size: int = DEFAULT_IMAGE_SIZE, repeats: int = 
             rates["eval_decode"].append(_rate(_eval_decode, examples_dir, options, False))
             rates["eval_decode_histograms"].append(_rate(_eval_decode, examples_dir, options, True))
             rates["stats_core"].append(_rate(_stats_core, examples_dir, options))
+            rates["stats_core_unchecked"].append(_rate(_stats_core, examples_dir, unchecked))
+            rates["stats_core_two_decodes"].append(
+                _rate(_stats_core_two_decodes, examples_dir, options)
+            )
             images, seconds = _timed(_stats_beam, examples_dir, options)
             small_images, small_seconds = _timed(_stats_beam, small, options)
             rates["stats_beam"].append(images / seconds)
@@ -236,6 +268,12 @@ def run(examples_dir: str, image_size: int = DEFAULT_IMAGE_SIZE, repeats: int = 
         "ratio": round(best["stats_beam"] / best["decode_only"], 3),
         "marginal_ratio": round(best["stats_beam_marginal"] / best["decode_only"], 3),
         "core_ratio": round(best["stats_core"] / best["decode_only"], 3),
+        "stats_core_unchecked_images_per_s": round(best["stats_core_unchecked"], 1),
+        "stats_core_two_decodes_images_per_s": round(best["stats_core_two_decodes"], 1),
+        "strict_decode_vs_unchecked": round(best["stats_core"] / best["stats_core_unchecked"], 3),
+        "two_decodes_vs_unchecked": round(
+            best["stats_core_two_decodes"] / best["stats_core_unchecked"], 3
+        ),
         "target_ratio": TARGET_RATIO,
         "eval_decode_images_per_s": round(best["eval_decode"], 1),
         "eval_decode_histograms_images_per_s": round(best["eval_decode_histograms"], 1),

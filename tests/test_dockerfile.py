@@ -304,3 +304,14 @@ def test_lock_hashes_keeps_the_files_a_linux_x86_64_cpython_can_install():
     assert lock_hashes.format_pin("numpy", "2.4.6", ["a" * 64]) == (
         "numpy==2.4.6 \\\n    --hash=sha256:" + "a" * 64
     )
+
+
+def test_the_image_builds_the_strict_jpeg_decoder_with_the_libjpeg_it_links():
+    build_runs = " ".join(rest for keyword, rest in BUILD if keyword == "RUN")
+    build_step = (
+        "python /src/components/image_statistics/strict_jpeg_build.py --bundle-libjpeg"
+        " --out /src/components/image_statistics"
+    )
+    assert "libjpeg62-turbo-dev" in build_runs and build_step in build_runs
+    install = "pip install --require-virtualenv --no-deps --no-build-isolation /src"
+    assert build_runs.index(build_step) < build_runs.index(install)

@@ -66,7 +66,7 @@ def eval_images(
     def map_images(crop: Callable, resize: bool) -> tf.Tensor:
         def one(args: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
             image = crop(*args)
-            return _round_to_uint8(_resize_bilinear(image, image_size)) if resize else image
+            return eval_resize(image, image_size) if resize else image
 
         return _map_to_images(one, (encoded, windows), image_size)
 
@@ -80,6 +80,11 @@ def eval_images(
         lambda: decode(_crop_decoder(jpeg_only=True)),
         lambda: decode(_crop_decoder(jpeg_only=False)),
     )
+
+
+def eval_resize(image: tf.Tensor, image_size: int) -> tf.Tensor:
+    """eval_images' resize of one crop [h, w, C] to a uint8 [image_size, image_size, C]."""
+    return _round_to_uint8(_resize_bilinear(image, image_size))
 
 
 def eval_image(

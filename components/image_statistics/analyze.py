@@ -12,8 +12,12 @@ Chunks are decoded and histogrammed on worker threads (TF and OpenCV release the
 while the calling thread does the per-image Python bookkeeping of earlier chunks.
 
 TensorFlow decodes a JPEG with corrupt data behind valid markers into garbage without
-a word, so with `verify_images` each JPEG is also checked strictly (strict_jpeg_error),
-on the same threads, and one that fails counts as undecodable, with libjpeg's reason.
+a word. With `verify_images`, JPEGs are decoded by strict_jpeg instead: TensorFlow's
+crop-decode, bit for bit, in which libjpeg's warnings are errors, so one that fails
+counts as undecodable, with libjpeg's reason, and no image is decoded twice. The crops
+that are not at the output size are then resized by TensorFlow, as eval_images does.
+CMYK and YCCK JPEGs, and every JPEG when the library is not built, are checked by a
+second, cheaper decode (strict_jpeg_error) before TensorFlow's.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ from tensorflow.core.example import example_pb2
 
 from imgpipe.components.common import cpu, image_header
 from imgpipe.components.common import features as fk
-from imgpipe.components.common.preprocessing import eval_images
+from imgpipe.components.common.preprocessing import center_crop_windows, eval_images, eval_resize
 from imgpipe.components.common.tf_errors import op_error_reason
+from imgpipe.components.image_statistics import strict_jpeg
 from imgpipe.components.image_statistics.accumulator import LEVELS, SplitAccumulator, Thumbnail
 
 THUMBNAIL_SIZE = 96
@@ -66,8 +71,8 @@ class AnalysisOptions:
         fraction are thumbnail candidates. Thumbnails are the lowest hashes of each
         class, so this keeps the result and saves making a thumbnail per image (each
         batch starts a fresh accumulator, which would take every image).
-      verify_images: also decode every JPEG strictly (see strict_jpeg_error); a
-        corrupt one counts as undecodable.
+      verify_images: decode every JPEG strictly (strict_jpeg); a corrupt one counts
+        as undecodable.
     """
 
     image_size: int
@@ -208,11 +213,11 @@ def thumbnail_jpeg(pixels: np.ndarray) -> bytes:
 
 
 _BUILD_LOCK = threading.Lock()
-_FUNCTIONS: dict[tuple[int, float], tuple[Callable, Callable]] = {}
+_FUNCTIONS: dict[tuple[int, float], tuple[Callable, Callable, Callable]] = {}
 
 
-def _decoder_functions(size: int, crop: float) -> tuple[Callable, Callable]:
-    """The decoder's two tf.functions, built once per process: tracing one costs about
+def _decoder_functions(size: int, crop: float) -> tuple[Callable, Callable, Callable]:
+    """The decoder's three tf.functions, built once per process: tracing one costs about
     0.3 s, and a worker runs one decoder per split."""
     with _BUILD_LOCK:
         if (size, crop) in _FUNCTIONS:
@@ -226,9 +231,30 @@ def _decoder_functions(size: int, crop: float) -> tuple[Callable, Callable]:
         def native(encoded: tf.Tensor) -> tf.Tensor:
             return tf.io.decode_image(encoded, channels=3, expand_animations=False)
 
+        @tf.function(
+            input_signature=[tf.TensorSpec([None], tf.uint8), tf.TensorSpec([None, 2], tf.int64)]
+        )
+        def resize_crops(flat: tf.Tensor, shapes: tf.Tensor) -> tf.Tensor:
+            """eval_resize of each crop of `shapes` [B, 2], their RGB pixels concatenated
+            in `flat`: one call for a chunk's crops of every size."""
+            ends = tf.cumsum(shapes[:, 0] * shapes[:, 1] * 3)
+
+            def one(index: tf.Tensor) -> tf.Tensor:
+                end = ends[index]
+                start = end - shapes[index, 0] * shapes[index, 1] * 3
+                image = tf.reshape(flat[start:end], tf.concat([shapes[index], [3]], 0))
+                return eval_resize(image, size)
+
+            return tf.map_fn(
+                one,
+                tf.range(tf.shape(shapes, out_type=tf.int64)[0]),
+                fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8),
+            )
+
         eval_batch.get_concrete_function()  # traced under the lock, once
-        _FUNCTIONS[size, crop] = eval_batch, native
-        return eval_batch, native
+        resize_crops.get_concrete_function()
+        _FUNCTIONS[size, crop] = eval_batch, native, resize_crops
+        return eval_batch, native, resize_crops
 
 
 class BatchDecoder:
@@ -238,16 +264,14 @@ class BatchDecoder:
     def __init__(self, image_size: int, crop_fraction: float):
         self._image_size = image_size
         self._crop_fraction = crop_fraction
-        self._eval: Callable | None = None
-        self._native: Callable | None = None
+        self._functions_built: tuple[Callable, Callable, Callable] | None = None
         self._threads: ThreadPoolExecutor | None = None
 
     def __getstate__(self) -> dict:
         return {
             "_image_size": self._image_size,
             "_crop_fraction": self._crop_fraction,
-            "_eval": None,
-            "_native": None,
+            "_functions_built": None,
             "_threads": None,
         }
 
@@ -255,14 +279,15 @@ class BatchDecoder:
         self,
         images: Sequence[ParsedImage],
         native: bool,
-        strict_colorspaces: Sequence[str | None] | None = None,
+        strict_headers: Sequence[image_header.ImageHeader | None] | None = None,
     ) -> Future:
-        """A future of `_reduce_chunk(images)`. TF, OpenCV and simplejpeg release the
-        GIL, so chunks are decoded and reduced while the caller accumulates earlier ones.
+        """A future of `_reduce_chunk(images)`. TF, OpenCV, ctypes and simplejpeg release
+        the GIL, so chunks are decoded and reduced while the caller accumulates earlier
+        ones.
 
         Args:
-          strict_colorspaces: for each image, the colorspace to check it strictly in
-            (strict_jpeg_error), or None for no check.
+          strict_headers: for each image, its header when it is decoded strictly, or
+            None for TensorFlow's decode alone.
         """
         self._functions()  # built here, before the threads that call them
         with _BUILD_LOCK:  # two batches may start at once
@@ -270,12 +295,16 @@ class BatchDecoder:
                 self._threads = ThreadPoolExecutor(
                     max_workers=REDUCING_THREADS, thread_name_prefix="image-stats"
                 )
-        return self._threads.submit(_reduce_chunk, self, images, native, strict_colorspaces)
+        return self._threads.submit(_reduce_chunk, self, images, native, strict_headers)
 
-    def _functions(self) -> tuple[Callable, Callable]:
-        if self._eval is None or self._native is None:
-            self._eval, self._native = _decoder_functions(self._image_size, self._crop_fraction)
-        return self._eval, self._native
+    def _functions(self) -> tuple[Callable, Callable, Callable]:
+        if self._functions_built is None:
+            self._functions_built = _decoder_functions(self._image_size, self._crop_fraction)
+        return self._functions_built
+
+    @property
+    def image_size(self) -> int:
+        return self._image_size
 
     def eval_pixels(self, encoded: Sequence[bytes]) -> np.ndarray:
         """[B, S, S, 3] uint8 pixels. Raises tf.errors.InvalidArgumentError on a bad
@@ -288,6 +317,16 @@ class BatchDecoder:
 
     def native_pixels(self, encoded: bytes) -> np.ndarray:
         return self._functions()[1](tf.constant(encoded, tf.string)).numpy()
+
+    def crop_windows(self, shapes: Sequence[tuple[int, int]]) -> np.ndarray:
+        """eval_images' [offset_y, offset_x, height, width] crop of images of `shapes`
+        [(height, width)]."""
+        return center_crop_windows(tf.constant(shapes, tf.int32), self._crop_fraction).numpy()
+
+    def resize_crops(self, flat: np.ndarray, shapes: np.ndarray) -> np.ndarray:
+        """eval_images' resize of each crop of `shapes` [B, 2] (height, width), their
+        RGB pixels concatenated in `flat`: [B, S, S, 3]."""
+        return self._functions()[2](flat, shapes).numpy()
 
 
 def _decode_chunk(
@@ -316,15 +355,20 @@ def _undecodable(error: tf.errors.OpError) -> str:
     return f"TensorFlow cannot decode it: {op_error_reason(error.message)}"
 
 
+# JPEG colour models TensorFlow converts to RGB itself: not decoded by strict_jpeg.
+_TENSORFLOW_CONVERTED_MODES = (image_header.MODE_CMYK, image_header.MODE_YCCK)
+
+
 def strict_jpeg_colorspace(header: image_header.ImageHeader) -> str | None:
     """The colorspace a JPEG is checked strictly in (the cheapest one libjpeg converts it
     to), or None for an image that is not a JPEG."""
     if header.format != image_header.JPEG:
         return None
-    return "CMYK" if header.mode in (image_header.MODE_CMYK, image_header.MODE_YCCK) else "GRAY"
+    return "CMYK" if header.mode in _TENSORFLOW_CONVERTED_MODES else "GRAY"
 
 
 _TURBOJPEG_HEADER_CALL = "tjDecompressHeader"
+_CORRUPT_JPEG = "corrupt jpeg: "
 
 
 def strict_jpeg_error(encoded: bytes, colorspace: str) -> str | None:
@@ -343,7 +387,7 @@ def strict_jpeg_error(encoded: bytes, colorspace: str) -> str | None:
             # A layout TurboJPEG's API does not take (an unusual chroma subsampling, or
             # a damaged header): TensorFlow's own decode, which follows, is the judge.
             return None
-        return f"corrupt jpeg: {e}"
+        return f"{_CORRUPT_JPEG}{e}"
     return None
 
 
@@ -359,32 +403,102 @@ class ReducedImage:
     dhash: int = 0
 
 
+def _decode_strictly(
+    decoder: BatchDecoder,
+    images: Sequence[ParsedImage],
+    headers: Sequence[image_header.ImageHeader | None],
+) -> tuple[dict[int, np.ndarray], dict[int, str]]:
+    """The eval pixels of each JPEG that strict_jpeg decodes, and why each corrupt one
+    is not, by index. The other images are left out of both."""
+    lib = strict_jpeg.library()
+    candidates = [
+        (index, header)
+        for index, header in enumerate(headers)
+        if header is not None
+        and header.format == image_header.JPEG
+        and header.mode not in _TENSORFLOW_CONVERTED_MODES
+    ]
+    if lib is None or not candidates:
+        return {}, {}
+    windows = decoder.crop_windows([(header.height, header.width) for _, header in candidates])
+    # A crop too large to decode (a lying header) is left to TensorFlow, which refuses it.
+    fits = windows[:, 2].astype(np.int64) * windows[:, 3] * 3 < strict_jpeg.MAX_OUTPUT_BYTES
+    candidates = [candidate for candidate, fit in zip(candidates, fits, strict=True) if fit]
+    windows = windows[fits]
+    if not candidates:
+        return {}, {}
+    # Decoded into one buffer, which TensorFlow resizes without a copy (a chunk of
+    # photos' crops is tens of MB, and each copy of it costs about as much as a decode).
+    shapes = windows[:, 2:].astype(np.int64)
+    ends = np.cumsum(shapes[:, 0] * shapes[:, 1] * 3)
+    flat: np.ndarray = np.empty(int(ends[-1]), np.uint8)
+    crops = [
+        flat[end - height * width * 3 : end].reshape(height, width, 3)
+        for end, (height, width) in zip(ends, shapes, strict=True)
+    ]
+    pixels, errors = {}, {}
+    for (index, _), window, crop in zip(candidates, windows, crops, strict=True):
+        try:
+            if strict_jpeg.crop_decode(lib, images[index].encoded, tuple(window), crop):
+                pixels[index] = crop
+        except strict_jpeg.StrictJpegError as e:
+            errors[index] = f"{_CORRUPT_JPEG}{e}"
+    size = decoder.image_size
+    if pixels and any(crop.shape[:2] != (size, size) for crop in pixels.values()):
+        # All of them, as eval_images does (the same size is the identity).
+        resized = decoder.resize_crops(flat, shapes)
+        pixels = {
+            index: resized[position]
+            for position, (index, _) in enumerate(candidates)
+            if index in pixels
+        }
+    return pixels, errors
+
+
 def _reduce_chunk(
     decoder: BatchDecoder,
     images: Sequence[ParsedImage],
     native: bool,
-    strict_colorspaces: Sequence[str | None] | None = None,
+    strict_headers: Sequence[image_header.ImageHeader | None] | None = None,
 ) -> list[ReducedImage]:
-    errors = {}
-    for index, colorspace in enumerate(strict_colorspaces or ()):
+    eval_pixels, errors = (
+        _decode_strictly(decoder, images, strict_headers) if strict_headers else ({}, {})
+    )
+    done = eval_pixels.keys() | errors.keys()
+    rest = [index for index in range(len(images)) if index not in done]
+    for index in rest:
+        header = strict_headers[index] if strict_headers else None
+        colorspace = strict_jpeg_colorspace(header) if header is not None else None
         if colorspace is not None:
             error = strict_jpeg_error(images[index].encoded, colorspace)
             if error is not None:
                 errors[index] = error
-    to_decode = [index for index in range(len(images)) if index not in errors]
+    to_decode = [index for index in rest if index not in errors]
     pixels, decode_errors = _decode_chunk(decoder, [images[index] for index in to_decode])
     errors.update({to_decode[index]: error for index, error in decode_errors.items()})
-    decoded = iter(zip(pixels, difference_hashes(pixels), strict=True))
+    eval_pixels.update(
+        zip([index for index in to_decode if index not in errors], pixels, strict=True)
+    )
+    decoded = [index for index in range(len(images)) if index in eval_pixels]
+    stacked = (
+        np.stack([eval_pixels[index] for index in decoded]) if decoded else decoder.no_pixels()
+    )
+    dhashes = dict(zip(decoded, difference_hashes(stacked), strict=True))
     reduced = []
     for index, image in enumerate(images):
         if index in errors:
             reduced.append(ReducedImage(image, None, errors[index]))
             continue
-        image_pixels, dhash = next(decoded)
+        image_pixels = eval_pixels[index]
         native_hist = channel_histograms(decoder.native_pixels(image.encoded)) if native else None
         reduced.append(
             ReducedImage(
-                image, image_pixels, None, channel_histograms(image_pixels), native_hist, dhash
+                image,
+                image_pixels,
+                None,
+                channel_histograms(image_pixels),
+                native_hist,
+                dhashes[index],
             )
         )
     return reduced
@@ -394,14 +508,14 @@ def _reduce_pipelined(
     decoder: BatchDecoder,
     images: Sequence[ParsedImage],
     native: bool,
-    strict_colorspaces: Sequence[str | None] | None = None,
+    strict_headers: Sequence[image_header.ImageHeader | None] | None = None,
 ) -> Iterator[ReducedImage]:
     """`_reduce_chunk` over the images, in order, with the worker threads running ahead."""
     pending = [
         decoder.reduce_in_background(
             images[i : i + DECODE_CHUNK],
             native,
-            strict_colorspaces[i : i + DECODE_CHUNK] if strict_colorspaces else None,
+            strict_headers[i : i + DECODE_CHUNK] if strict_headers else None,
         )
         for i in range(0, len(images), DECODE_CHUNK)
     ]
@@ -422,13 +536,11 @@ def analyze_batch(
         except image_header.ImageHeaderError as e:
             accumulator.add_failure(image.path, str(e))
     headers = {id(image): header for image, header in parsed}
-    strict_colorspaces = (
-        [strict_jpeg_colorspace(header) for _, header in parsed] if options.verify_images else None
-    )
+    strict_headers = [header for _, header in parsed] if options.verify_images else None
     keys = []
     batch = ImageBatch()
     for result in _reduce_pipelined(
-        decoder, [image for image, _ in parsed], options.native_resolution, strict_colorspaces
+        decoder, [image for image, _ in parsed], options.native_resolution, strict_headers
     ):
         image = result.image
         if result.pixels is None or result.hist is None:

@@ -40,10 +40,11 @@ class StatisticsConfig:
         comparator measures categorical features).
       drift_size_distance: the largest tolerated change of the share of images in one
         bin of the width, height or aspect-ratio histogram (L-infinity distance).
-      verify_images: check every JPEG strictly as well as decoding it (libjpeg's
-        warnings about corrupt data, which TensorFlow passes over, count), and make
-        any image that is corrupt or undecodable an anomaly that names it. False
-        skips the check, and leaves undecodable images to min_supported_fraction.
+      verify_images: decode every JPEG strictly (libjpeg's warnings about corrupt
+        data, which TensorFlow passes over, count; the same pixels, from the same one
+        decode), and make any image that is corrupt or undecodable an anomaly that
+        names it. False skips the check, and leaves undecodable images to
+        min_supported_fraction.
     """
 
     sample_thumbnails: int = 8
