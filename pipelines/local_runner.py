@@ -70,8 +70,15 @@ def run(config: PipelineConfig) -> RunResult:
     from tfx.orchestration import metadata
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
-    from imgpipe.components.common import fileio
+    from imgpipe.components.common import fileio, object_store
+    from imgpipe.pipelines import local_executors
 
+    if not fileio.is_local(config.local_metadata_path):
+        raise ValueError(
+            f"metadata_path {config.local_metadata_path}: local runs keep TFX's metadata in "
+            "SQLite, which needs a local file; set metadata_path to one when pipeline_root "
+            "is on an object store"
+        )
     fileio.makedirs(os.path.dirname(config.local_metadata_path) or ".")
     connection = metadata.sqlite_metadata_connection_config(config.local_metadata_path)
     pipeline = pl.create_pipeline(
@@ -79,6 +86,16 @@ def run(config: PipelineConfig) -> RunResult:
         metadata_connection_config=connection,
         beam_pipeline_args=local_beam_args(config.beam_args),
     )
+    if object_store.is_object_store(config.pipeline_root):
+        for component in pipeline.components:
+            executor = local_executors.EXECUTORS.get(component.id)
+            if executor is not None:
+                old = component.executor_spec  # type: ignore[attr-defined]
+                new = type(old)(executor)
+                for name in ("extra_flags", "beam_pipeline_args"):
+                    if hasattr(old, name):
+                        setattr(new, name, getattr(old, name))
+                component.executor_spec = new  # type: ignore[attr-defined]
     LocalDagRunner().run(pipeline)
     return latest_results(config)
 

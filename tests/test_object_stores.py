@@ -101,6 +101,73 @@ def test_convert_from_the_store_to_the_store_and_its_readers(store, tmp_path, ca
     summary = json.loads(fileio.read_bytes(f"{out}/conversion_summary.json"))
     assert summary["written"] == len(fileio.list_files(local))
 
-    assert cli.main(["stats", out, "--json", str(tmp_path / "stats.json"), *IN_PROCESS]) == 0
+    html = str(tmp_path / "report.html")
+    assert (
+        cli.main(
+            ["stats", out, "--json", str(tmp_path / "stats.json"), "--html", html, *IN_PROCESS]
+        )
+        == 0
+    )
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats
+
+
+@pytest.fixture(scope="module")
+def s3_store():
+    with object_stores.s3_server() as started:
+        yield started
+
+
+def test_a_local_pipeline_reads_and_writes_only_the_store(s3_store, tmp_path, capsys):
+    """Data root, pipeline root and serving dir on the store; the Trainer reads its shards
+    from there. Only the metadata database is local (SQLite). S3 only, to keep the tier
+    short: gs:// takes the same code paths but the client (tested above)."""
+    store = s3_store
+    from imgpipe.pipelines import component_ids as ids
+    from imgpipe.pipelines import config as cfg
+    from imgpipe.pipelines import local_runner
+
+    local = str(tmp_path / "photos")
+    imagegen.make_colour_folder(local, per_class=6)
+    data, root, serving = (
+        store.uri("p", "images"),
+        store.uri("p", "root"),
+        store.uri("p", "serving"),
+    )
+    upload_folder(local, data)
+    settings = tmp_path / "config.yaml"
+    settings.write_text(
+        "pipeline_name: object-store\n"
+        "trainer: {backbone: tiny_cnn, image_size: 32, epochs: 1, batch_size: 4,"
+        " train_steps: 24, eval_steps: 1}\n"
+        "evaluator: {significance: 0, majority_margin: 0}\n"
+        "beam_args: [--direct_num_workers=1, --direct_running_mode=in_memory]\n"
+    )
+    argv = ["run", "local", "--data", data, "--config", str(settings)]
+    argv += ["--pipeline-root", root, "--serving-dir", serving]
+
+    assert cli.main(argv) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("imgpipe: error: metadata_path ") and "local file" in line
+
+    settings.write_text(settings.read_text() + f"metadata_path: {tmp_path / 'metadata.db'}\n")
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    config = cfg.load(str(settings), data_root=data, pipeline_root=root, serving_dir=serving)
+    result = local_runner.latest_results(config)
+    assert {n.state for n in result.nodes.values()} == {"COMPLETE"}
+    for node in result.nodes.values():
+        for artifacts in node.outputs.values():
+            assert all(artifact.uri.startswith(root + "/") for artifact in artifacts)
+    examples = result.uri(ids.EXAMPLE_GEN, "examples")
+    model = result.uri(ids.TRAINER, "model")
+    assert examples.startswith(root) and model.startswith(root)
+    manifest.verify(examples)
+    manifest.verify(model)
+    assert fileio.exists(f"{model}/Format-Serving/saved_model.pb")
+    # The Pusher published a whole version: its marker, and the SavedModel beside it.
+    versions = fileio.list_dir(serving)
+    assert len(versions) == 1 and versions[0].isdigit()
+    pushed = f"{serving}/{versions[0]}"
+    assert fileio.read_bytes(f"{pushed}/PUSH_COMPLETE").decode() == f"{model}/Format-Serving"
+    assert fileio.exists(f"{pushed}/saved_model.pb")
+    assert not [n for n in fileio.list_files(serving) if ".push-" in n]

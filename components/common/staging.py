@@ -106,3 +106,32 @@ def local_folder(uri: str, prefix: str = "imgpipe-") -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix=prefix) as folder:
         yield folder
         fileio.copy_tree(folder, uri)
+
+
+class ThroughLocalCopies:
+    """A mixin for a TFX executor that reads its object-store inputs from local copies
+    and writes its object-store outputs to local folders copied there after: for TFX's
+    own executors that write through TensorFlow (StatisticsGen, SchemaGen,
+    ExampleValidator). The artifacts keep their object-store URIs in the metadata."""
+
+    def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
+        original: dict[str, str] = {}  # local copy -> object-store URI
+        moved = []
+        with contextlib.ExitStack() as stack:
+            for copies, artifacts in ((local_copy, input_dict), (local_folder, output_dict)):
+                for artifact in (a for group in artifacts.values() for a in group):
+                    if object_store.is_object_store(artifact.uri):
+                        uri = artifact.uri
+                        artifact.uri = stack.enter_context(copies(uri))
+                        original[artifact.uri] = uri
+                        moved.append(artifact)
+            try:
+                result = super().Do(input_dict, output_dict, exec_properties)  # type: ignore[misc]
+            finally:
+                for artifact in moved:
+                    artifact.uri = original[artifact.uri]
+            # An ExecutorOutput (ExampleValidator's) names its artifacts by the local URIs.
+            for group in getattr(result, "output_artifacts", {}).values():
+                for artifact in group.artifacts:
+                    artifact.uri = original.get(artifact.uri, artifact.uri)
+            return result
