@@ -67,17 +67,35 @@ def run(config: PipelineConfig) -> RunResult:
     Raises:
       RuntimeError: a component failed (TFX's own error is chained).
     """
-    import tensorflow as tf
     from tfx.orchestration import metadata
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
-    tf.io.gfile.makedirs(os.path.dirname(config.local_metadata_path) or ".")
+    from imgpipe.components.common import fileio, object_store
+    from imgpipe.pipelines import local_executors
+
+    if not fileio.is_local(config.local_metadata_path):
+        raise ValueError(
+            f"metadata_path {config.local_metadata_path}: local runs keep TFX's metadata in "
+            "SQLite, which needs a local file; set metadata_path to one when pipeline_root "
+            "is on an object store"
+        )
+    fileio.makedirs(os.path.dirname(config.local_metadata_path) or ".")
     connection = metadata.sqlite_metadata_connection_config(config.local_metadata_path)
     pipeline = pl.create_pipeline(
         config,
         metadata_connection_config=connection,
         beam_pipeline_args=local_beam_args(config.beam_args),
     )
+    if object_store.is_object_store(config.pipeline_root):
+        for component in pipeline.components:
+            executor = local_executors.EXECUTORS.get(component.id)
+            if executor is not None:
+                old = component.executor_spec  # type: ignore[attr-defined]
+                new = type(old)(executor)
+                for name in ("extra_flags", "beam_pipeline_args"):
+                    if hasattr(old, name):
+                        setattr(new, name, getattr(old, name))
+                component.executor_spec = new  # type: ignore[attr-defined]
     LocalDagRunner().run(pipeline)
     return latest_results(config)
 
@@ -131,13 +149,13 @@ def latest_results(config: PipelineConfig) -> RunResult:
 
 def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
     """The closing lines of a run: where the model, the reports and the statistics are."""
-    import tensorflow as tf
+    from imgpipe.components.common import fileio
 
     def report_in(uri: str | None) -> str | None:
         if not uri:
             return None
         report = os.path.join(uri, REPORT_FILE)
-        return report if tf.io.gfile.exists(report) else uri
+        return report if fileio.exists(report) else uri
 
     pushed = result.artifact(ids.PUSHER, keys.PUSHED_MODEL_KEY)
     pushed_to = (
@@ -209,12 +227,10 @@ def evaluation_lines(evaluation_uri: str | None) -> list[str]:
 
 def drift_lines(statistics_uri: str | None) -> list[str]:
     """This data against the served model's training data, from image_stats.json."""
-    import tensorflow as tf
-
-    from imgpipe.components.common import image_stats
+    from imgpipe.components.common import fileio, image_stats
     from imgpipe.components.common.layout import IMAGE_STATS_FILE
 
-    if not statistics_uri or not tf.io.gfile.exists(os.path.join(statistics_uri, IMAGE_STATS_FILE)):
+    if not statistics_uri or not fileio.exists(os.path.join(statistics_uri, IMAGE_STATS_FILE)):
         return []
     drift = image_stats.read(statistics_uri).drift
     if drift is None:

@@ -1,7 +1,7 @@
 """Readers and writers of the files inside this project's artifacts (names in layout.py;
 the typed JSON documents in image_stats.py and conversion_summary.py).
 
-All access goes through tf.io.gfile, so gs:// and s3:// URIs work.
+All access goes through the file seam (fileio), so gs:// and s3:// URIs work.
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ import json
 import os
 from typing import Any
 
-import tensorflow as tf
-
-from imgpipe.components.common import label_map
+from imgpipe.components.common import fileio, label_map
 from imgpipe.components.common.layout import (
     DALI_INDEX_DIR,
     DALI_INDEX_SUFFIX,
@@ -55,20 +53,20 @@ def dali_index_path(examples_uri: str, split: str, shard_path: str) -> str:
 
 
 def read_json(path: str) -> Any:
-    with tf.io.gfile.GFile(path, "r") as f:
+    with fileio.open_file(path, "r") as f:
         return json.load(f)
 
 
 def write_json(path: str, value: Any) -> None:
     """Writes JSON with sorted keys, so equal values give byte-identical files."""
-    with tf.io.gfile.GFile(path, "w") as f:
+    with fileio.open_file(path, "w") as f:
         f.write(json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
 def load_labels(examples_uri: str) -> list[str]:
     """Class names in id order, from an ImageExampleGen `Examples` artifact."""
     path = os.path.join(examples_uri, LABEL_MAP_FILE)
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         raise FileNotFoundError(
             f"{path} not found: the Examples artifact was not written by ImageExampleGen"
         )
@@ -77,4 +75,4 @@ def load_labels(examples_uri: str) -> list[str]:
 
 def load_skipped(examples_uri: str) -> list[dict[str, str]]:
     path = os.path.join(examples_uri, SKIPPED_FILE)
-    return read_json(path) if tf.io.gfile.exists(path) else []
+    return read_json(path) if fileio.exists(path) else []

@@ -1,6 +1,8 @@
-"""One seam for file access: tf.io.gfile for every URI, Python's own io for local paths.
+"""One seam for file access: Python's own io for local paths, the object stores' clients
+for s3:// and gs:// (object_store), tf.io.gfile for every other URI TensorFlow knows.
 
-GFile handles gs://, s3:// and every filesystem TensorFlow knows. On local paths its
+TensorFlow 2.21 cannot open s3://, nor point gs:// at another endpoint; object_store
+says why, and how each store is configured. On local paths its
 per-call overhead dominates small reads and seeks (GFile.seek validates its arguments
 through a deprecation wrapper that inspects the call: ~0.3 ms a call, measured), so
 local paths take the direct route. Behaviour is the same either way.
@@ -9,11 +11,15 @@ local paths take the direct route. Behaviour is the same either way.
 from __future__ import annotations
 
 import os
+import posixpath
 import shutil
-import stat
-from typing import IO
+import stat as stat_module
+from collections.abc import Iterable
+from typing import IO, Any
 
 import tensorflow as tf
+
+from imgpipe.components.common import object_store
 
 # What write_atomic writes before renaming it into place.
 ATOMIC_TEMP_SUFFIX = ".tmp"
@@ -32,6 +38,8 @@ def open_file(path: str, mode: str = "rb") -> IO:
     """Opens `path` for reading or writing, locally or through tf.io.gfile."""
     if is_local(path):
         return open(local_path(path), mode)  # noqa: SIM115 - returned to the caller
+    if object_store.is_object_store(path):
+        return object_store.open_file(path, mode)
     return tf.io.gfile.GFile(path, mode)
 
 
@@ -82,8 +90,10 @@ def read_regular_file(path: str, max_bytes: int) -> bytes:
 
 
 def _check_regular(mode: int, size: int, max_bytes: int) -> None:
-    if not stat.S_ISREG(mode):
-        raise NotAnImageFileError(f"not a regular file (mode {stat.filemode(mode)}): not read")
+    if not stat_module.S_ISREG(mode):
+        raise NotAnImageFileError(
+            f"not a regular file (mode {stat_module.filemode(mode)}): not read"
+        )
     if size > max_bytes:
         raise NotAnImageFileError(
             f"file too large: {size} bytes, more than any image within the limits "
@@ -95,6 +105,8 @@ def makedirs(path: str) -> None:
     """Makes a folder and its parents; an existing one is fine."""
     if is_local(path):
         os.makedirs(local_path(path), exist_ok=True)
+    elif object_store.is_object_store(path):
+        object_store.makedirs(path)
     else:
         tf.io.gfile.makedirs(path)
 
@@ -107,6 +119,8 @@ def write_text(path: str, text: str) -> None:
 def exists(path: str) -> bool:
     if is_local(path):
         return os.path.exists(local_path(path))
+    if object_store.is_object_store(path):
+        return object_store.exists(path)
     return tf.io.gfile.exists(path)
 
 
@@ -114,13 +128,53 @@ def size(path: str) -> int:
     """The size of a file in bytes."""
     if is_local(path):
         return os.path.getsize(local_path(path))
-    return tf.io.gfile.stat(path).length
+    return stat(path).length
+
+
+def stat(path: str) -> object_store.Stat:
+    """The size of a file, its modification time, and whether it is a folder."""
+    if is_local(path):
+        info = os.stat(local_path(path))
+        return object_store.Stat(info.st_size, stat_module.S_ISDIR(info.st_mode), info.st_mtime_ns)
+    if object_store.is_object_store(path):
+        return object_store.stat(path)
+    info = tf.io.gfile.stat(path)
+    return object_store.Stat(info.length, info.is_directory, info.mtime_nsec)
+
+
+def isdir(path: str) -> bool:
+    if is_local(path):
+        return os.path.isdir(local_path(path))
+    if object_store.is_object_store(path):
+        return object_store.isdir(path)
+    return tf.io.gfile.isdir(path)
+
+
+def glob(pattern: str) -> list[str]:
+    """The paths matching a pattern (* ? [..] within a path segment), sorted."""
+    if object_store.is_object_store(pattern):
+        return object_store.glob(pattern)
+    return sorted(tf.io.gfile.glob(pattern))
+
+
+def copy(source: str, target: str, overwrite: bool = False) -> None:
+    """Copies one file, between any two places the seam reaches."""
+    if object_store.is_object_store(source) or object_store.is_object_store(target):
+        object_store.copy(
+            local_path(source) if is_local(source) else source,
+            local_path(target) if is_local(target) else target,
+            overwrite,
+        )
+    else:
+        tf.io.gfile.copy(source, target, overwrite=overwrite)
 
 
 def list_dir(path: str) -> list[str]:
     """The names in a folder, sorted; [] for a folder that does not exist."""
     if is_local(path):
         return sorted(os.listdir(local_path(path))) if os.path.isdir(local_path(path)) else []
+    if object_store.is_object_store(path):
+        return object_store.listdir(path)
     if not tf.io.gfile.isdir(path):
         return []
     # Object stores list sub-folders with a trailing "/".
@@ -131,7 +185,12 @@ def list_files(folder: str) -> list[str]:
     """Every file below a folder, as sorted posix paths relative to it; [] for a folder
     that does not exist."""
     root = local_path(folder) if is_local(folder) else folder
-    walk = os.walk(root) if is_local(folder) else tf.io.gfile.walk(folder)
+    if is_local(folder):
+        walk: Iterable[tuple[str, Any, list[str]]] = os.walk(root)
+    elif object_store.is_object_store(folder):
+        walk = object_store.walk(folder) if object_store.isdir(folder) else []
+    else:
+        walk = tf.io.gfile.walk(folder)
     found: list[str] = []
     for dirpath, _, filenames in walk:
         rel_dir = os.path.relpath(dirpath, root)
@@ -148,6 +207,11 @@ def remove(path: str) -> None:
             shutil.rmtree(local)
         elif os.path.lexists(local):
             os.remove(local)
+    elif object_store.is_object_store(path):
+        if object_store.isdir(path):
+            object_store.rmtree(path)
+        if object_store.is_file(path):
+            object_store.remove(path)
     elif tf.io.gfile.isdir(path):
         tf.io.gfile.rmtree(path)
     elif tf.io.gfile.exists(path):
@@ -158,10 +222,17 @@ def rename(source: str, target: str) -> None:
     """Moves a file or a folder to a path that does not exist yet.
 
     Locally this is one atomic rename. Object stores have no folders to rename, so a
-    folder's files are moved one by one there.
+    folder's files are moved one by one there, each a copy and a delete.
     """
     if is_local(source) and is_local(target):
         os.rename(local_path(source), local_path(target))
+    elif object_store.is_object_store(source):
+        if not object_store.isdir(source):
+            object_store.rename(source, target)
+            return
+        for relpath in list_files(source):
+            object_store.rename(f"{source}/{relpath}", f"{target}/{relpath}")
+        object_store.rmtree(source)
     elif not tf.io.gfile.isdir(source):
         tf.io.gfile.rename(source, target, overwrite=False)
     else:
@@ -173,6 +244,15 @@ def rename(source: str, target: str) -> None:
         tf.io.gfile.rmtree(source)
 
 
+def copy_tree(source: str, target: str) -> None:
+    """Copies every file below `source` to the same relative path below `target`."""
+    for relpath in list_files(source):
+        destination = posixpath.join(target, relpath)
+        if is_local(destination):
+            os.makedirs(os.path.dirname(local_path(destination)), exist_ok=True)
+        copy(posixpath.join(source, relpath), destination, overwrite=True)
+
+
 def write_atomic(path: str, data: bytes) -> None:
     """Writes a file that readers see either whole or not at all.
 
@@ -180,7 +260,7 @@ def write_atomic(path: str, data: bytes) -> None:
     object stores a single object write is atomic already.
     """
     if not is_local(path):
-        with tf.io.gfile.GFile(path, "wb") as f:
+        with open_file(path, "wb") as f:
             f.write(data)
         return
     local = local_path(path)

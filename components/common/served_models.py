@@ -68,11 +68,10 @@ class ServedModel:
 
 
 def _versions(serving_dir: str) -> list[int]:
-    import tensorflow as tf
 
-    if not serving_dir or not tf.io.gfile.isdir(serving_dir):
+    if not serving_dir or not fileio.isdir(serving_dir):
         return []
-    names = (name.rstrip("/") for name in tf.io.gfile.listdir(serving_dir))
+    names = fileio.list_dir(serving_dir)
     return sorted((int(name) for name in names if name.isdigit()), reverse=True)
 
 

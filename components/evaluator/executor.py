@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +17,14 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from imgpipe.components.common import artifacts, config_loader, fileio, manifest, served_models
+from imgpipe.components.common import (
+    artifacts,
+    config_loader,
+    fileio,
+    manifest,
+    served_models,
+    staging,
+)
 from imgpipe.components.common.features import DEFAULT_KEY_MAP
 from imgpipe.components.common.serving import EXAMPLES_INPUT, PROBABILITIES, SERVING_EXAMPLES
 from imgpipe.components.evaluator import blessing as blessing_lib
@@ -130,7 +139,7 @@ class Executor(base_executor.BaseExecutor):
         splits = artifact_utils.decode_split_names(examples.split_names)
         if eval_split not in splits:
             raise ValueError(f"{examples.uri} has no split {eval_split!r}; it has {splits}")
-        shards = sorted(tf.io.gfile.glob(artifacts.split_shard_pattern(examples.uri, eval_split)))
+        shards = fileio.glob(artifacts.split_shard_pattern(examples.uri, eval_split))
         if not shards:
             raise FileNotFoundError(f"no shards in {artifacts.split_dir(examples.uri, eval_split)}")
         labels = artifacts.load_labels(examples.uri)
@@ -143,15 +152,25 @@ class Executor(base_executor.BaseExecutor):
             )
 
         champion = find_champion(config, serving_dir, labels)
-        predictors = [_predictor(candidate_dir)]
-        if champion.status == ev.COMPARED:
-            try:
-                predictors.append(_predictor(champion.path or ""))
-            except (OSError, ValueError, KeyError, tf.errors.OpError) as e:
-                champion = dataclasses.replace(
-                    champion, status=ev.UNREADABLE, note=f"the champion did not load: {e}"
+        with contextlib.ExitStack() as local:
+            # TensorFlow reads these: object-store copies are made local first.
+            shards = list(
+                staging.stage_files(
+                    shards,
+                    local.enter_context(tempfile.TemporaryDirectory(prefix="imgpipe-eval-")),
+                    f"{examples.uri} split {eval_split!r}",
                 )
-        matrices = confusion_matrices(shards, len(labels), predictors)
+            )
+            predictors = [_predictor(local.enter_context(staging.local_copy(candidate_dir)))]
+            if champion.status == ev.COMPARED:
+                try:
+                    champion_dir = local.enter_context(staging.local_copy(champion.path or ""))
+                    predictors.append(_predictor(champion_dir))
+                except (OSError, ValueError, KeyError, tf.errors.OpError) as e:
+                    champion = dataclasses.replace(
+                        champion, status=ev.UNREADABLE, note=f"the champion did not load: {e}"
+                    )
+            matrices = confusion_matrices(shards, len(labels), predictors)
         candidate = metrics_from_confusion(labels, matrices[0])
         if len(matrices) > 1:
             champion = dataclasses.replace(

@@ -64,7 +64,7 @@ def _size_and_mtime(path: str) -> tuple[int, int]:
     if fileio.is_local(path):
         info = os.stat(fileio.local_path(path))
         return info.st_size, info.st_mtime_ns
-    stat = tf.io.gfile.stat(path)
+    stat = fileio.stat(path)
     return stat.length, stat.mtime_nsec
 
 

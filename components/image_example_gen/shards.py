@@ -27,7 +27,6 @@ from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 import google_crc32c
-import tensorflow as tf
 
 from imgpipe.components.common import artifacts, fileio, layout, manifest, phases
 from imgpipe.components.image_example_gen import splitting
@@ -198,7 +197,7 @@ def result_file_name(split: str, shard: int) -> str:
 def read_shard_results(results_dir: str) -> list[ShardResult]:
     """The result rows WriteShards wrote into `results_dir`, in (split, shard) order."""
     results = []
-    for path in sorted(tf.io.gfile.glob(os.path.join(results_dir, "*" + RESULT_SUFFIX))):
+    for path in fileio.glob(os.path.join(results_dir, "*" + RESULT_SUFFIX)):
         row = artifacts.read_json(path)
         results.append(
             ShardResult(

@@ -32,9 +32,8 @@ import os
 from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
-import tensorflow as tf
 
-from imgpipe.components.common import artifacts
+from imgpipe.components.common import artifacts, fileio
 from imgpipe.components.common.conversion_summary import LabelConflict
 from imgpipe.components.image_example_gen import splitting
 from imgpipe.components.image_example_gen.options import (
@@ -166,7 +165,7 @@ def read_conflicts(results_dir: str) -> list[LabelConflict]:
     """The label conflicts AssignSplits wrote into `results_dir`, by first path."""
     conflicts = [
         LabelConflict(row["sha256"], tuple(row["labels"]), tuple(row["paths"]), row["kept"])
-        for path in tf.io.gfile.glob(os.path.join(results_dir, f"{LABEL_CONFLICTS_PREFIX}-*.json"))
+        for path in fileio.glob(os.path.join(results_dir, f"{LABEL_CONFLICTS_PREFIX}-*.json"))
         for row in artifacts.read_json(path)
     ]
     return sorted(conflicts, key=lambda c: c.paths)

@@ -9,7 +9,6 @@ import math
 import os
 
 import apache_beam as beam
-import tensorflow as tf
 
 from imgpipe.components.common import fileio, phases
 
@@ -62,7 +61,7 @@ def write_task_files(
     """
     batches = batch_tasks(tasks, batch_size)
     num_files = max(1, math.ceil(len(batches) / batches_per_file))
-    tf.io.gfile.makedirs(directory)
+    fileio.makedirs(directory)
     for index in range(num_files):
         lines = batches[index * batches_per_file : (index + 1) * batches_per_file]
         name = f"{TASK_FILE_PREFIX}-{index:05d}-of-{num_files:05d}.jsonl"

@@ -24,7 +24,7 @@ import os
 import posixpath
 import stat
 
-from imgpipe.components.common import fileio
+from imgpipe.components.common import fileio, object_store
 from imgpipe.components.common.printable import printable_bytes
 
 LINK_NOT_FOLLOWED = (
@@ -208,9 +208,26 @@ def _visit_link(
     return None
 
 
+def _walk_object_store(root: str) -> Tree:
+    """The tree from one listing of the prefix (a request per 1,000 objects)."""
+    if not object_store.isdir(root):
+        raise FileNotFoundError(f"image folder {root!r} does not exist or is not a directory")
+    files: list[str] = []
+    folders: list[str] = []
+    base = root.rstrip("/")
+    for folder, subfolders, names in object_store.walk(root):
+        relative = folder[len(base) + 1 :]
+        prefix = relative + "/" if relative else ""
+        files.extend(prefix + name for name in names)
+        folders.extend(prefix + name for name in subfolders)
+    return Tree(sorted(files), [], sorted(folders))
+
+
 def _walk_remote(root: str) -> Tree:
     import tensorflow as tf
 
+    if object_store.is_object_store(root):
+        return _walk_object_store(root)
     if not tf.io.gfile.isdir(root):
         raise FileNotFoundError(f"image folder {root!r} does not exist or is not a directory")
     files: list[str] = []

@@ -11,10 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-import tensorflow as tf
 from tensorflow_metadata.proto.v0 import anomalies_pb2
 
-from imgpipe.components.common import artifacts, layout
+from imgpipe.components.common import artifacts, fileio, layout
 from imgpipe.components.common.image_stats import Anomaly, ImageStats
 from imgpipe.components.common.printable import printable
 from imgpipe.components.image_statistics.config import StatisticsConfig
@@ -148,10 +147,10 @@ def validator_anomalies(anomalies_uri: str, split_names: Sequence[str]) -> list[
         path = os.path.join(
             artifacts.split_dir(anomalies_uri, split), layout.VALIDATOR_ANOMALIES_FILE
         )
-        if not tf.io.gfile.exists(path):
+        if not fileio.exists(path):
             continue
         proto = anomalies_pb2.Anomalies()
-        with tf.io.gfile.GFile(path, "rb") as f:
+        with fileio.open_file(path, "rb") as f:
             proto.ParseFromString(f.read())
         for feature, info in sorted(proto.anomaly_info.items()):
             description = info.short_description or info.description

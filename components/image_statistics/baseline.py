@@ -72,7 +72,7 @@ def from_serving_dir(serving_dir: str) -> Baseline:
 def from_path(path: str) -> Baseline:
     """`imgpipe stats --baseline`: an image_stats.json, a folder holding one (an
     ImageStatistics artifact), or a serving directory."""
-    if not tf.io.gfile.isdir(path):
+    if not fileio.isdir(path):
         return read_file(path)
     in_folder = os.path.join(path, layout.IMAGE_STATS_FILE)
     if fileio.exists(in_folder):

@@ -12,9 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import apache_beam as beam
-import tensorflow as tf
 
-from imgpipe.components.common import artifacts, conversion_summary, layout
+from imgpipe.components.common import artifacts, conversion_summary, fileio, layout
 from imgpipe.components.image_statistics import transforms
 from imgpipe.components.image_statistics.accumulator import SplitAccumulator
 from imgpipe.components.image_statistics.analyze import AnalysisOptions
@@ -47,7 +46,7 @@ def split_order(splits: Sequence[str]) -> list[str]:
 def _write_result(keyed_value: tuple[Any, Any], results_dir: str, prefix: str) -> None:
     key, value = keyed_value
     path = os.path.join(results_dir, f"{prefix}-{key}{_RESULT_SUFFIX}")
-    with tf.io.gfile.GFile(path, "wb") as f:
+    with fileio.open_file(path, "wb") as f:
         f.write(pickle.dumps(value))
 
 
@@ -55,8 +54,8 @@ def _read_results(results_dir: str, prefix: str) -> dict[str, Any]:
     """{key: value} of the result files `_write_result` wrote with `prefix`."""
     values = {}
     start = len(prefix) + 1
-    for path in sorted(tf.io.gfile.glob(os.path.join(results_dir, f"{prefix}-*{_RESULT_SUFFIX}"))):
-        with tf.io.gfile.GFile(path, "rb") as f:
+    for path in fileio.glob(os.path.join(results_dir, f"{prefix}-*{_RESULT_SUFFIX}")):
+        with fileio.open_file(path, "rb") as f:
             values[os.path.basename(path)[start : -len(_RESULT_SUFFIX)]] = pickle.loads(f.read())
     return values
 
@@ -147,12 +146,12 @@ def run_statistics(
     shards: list[tuple[str, str]] = []
     for split in splits:
         pattern = artifacts.split_shard_pattern(examples_uri, split)
-        paths = tf.io.gfile.glob(pattern)
+        paths = fileio.glob(pattern)
         if not paths:
             raise FileNotFoundError(f"split {split!r} has no shards matching {pattern}")
         shards.extend((split, path) for path in paths)
     results_dir = os.path.join(work_parent, WORK_DIR_PREFIX + uuid.uuid4().hex)
-    tf.io.gfile.makedirs(results_dir)
+    fileio.makedirs(results_dir)
     try:
         pipeline = make_pipeline()
         build_pipeline(pipeline, examples_uri, shards, options, results_dir)
@@ -167,8 +166,8 @@ def run_statistics(
             key=lambda g: (g.kind, g.files, g.key),
         )
     finally:
-        if tf.io.gfile.exists(results_dir):
-            tf.io.gfile.rmtree(results_dir)
+        if fileio.exists(results_dir):
+            fileio.remove(results_dir)
     # A split whose shards are all empty never reaches the combiner.
     accumulators = {split: combined.get(split, SplitAccumulator()) for split in splits}
     _check_record_counts(examples_uri, accumulators)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import tensorflow as tf
 from absl import logging
 from tfx import types
 from tfx.dsl.components.base import base_beam_executor
@@ -114,7 +113,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
 
 def _write(folder: str, produced: Produced) -> None:
     """Writes the statistics and the report, then the manifest."""
-    tf.io.gfile.makedirs(folder)
+    fileio.makedirs(folder)
     image_stats.write(folder, produced.stats)
     fileio.write_text(os.path.join(folder, layout.REPORT_FILE), produced.html)
     manifest.write(folder, manifest.describe(folder, [layout.IMAGE_STATS_FILE, layout.REPORT_FILE]))

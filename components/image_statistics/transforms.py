@@ -20,7 +20,7 @@ import apache_beam as beam
 import tensorflow as tf
 from apache_beam.utils.windowed_value import WindowedValue
 
-from imgpipe.components.common import allocator, artifacts
+from imgpipe.components.common import allocator, artifacts, staging
 from imgpipe.components.common import image_stats as schema
 from imgpipe.components.image_statistics.accumulator import ImageStatsCombineFn, SplitAccumulator
 from imgpipe.components.image_statistics.analyze import (
@@ -122,9 +122,11 @@ class ReadRecordBatchesFn(beam.DoFn):
     """(split, list of up to `batch_size` serialized records) of one (split, shard path).
 
     TensorFlow's C++ record reader, on every filesystem TF knows; shards ending in .gz
-    are GZIP. Measured 13x cheaper per record than beam.io.ReadFromTFRecord, whose
-    per-record Python cost was about a sixth of the statistics' time. The reader's API
-    is marked deprecated in favour of tf.data, which measured 10x slower from Python.
+    are GZIP. A shard on an object store (s3://, gs://) is first copied to a local
+    temporary file, removed after (staging.local_copy). Measured 13x cheaper per record
+    than beam.io.ReadFromTFRecord, whose per-record Python cost was about a sixth of the
+    statistics' time. The reader's API is marked deprecated in favour of tf.data, which
+    measured 10x slower from Python.
     """
 
     def __init__(self, batch_size: int):
@@ -135,11 +137,12 @@ class ReadRecordBatchesFn(beam.DoFn):
         options = tf.io.TFRecordOptions(compression_type=artifacts.shard_compression(path))
         batch: list[bytes] = []
         try:
-            for record in tf.compat.v1.io.tf_record_iterator(path, options):
-                batch.append(record)
-                if len(batch) == self._batch_size:
-                    yield split, batch
-                    batch = []
+            with staging.local_copy(path, "imgpipe-shard-") as readable:
+                for record in tf.compat.v1.io.tf_record_iterator(readable, options):
+                    batch.append(record)
+                    if len(batch) == self._batch_size:
+                        yield split, batch
+                        batch = []
         except tf.errors.OpError as e:
             raise artifacts.ShardReadError(
                 f"{path}: corrupt or truncated TFRecord shard ({e.message.strip()})"

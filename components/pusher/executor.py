@@ -14,7 +14,6 @@ import os
 import time
 from typing import Any
 
-import tensorflow as tf
 from absl import logging
 from tfx import types
 from tfx.components.pusher import executor as tfx_pusher
@@ -28,9 +27,7 @@ STAGING_PREFIX = ".push-"
 
 
 def _complete_versions(serving_dir: str) -> list[int]:
-    if not tf.io.gfile.isdir(serving_dir):
-        return []
-    names = [n.rstrip("/") for n in tf.io.gfile.listdir(serving_dir)]
+    names = fileio.list_dir(serving_dir)
     return sorted(int(n) for n in names if n.isdigit())
 
 
@@ -46,20 +43,20 @@ def publish(model_dir: str, serving_dir: str, now: float | None = None) -> str:
     A version folder whose PUSH_COMPLETE names model_dir is this model's earlier push
     (a retry): it is returned as it is.
     """
-    tf.io.gfile.makedirs(serving_dir)
+    fileio.makedirs(serving_dir)
     versions = _complete_versions(serving_dir)
     for version in reversed(versions):
         path = os.path.join(serving_dir, str(version))
         if _pushed_from(path) == model_dir:
             logging.info("%s was already pushed to %s", model_dir, path)
             return path
-    for name in tf.io.gfile.listdir(serving_dir):
+    for name in fileio.list_dir(serving_dir):
         if name.startswith(STAGING_PREFIX):  # left by a killed push
-            tf.io.gfile.rmtree(os.path.join(serving_dir, name.rstrip("/")))
+            fileio.remove(os.path.join(serving_dir, name))
     version = max(int(time.time() if now is None else now), (versions[-1] + 1) if versions else 0)
     final = os.path.join(serving_dir, str(version))
-    if tf.io.gfile.exists(final):  # an incomplete version folder: a killed remote push
-        tf.io.gfile.rmtree(final)
+    if fileio.exists(final):  # an incomplete version folder: a killed remote push
+        fileio.remove(final)
     local = fileio.is_local(serving_dir)
     target = os.path.join(serving_dir, f"{STAGING_PREFIX}{version}") if local else final
     # saved_model.pb last: a model server takes it as the sign that a version is whole.

@@ -96,7 +96,7 @@ def export_serving_model(
     )
     archive.write_out(export_dir, verbose=False)
     extra = os.path.join(export_dir, served_models.ASSETS_EXTRA_DIR)
-    tf.io.gfile.makedirs(extra)
+    fileio.makedirs(extra)
     label_map.write(extra, list(labels))
     fileio.write_text(
         os.path.join(extra, served_models.WEIGHT_SHAPES_FILE),
@@ -105,9 +105,9 @@ def export_serving_model(
     with tempfile.TemporaryDirectory(prefix="imgpipe-export-") as local_dir:
         local = os.path.join(local_dir, served_models.WEIGHTS_FILE)
         model.save_weights(local)
-        tf.io.gfile.copy(local, os.path.join(extra, served_models.WEIGHTS_FILE), overwrite=True)
+        fileio.copy(local, os.path.join(extra, served_models.WEIGHTS_FILE), overwrite=True)
     if statistics_uri:
-        tf.io.gfile.copy(
+        fileio.copy(
             os.path.join(statistics_uri, layout.IMAGE_STATS_FILE),
             os.path.join(extra, layout.IMAGE_STATS_FILE),
             overwrite=True,

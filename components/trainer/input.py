@@ -20,7 +20,13 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from imgpipe.components.common import artifacts, conversion_summary, layout, preprocessing
+from imgpipe.components.common import (
+    artifacts,
+    conversion_summary,
+    fileio,
+    layout,
+    preprocessing,
+)
 from imgpipe.components.common.artifacts import ShardReadError
 from imgpipe.components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
 from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
@@ -66,7 +72,7 @@ def split_source(examples_uri: str, split: str) -> SplitSource:
       FileNotFoundError: no shard matches, naming the pattern.
     """
     pattern = artifacts.split_shard_pattern(examples_uri, split)
-    files = tuple(sorted(tf.io.gfile.glob(pattern)))
+    files = tuple(fileio.glob(pattern))
     if not files:
         raise FileNotFoundError(
             f"no shards match {pattern}: is {examples_uri} an Examples "

@@ -12,8 +12,8 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 
 import keras
-import tensorflow as tf
 
+from imgpipe.components.common import fileio
 from imgpipe.components.common.serving import PROBABILITIES
 from imgpipe.components.trainer import config as config_lib
 from imgpipe.components.trainer.config import TrainerConfig
@@ -113,14 +113,14 @@ def _local_weights(path: str | None) -> Iterator[str | None]:
     if not path or path == config_lib.IMAGENET:
         yield path
         return
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         raise FileNotFoundError(f"backbone weights file {path} does not exist")
     if os.path.exists(path):
         yield path
         return
     with tempfile.TemporaryDirectory(prefix="imgpipe-weights-") as folder:
         local = os.path.join(folder, os.path.basename(path))
-        tf.io.gfile.copy(path, local)
+        fileio.copy(path, local)
         yield local
 
 
@@ -174,7 +174,7 @@ def load_weights_file(model: keras.Model, path: str) -> None:
         return
     with tempfile.TemporaryDirectory(prefix="imgpipe-weights-") as local_dir:
         local = os.path.join(local_dir, os.path.basename(path))
-        tf.io.gfile.copy(path, local)
+        fileio.copy(path, local)
         model.load_weights(local)
 
 

@@ -7,13 +7,16 @@ fn_args.custom_config["image_statistics_uri"].
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
 import os
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+import attr
 import keras
 import tensorflow as tf
 from absl import logging
@@ -21,11 +24,13 @@ from absl import logging
 from imgpipe.components.common import (
     allocator,
     artifacts,
+    fileio,
     image_stats,
     layout,
     manifest,
     model_input,
     outputs,
+    staging,
 )
 from imgpipe.components.trainer import devices, export, memory, warm_start
 from imgpipe.components.trainer import input as input_lib
@@ -136,7 +141,42 @@ def run_fn(fn_args) -> None:
     labels = artifacts.load_labels(examples_uri)
     train_source = input_lib.split_source(examples_uri, train_split)
     eval_source = input_lib.split_source(examples_uri, eval_split)
+    with contextlib.ExitStack() as stack:
+        if staging.needs_staging(train_source.files + eval_source.files):
+            shards_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="imgpipe-shards-"))
+            train_source, eval_source = (
+                dataclasses.replace(
+                    source,
+                    files=staging.stage_files(
+                        source.files, os.path.join(shards_dir, split), source.name
+                    ),
+                )
+                for source, split in ((train_source, train_split), (eval_source, eval_split))
+            )
+        run_dir = stack.enter_context(staging.local_folder(fn_args.model_run_dir, "imgpipe-run-"))
+        _train(
+            attr.evolve(fn_args, model_run_dir=run_dir),
+            config,
+            custom_config,
+            labels,
+            (train_source, eval_source),
+            statistics_uri,
+            (mean, std),
+            crop_fraction,
+        )
 
+
+def _train(
+    fn_args,
+    config: TrainerConfig,
+    custom_config: dict[str, Any],
+    labels: list[str],
+    splits: tuple[input_lib.SplitSource, input_lib.SplitSource],
+    statistics_uri: str | None,
+    normalization: tuple[list[float], list[float]],
+    crop_fraction: float,
+) -> None:
+    train_source, eval_source = splits
     plan = devices.plan_devices(
         *devices.visible_devices(), num_gpus=config.num_gpus, mixed_precision=config.mixed_precision
     )
@@ -149,11 +189,19 @@ def run_fn(fn_args) -> None:
             plan,
             labels,
             Sources(train_source, eval_source, statistics_uri, custom_config.get(SERVING_DIR_KEY)),
-            (mean, std),
+            normalization,
             crop_fraction,
         )
     finally:
         keras.mixed_precision.set_global_policy(devices.FLOAT32)
+
+
+def _export_through_local_folder(
+    model: keras.Model, folder: str, *args: Any, **kwargs: Any
+) -> None:
+    """export_serving_model into `folder`, through a local copy on an object store."""
+    with staging.local_folder(folder, "imgpipe-export-") as local:
+        export.export_serving_model(model, local, *args, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,15 +350,15 @@ def _train_and_export(
         done_phases.append(dataclasses.replace(phase, epochs_run=len(history.epoch)))
     model_lib.backbone_of(model).trainable = True
     backup_root = config.checkpoint_dir or os.path.join(fn_args.model_run_dir, BACKUP_SUBDIR)
-    if tf.io.gfile.isdir(backup_root) and not tf.io.gfile.listdir(backup_root):
-        tf.io.gfile.rmtree(backup_root)  # each phase's backup is gone once it completes
+    if fileio.isdir(backup_root) and not fileio.list_dir(backup_root):
+        fileio.remove(backup_root)  # each phase's backup is gone once it completes
     # TFX's model artifact holds Format-Serving/ (fn_args.serving_model_dir) only. It is
     # exported aside, then moved into place, so a retried Trainer never mixes exports.
     model_dir, serving_subdir = os.path.split(fn_args.serving_model_dir.rstrip("/"))
     outputs.publish_folder(
         model_dir,
         serving_subdir,
-        lambda folder: export.export_serving_model(
+        lambda folder: _export_through_local_folder(
             model,
             folder,
             labels,

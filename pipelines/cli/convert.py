@@ -284,7 +284,6 @@ class ProgressBar:
 
 def run(args: argparse.Namespace) -> int:
     import apache_beam as beam
-    import tensorflow as tf
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from imgpipe.components.common import fileio
@@ -293,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
     from imgpipe.pipelines.beam_args import local_beam_args
 
     image_options, output_options = options_from_args(args)
-    if not tf.io.gfile.isdir(args.src):
+    if not fileio.isdir(args.src):
         raise UserError(
             f"{args.src}: no such folder; give the image folder "
             "(root/<label>/... or root/<split>/<label>/...)"
@@ -333,15 +332,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_output_path(out: str) -> None:
     """Raises UserError when `out`, or the nearest of its folders that exists, is a file."""
-    import tensorflow as tf
+    from imgpipe.components.common import fileio
 
     path = out.rstrip("/")
-    while path and not tf.io.gfile.exists(path):
+    while path and not fileio.exists(path):
         parent = os.path.dirname(path)
         if parent == path:
             return
         path = parent
-    if path and not tf.io.gfile.isdir(path):
+    if path and not fileio.isdir(path):
         where = "" if path == out.rstrip("/") else f", so {out} cannot be made"
         raise UserError(f"{path} is a file{where}; give a new or empty folder as the output")
 

@@ -146,17 +146,17 @@ def load_package(path: str) -> dict[str, Any]:
     Raises:
       UserError: the file is missing, is not YAML, or is not a compiled pipeline.
     """
-    import tensorflow as tf
     import yaml
 
+    from imgpipe.components.common import fileio
     from imgpipe.pipelines.config import yaml_problem
 
-    if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
+    if not fileio.exists(path) or fileio.isdir(path):
         raise UserError(
             f"--package {path}: no such file; give a package that "
             "`imgpipe kfp compile` wrote, or leave --package out to compile --config now"
         )
-    with tf.io.gfile.GFile(path) as f:
+    with fileio.open_file(path, "r") as f:
         try:
             documents = [d for d in yaml.safe_load_all(f.read()) if d]
         except yaml.YAMLError as e:

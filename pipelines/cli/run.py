@@ -63,11 +63,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_local(args: argparse.Namespace) -> int:
-    import tensorflow as tf
-
+    from imgpipe.components.common import fileio
     from imgpipe.pipelines import config as cfg
 
-    if not tf.io.gfile.isdir(args.data):
+    if not fileio.isdir(args.data):
         raise UserError(
             f"--data {args.data}: no such folder; give the image folder "
             "(root/<label>/... or root/<split>/<label>/...)"

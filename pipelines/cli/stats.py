@@ -133,7 +133,6 @@ def run(args: argparse.Namespace) -> int:
     import tempfile
 
     import apache_beam as beam
-    import tensorflow as tf
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from imgpipe.components.common import fileio, image_stats
@@ -142,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     from imgpipe.components.image_statistics.produce import produce
     from imgpipe.pipelines.beam_args import local_beam_args
 
-    if not tf.io.gfile.isdir(args.examples_dir):
+    if not fileio.isdir(args.examples_dir):
         raise UserError(
             f"{args.examples_dir}: no such folder; give the output folder of "
             "`imgpipe convert` or an Examples artifact's folder"

@@ -208,7 +208,7 @@ def compile_to_file(config: PipelineConfig, output_path: str) -> str:
     Raises:
       ValueError: output_path does not end in .yaml/.yml (the kfp client takes YAML).
     """
-    import tensorflow as tf
+    from imgpipe.components.common import fileio
 
     if not output_path.endswith((".yaml", ".yml")):
         raise ValueError(
@@ -217,7 +217,7 @@ def compile_to_file(config: PipelineConfig, output_path: str) -> str:
     spec, platform = compile_pipeline(config)
     parent = os.path.dirname(output_path)
     if parent:
-        tf.io.gfile.makedirs(parent)
-    with tf.io.gfile.GFile(output_path, "w") as f:
+        fileio.makedirs(parent)
+    with fileio.open_file(output_path, "w") as f:
         f.write(to_yaml(spec, platform))
     return output_path
