@@ -53,8 +53,13 @@ def test_convert_and_stats_on_flink_match_the_direct_runner(cluster, tmp_path):
     assert on_flink == direct
 
     stats = ["stats", str(tmp_path / "direct")]
-    _imgpipe(*stats, "--json", str(tmp_path / "direct.json"))
-    _imgpipe(*stats, "--json", str(tmp_path / "flink.json"), "--", *cluster.beam_args())
+    _imgpipe(*stats, "--json", str(tmp_path / "direct.json"), "--html", str(tmp_path / "d.html"))
+    _imgpipe(
+        *stats,
+        *("--json", str(tmp_path / "flink.json"), "--html", str(tmp_path / "f.html")),
+        "--",
+        *cluster.beam_args(),
+    )
     assert (tmp_path / "flink.json").read_bytes() == (tmp_path / "direct.json").read_bytes()
 
 
