@@ -5,8 +5,6 @@ not from a list."""
 
 from __future__ import annotations
 
-import os
-
 import apache_beam as beam
 import pytest
 from apache_beam.internal import pickler
@@ -50,7 +48,8 @@ def test_every_function_of_the_convert_and_stats_pipelines_pickles(tmp_path, fun
     src, out = str(tmp_path / "src"), str(tmp_path / "out")
     imagegen.make_image_folder(src, {"cat": 4, "dog": 4})
     assert cli.main(["convert", src, out, "--resize", "16", "--no-progress"]) == 0
-    assert cli.main(["stats", out, "--json", os.path.join(tmp_path, "stats.json")]) == 0
+    report = ["--json", str(tmp_path / "stats.json"), "--html", str(tmp_path / "stats.html")]
+    assert cli.main(["stats", out, *report]) == 0
 
     ours = {type(fn).__name__ for fn in functions if type(fn).__module__.startswith("imgpipe.")}
     # The graphs were found: the conversion's and the statistics' own functions are there.

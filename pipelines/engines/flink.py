@@ -186,11 +186,11 @@ def write_config(conf_dir: str, work_dir: str, rest_port: int, rpc_port: int) ->
         # container may not resolve.
         "taskmanager.resource-id": "imgpipe-taskmanager-1",
         "taskmanager.numberOfTaskSlots": SLOTS,
-        "taskmanager.memory.process.size": "2048m",
+        "taskmanager.memory.process.size": "2560m",
         # TFDV's statistics pipeline has many shuffles; each needs network buffers per
         # channel, more than Flink's default share (10%) gives.
-        "taskmanager.memory.network.min": "320m",
-        "taskmanager.memory.network.max": "320m",
+        "taskmanager.memory.network.min": "640m",
+        "taskmanager.memory.network.max": "640m",
         "parallelism.default": SLOTS,
         "io.tmp.dirs": tmp_dir,
         "web.tmpdir": tmp_dir,
