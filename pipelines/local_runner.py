@@ -90,12 +90,12 @@ def run(config: PipelineConfig) -> RunResult:
         for component in pipeline.components:
             executor = local_executors.EXECUTORS.get(component.id)
             if executor is not None:
-                old = component.executor_spec  # type: ignore[attr-defined]
+                old = component.executor_spec
                 new = type(old)(executor)
                 for name in ("extra_flags", "beam_pipeline_args"):
                     if hasattr(old, name):
                         setattr(new, name, getattr(old, name))
-                component.executor_spec = new  # type: ignore[attr-defined]
+                component.executor_spec = new
     LocalDagRunner().run(pipeline)
     return latest_results(config)
 

@@ -84,6 +84,12 @@ def test_a_store_that_cannot_be_reached_is_one_line_naming_its_settings(monkeypa
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("imgpipe: error: s3://bucket/photos") and "AWS_ENDPOINT_URL_S3" in line
 
+    # KFP's own scheme for MinIO is refused with the s3:// path to give instead.
+    assert cli.main(["convert", "minio://bucket/photos", "out", *IN_PROCESS]) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("imgpipe: error: minio://bucket/photos: minio:// is KFP's own")
+    assert "give s3://bucket/photos and set AWS_ENDPOINT_URL_S3" in line
+
 
 def test_convert_from_the_store_to_the_store_and_its_readers(store, tmp_path, capsys):
     local = str(tmp_path / "photos")

@@ -25,6 +25,21 @@ from imgpipe.components.common import object_store
 ATOMIC_TEMP_SUFFIX = ".tmp"
 
 
+# KFP's launcher scheme for MinIO: its steps see artifacts at local paths, and a path the
+# user gives for MinIO is s3:// with AWS_ENDPOINT_URL_S3.
+_MINIO = "minio://"
+
+
+def _tensorflow_path(path: str) -> str:
+    """`path`, for tf.io.gfile; minio:// refused with the fix."""
+    if path.startswith(_MINIO):
+        raise ValueError(
+            f"{path}: minio:// is KFP's own scheme, which this project does not open; give "
+            f"s3://{path[len(_MINIO) :]} and set AWS_ENDPOINT_URL_S3 to the MinIO endpoint"
+        )
+    return path
+
+
 def is_local(path: str) -> bool:
     return "://" not in path or path.startswith("file://")
 
@@ -40,7 +55,7 @@ def open_file(path: str, mode: str = "rb") -> IO:
         return open(local_path(path), mode)  # noqa: SIM115 - returned to the caller
     if object_store.is_object_store(path):
         return object_store.open_file(path, mode)
-    return tf.io.gfile.GFile(path, mode)
+    return tf.io.gfile.GFile(_tensorflow_path(path), mode)
 
 
 def read_bytes(path: str) -> bytes:
@@ -108,7 +123,7 @@ def makedirs(path: str) -> None:
     elif object_store.is_object_store(path):
         object_store.makedirs(path)
     else:
-        tf.io.gfile.makedirs(path)
+        tf.io.gfile.makedirs(_tensorflow_path(path))
 
 
 def write_text(path: str, text: str) -> None:
@@ -121,7 +136,7 @@ def exists(path: str) -> bool:
         return os.path.exists(local_path(path))
     if object_store.is_object_store(path):
         return object_store.exists(path)
-    return tf.io.gfile.exists(path)
+    return tf.io.gfile.exists(_tensorflow_path(path))
 
 
 def size(path: str) -> int:
@@ -147,7 +162,7 @@ def isdir(path: str) -> bool:
         return os.path.isdir(local_path(path))
     if object_store.is_object_store(path):
         return object_store.isdir(path)
-    return tf.io.gfile.isdir(path)
+    return tf.io.gfile.isdir(_tensorflow_path(path))
 
 
 def glob(pattern: str) -> list[str]:
