@@ -7,8 +7,8 @@ Every test belongs to exactly one tier, marked with its pytest marker:
   pipeline   a whole pipeline on a runner (LocalDagRunner, kfp.local)
   engine     the Beam steps on real distributed engines (a Flink and a Spark cluster
              started on this machine)
-  platform   what production runs on: object-store emulators, the Kubeflow backend's
-             own compiler, NVIDIA DALI's readers
+  platform   what production runs on: object-store emulators and NVIDIA DALI's readers
+             (the Kubeflow backend's own compiler cannot be fetched here: k8s/README.md)
 `make test-fast` runs the unit tier; `make test` runs them all. A test with no tier, or
 with two, fails the collection, so the tiers cannot drift.
 """
