@@ -168,3 +168,15 @@ def test_a_missing_artifact_is_a_one_line_error_naming_the_fetch(tmp_path, monke
     assert "make engines-fetch" in result.stderr
     with pytest.raises(artifacts.MissingArtifact, match=flink.JOB_SERVER_COORDINATES):
         flink.job_server_lib()
+
+
+def test_stopping_returns_only_when_every_process_of_every_group_is_gone(tmp_path):
+    """A server whose children ignore SIGTERM and keep forking: stop_all still leaves
+    nothing running when it returns (SIGKILL is waited for, not just sent)."""
+    stubborn = "trap '' TERM; while true; do sleep 0.01 & wait; done"
+    with processes.supervised(str(tmp_path)) as supervisor:
+        servers = [supervisor.start(f"stubborn-{i}", ["sh", "-c", stubborn]) for i in range(3)]
+        groups = [server.process.pid for server in servers]
+        time.sleep(0.3)
+        assert processes.running_in_groups(groups)
+    assert processes.running_in_groups(groups) == []

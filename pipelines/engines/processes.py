@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 # What a stopped server gets to end by itself before SIGKILL.
 STOP_GRACE_SECONDS = 10.0
 _POLL_SECONDS = 0.25
+# How long stop_all waits for SIGKILLed processes to exit.
+KILL_WAIT_SECONDS = 10.0
 _LOG_TAIL_LINES = 15
 
 
@@ -117,6 +119,16 @@ class Supervisor:
             # The group outlives its leader when a child ignores SIGTERM.
             _signal_group(server.process.pid, signal.SIGKILL)
             server.process.wait()
+        # SIGKILL is delivered, not yet acted on: return only once no member of any
+        # group is still running, so that "stopped" means gone.
+        groups = [server.process.pid for server in self.servers]
+        deadline = time.monotonic() + KILL_WAIT_SECONDS
+        while (left := running_in_groups(groups)) and time.monotonic() < deadline:
+            for pgid in groups:
+                _signal_group(pgid, signal.SIGKILL)
+            time.sleep(0.05)
+        if left:
+            raise ServerFailed(f"processes {left} survived SIGKILL for {KILL_WAIT_SECONDS} s")
 
 
 def _die_with_parent() -> None:
@@ -125,6 +137,22 @@ def _die_with_parent() -> None:
 
     pr_set_pdeathsig = 1
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def running_in_groups(pgids: Sequence[int]) -> list[int]:
+    """The processes of these process groups that have not exited (zombies have)."""
+    wanted, found = set(pgids), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) in wanted:
+            found.append(int(entry))
+    return found
 
 
 def _signal_group(pgid: int, signum: int) -> None:
