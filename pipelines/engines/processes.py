@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,13 +71,12 @@ class Supervisor:
         log_path = os.path.join(self.log_dir, f"{name}.out")
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
-                list(argv),
+                [*_die_with_parent(), *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         server = Server(name, process, log_path)
         self.servers.append(server)
@@ -131,12 +131,16 @@ class Supervisor:
             raise ServerFailed(f"processes {left} survived SIGKILL for {KILL_WAIT_SECONDS} s")
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the process that started it dies."""
-    import ctypes
+def _die_with_parent() -> list[str]:
+    """The command prefix that makes a server get SIGKILL when its supervisor dies.
 
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    util-linux's setpriv sets PR_SET_PDEATHSIG and execs the server, keeping its pid.
+    Not a preexec_fn: that runs Python in the forked child, including the at-fork hooks
+    of libraries the supervisor has loaded, and gRPC's (Beam loads it) aborted the child
+    there ("epoll_wait error: Bad file descriptor", exit -6) before the server started.
+    """
+    setpriv = shutil.which("setpriv") if sys.platform == "linux" else None
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
 def running_in_groups(pgids: Sequence[int]) -> list[int]:
