@@ -46,7 +46,7 @@ def test_the_cluster_has_two_slots_in_separate_jvms_and_stops_without_a_trace(tm
         assert cluster.supervisor is not None
         groups = {s.name: s.process.pid for s in cluster.supervisor.servers}
         members = [pid for pgid in groups.values() for pid in _group_members(pgid)]
-        jvms = [pid for pid in members if _cmdline(pid).startswith(flink.java())]
+        jvms = [pid for pid in members if _cmdline(pid).startswith(artifacts.java())]
     assert overview["taskmanagers"] == 1
     assert overview["slots-total"] == 2
     assert overview["flink-version"] == flink.FLINK_VERSION

@@ -56,7 +56,7 @@ def _descendants(pid: int) -> list[int]:
 
 def _is_java(pid: int) -> bool:
     try:
-        return os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(spark.java())
+        return os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(artifacts.java())
     except OSError:
         return False
 

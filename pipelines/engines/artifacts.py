@@ -8,6 +8,7 @@ apt-get); `bin/in-env` says where it is (IMGPIPE_ARTIFACTS). A folder is complet
 from __future__ import annotations
 
 import os
+import shutil
 
 ARTIFACTS_ENV = "IMGPIPE_ARTIFACTS"
 COMPLETE_MARKER = ".complete"
@@ -41,3 +42,31 @@ def artifact_dir(name: str, version: str, what: str) -> str:
     if not os.path.exists(os.path.join(path, COMPLETE_MARKER)):
         raise MissingArtifact(f"{what} are not in {path}: fetch them with '{FETCH_COMMAND}'")
     return path
+
+
+def java() -> str:
+    """The `java` on PATH.
+
+    Raises:
+      MissingArtifact: no Java runtime is installed.
+    """
+    found = shutil.which("java")
+    if found is None:
+        raise MissingArtifact(f"no Java runtime on PATH: install one with '{FETCH_COMMAND}'")
+    return found
+
+
+def maven_pom(coordinates: tuple[str, ...]) -> str:
+    """A Maven project whose runtime dependencies are a classpath."""
+    dependencies = "".join(
+        "<dependency><groupId>{}</groupId><artifactId>{}</artifactId>"
+        "<version>{}</version></dependency>\n".format(*gav.split(":"))
+        for gav in coordinates
+    )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
+        "<modelVersion>4.0.0</modelVersion>\n"
+        "<groupId>imgpipe</groupId><artifactId>engine-classpath</artifactId>"
+        "<version>1</version>\n"
+        f"<dependencies>\n{dependencies}</dependencies>\n</project>\n"
+    )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -147,26 +146,6 @@ def job_server_lib() -> str:
     return os.path.join(path, "lib")
 
 
-def java() -> str:
-    """The `java` on PATH.
-
-    Raises:
-      MissingArtifact: no Java runtime is installed.
-    """
-    found = shutil.which("java")
-    if found is None:
-        raise artifacts.MissingArtifact(
-            f"no Java runtime on PATH: install one with '{artifacts.FETCH_COMMAND}'"
-        )
-    return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
 def write_config(conf_dir: str, work_dir: str, rest_port: int, rpc_port: int) -> None:
     """Flink's config.yaml (flat keys) and log4j settings for one cluster in `work_dir`."""
     os.makedirs(conf_dir, exist_ok=True)
@@ -210,7 +189,7 @@ def memory_arguments(lib: str, conf_dir: str, role: str) -> tuple[list[str], lis
     """
     out = subprocess.run(
         [
-            java(),
+            artifacts.java(),
             "-cp",
             os.path.join(lib, "*"),
             _MEMORY_MAIN,
@@ -233,7 +212,7 @@ def memory_arguments(lib: str, conf_dir: str, role: str) -> tuple[list[str], lis
 def _java_command(lib: str, conf_dir: str, log_file: str, role: str, main: str) -> list[str]:
     jvm, properties = memory_arguments(lib, conf_dir, role)
     return [
-        java(),
+        artifacts.java(),
         *JAVA_MODULE_OPTIONS,
         *jvm,
         f"-Dlog.file={log_file}",
@@ -283,9 +262,11 @@ def flink_cluster(
     conf_dir = os.path.join(work_dir, "conf")
     log_dir = os.path.join(work_dir, "logs")
     cluster = FlinkCluster(
-        rest_port or free_port(), worker_pool_port or free_port(), job_port or free_port()
+        rest_port or processes.free_port(HOST),
+        worker_pool_port or processes.free_port(HOST),
+        job_port or processes.free_port(HOST),
     )
-    write_config(conf_dir, work_dir, cluster.rest_port, free_port())
+    write_config(conf_dir, work_dir, cluster.rest_port, processes.free_port(HOST))
     with processes.supervised(log_dir) as supervisor:
         cluster = replace(cluster, supervisor=supervisor)
         for name, role, main in (
@@ -306,13 +287,13 @@ def flink_cluster(
         supervisor.start(
             "job-server",
             [
-                java(),
+                artifacts.java(),
                 "-cp",
                 os.path.join(job_server, "*"),
                 _JOB_SERVER_MAIN,
                 f"--flink-master={cluster.master}",
                 f"--job-port={cluster.job_port}",
-                f"--artifact-port={free_port()}",
+                f"--artifact-port={processes.free_port(HOST)}",
                 "--expansion-port=0",
             ],
         )
@@ -346,22 +327,6 @@ JOB_SERVER_MAVEN_DEPENDENCIES = (
 )
 
 
-def maven_pom(coordinates: tuple[str, ...]) -> str:
-    """A Maven project whose runtime dependencies are a classpath."""
-    dependencies = "".join(
-        "<dependency><groupId>{}</groupId><artifactId>{}</artifactId>"
-        "<version>{}</version></dependency>\n".format(*gav.split(":"))
-        for gav in coordinates
-    )
-    return (
-        '<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
-        "<modelVersion>4.0.0</modelVersion>\n"
-        "<groupId>imgpipe</groupId><artifactId>engine-classpath</artifactId>"
-        "<version>1</version>\n"
-        f"<dependencies>\n{dependencies}</dependencies>\n</project>\n"
-    )
-
-
 def _print_fetch_plan() -> None:
     """For bin/fetch-engines: the cache folders and what goes in them, as shell words."""
     print(f"FLINK_DIR={FLINK_ARTIFACT}-{FLINK_VERSION}")
@@ -370,8 +335,8 @@ def _print_fetch_plan() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["cluster-pom"]:
-        print(maven_pom(CLUSTER_MAVEN_DEPENDENCIES), end="")
+        print(artifacts.maven_pom(CLUSTER_MAVEN_DEPENDENCIES), end="")
     elif sys.argv[1:] == ["job-server-pom"]:
-        print(maven_pom(JOB_SERVER_MAVEN_DEPENDENCIES), end="")
+        print(artifacts.maven_pom(JOB_SERVER_MAVEN_DEPENDENCIES), end="")
     else:
         _print_fetch_plan()

@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -182,3 +183,10 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` now (a server started next may take it)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

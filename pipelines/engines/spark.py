@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from imgpipe.pipelines.engines import artifacts, processes
-from imgpipe.pipelines.engines.flink import free_port, java, maven_pom
 
 # PyPI's pyspark ships Spark's jars and launcher scripts; only its source distribution
 # exists, so bin/fetch-engines downloads it by hash and keeps jars/ and bin/.
@@ -176,8 +175,13 @@ def spark_cluster(work_dir: str) -> Iterator[SparkCluster]:
     """
     home = spark_home()
     lib = job_server_lib()
-    java_bin = java()
-    cluster = SparkCluster(free_port(), free_port(), free_port(), free_port())
+    java_bin = artifacts.java()
+    cluster = SparkCluster(
+        processes.free_port(HOST),
+        processes.free_port(HOST),
+        processes.free_port(HOST),
+        processes.free_port(HOST),
+    )
     log_dir = os.path.join(work_dir, "logs")
     worker_dir = os.path.join(work_dir, "worker")
     os.makedirs(worker_dir, exist_ok=True)
@@ -215,7 +219,7 @@ def spark_cluster(work_dir: str) -> Iterator[SparkCluster]:
                 *("--host", HOST),
                 *("--cores", str(WORKER_CORES)),
                 *("--memory", WORKER_MEMORY),
-                *("--webui-port", str(free_port())),
+                *("--webui-port", str(processes.free_port(HOST))),
                 cluster.master_url,
             ],
             env,
@@ -231,7 +235,7 @@ def spark_cluster(work_dir: str) -> Iterator[SparkCluster]:
                 _JOB_SERVER_MAIN,
                 f"--spark-master-url={cluster.master_url}",
                 f"--job-port={cluster.job_port}",
-                f"--artifact-port={free_port()}",
+                f"--artifact-port={processes.free_port(HOST)}",
                 "--expansion-port=0",
             ],
             env,
@@ -266,6 +270,6 @@ def _print_fetch_plan() -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["pom"]:
         # Spark itself, a `provided` dependency of the runner, comes from pyspark's jars.
-        print(maven_pom((JOB_SERVER_COORDINATES,)), end="")
+        print(artifacts.maven_pom((JOB_SERVER_COORDINATES,)), end="")
     else:
         _print_fetch_plan()
