@@ -11,6 +11,10 @@ import os
 import shlex
 import tempfile
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from imgpipe.pipelines.engines import flink, spark
 
 _CHECK_SECONDS = 1.0
 
@@ -51,7 +55,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_flink(args: argparse.Namespace) -> int:
-    from imgpipe.pipelines import termination
     from imgpipe.pipelines.engines import flink
 
     with tempfile.TemporaryDirectory(prefix="imgpipe-flink-") as scratch:
@@ -71,19 +74,25 @@ def run_flink(args: argparse.Namespace) -> int:
                 + shlex.join(cluster.beam_args()),
                 flush=True,
             )
-            print("Ctrl-C stops it.", flush=True)
-            try:
-                while True:
-                    cluster.check_alive()
-                    time.sleep(_CHECK_SECONDS)
-            except termination.Terminated:
-                pass
+            _serve_until_interrupted(cluster)
     print("Flink cluster stopped.", flush=True)
     return 0
 
 
-def run_spark(args: argparse.Namespace) -> int:
+def _serve_until_interrupted(cluster: flink.FlinkCluster | spark.SparkCluster) -> None:
+    """Returns on Ctrl-C or SIGTERM; raises ServerFailed if a process of the cluster ends."""
     from imgpipe.pipelines import termination
+
+    print("Ctrl-C stops it.", flush=True)
+    try:
+        while True:
+            cluster.check_alive()
+            time.sleep(_CHECK_SECONDS)
+    except termination.Terminated:
+        pass
+
+
+def run_spark(args: argparse.Namespace) -> int:
     from imgpipe.pipelines.engines import spark
 
     with tempfile.TemporaryDirectory(prefix="imgpipe-spark-") as scratch:
@@ -97,12 +106,6 @@ def run_spark(args: argparse.Namespace) -> int:
                 flush=True,
             )
             print("Beam arguments: " + shlex.join(cluster.beam_args()), flush=True)
-            print("Ctrl-C stops it.", flush=True)
-            try:
-                while True:
-                    cluster.check_alive()
-                    time.sleep(_CHECK_SECONDS)
-            except termination.Terminated:
-                pass
+            _serve_until_interrupted(cluster)
     print("Spark cluster stopped.", flush=True)
     return 0
