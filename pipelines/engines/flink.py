@@ -165,7 +165,11 @@ def write_config(conf_dir: str, work_dir: str, rest_port: int, rpc_port: int) ->
         # container may not resolve.
         "taskmanager.resource-id": "imgpipe-taskmanager-1",
         "taskmanager.numberOfTaskSlots": SLOTS,
-        "taskmanager.memory.process.size": "2560m",
+        "taskmanager.memory.process.size": "3072m",
+        # Beam's data plane to the SDK workers (gRPC on Netty) allocates direct memory
+        # outside Flink's network buffers; with none budgeted, a 30,000-image conversion
+        # failed with "OutOfMemoryError: Direct buffer memory" (benchmarks/scale.py).
+        "taskmanager.memory.task.off-heap.size": "512m",
         # TFDV's statistics pipeline has many shuffles; each needs network buffers per
         # channel, more than Flink's default share (10%) gives.
         "taskmanager.memory.network.min": "640m",
