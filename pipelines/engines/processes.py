@@ -70,15 +70,18 @@ class Supervisor:
     def start(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Server:
         """Starts `argv` in a new process group, its output going to <log_dir>/<name>.out."""
         log_path = os.path.join(self.log_dir, f"{name}.out")
+        prefix = _die_with_parent()
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
-                [*_die_with_parent(), *argv],
+                [*prefix, *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
             )
+        if prefix:
+            _wait_for_exec(process, prefix[0])
         server = Server(name, process, log_path)
         self.servers.append(server)
         return server
@@ -142,6 +145,22 @@ def _die_with_parent() -> list[str]:
     """
     setpriv = shutil.which("setpriv") if sys.platform == "linux" else None
     return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+
+
+def _wait_for_exec(process: subprocess.Popen, launcher: str, timeout: float = 10.0) -> None:
+    """Returns once `launcher` has exec'd the server (or the process ended), so that its
+    death signal is set: a supervisor killed before that would leave the server behind."""
+    launcher_name = os.path.basename(launcher)
+    deadline = time.monotonic() + timeout
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{process.pid}/cmdline", "rb") as f:
+                first = f.read().split(b"\0", 1)[0].decode(errors="replace")
+        except OSError:
+            return
+        if os.path.basename(first) != launcher_name:
+            return
+        time.sleep(0.005)
 
 
 def running_in_groups(pgids: Sequence[int]) -> list[int]:
