@@ -104,10 +104,10 @@ is_system_dir() {
   return 1
 }
 
-# chroot_exec ROOTFS CMD...: run CMD in ROOTFS with /proc, /dev, /sys, /tmp, the repo and
-# the current directory bind-mounted at their own paths, with everything mounted below
-# them (recursive binds), so a path means the same inside and out: a tmpfs under /tmp is
-# the same tmpfs in the chroot. The mounts live in their own mount namespace, a slave of
+# chroot_exec ROOTFS CMD...: run CMD in ROOTFS with /proc, /dev, /sys, /tmp, the repo, the
+# current directory and the top folder of each absolute path in CMD bind-mounted at their
+# own paths, with everything mounted below them (recursive binds), so a path means the
+# same inside and out: a tmpfs under /tmp is the same tmpfs in the chroot. The mounts live in their own mount namespace, a slave of
 # the host's: they vanish when the command ends, however it ends, and neither they nor
 # their unmounting reach the host, while the host's later mounts still show inside.
 chroot_exec() {
@@ -119,7 +119,19 @@ chroot_exec() {
     set -e
     rootfs="$1" repo="$2" cwd="$3"; shift 3
     for fs in proc dev sys; do mount --rbind "/$fs" "$rootfs/$fs"; done
-    binds=(/tmp "$repo")
+    # The top folder of every absolute path among the arguments (PATH or --flag=PATH)
+    # first, so an output named outside /tmp and the repository is not written into the
+    # rootfs instead of where it was named.
+    binds=()
+    for arg in "$@"; do
+      case "$arg" in --*=/*) arg="${arg#*=}" ;; esac
+      case "$arg" in /?*) ;; *) continue ;; esac
+      rest="${arg#/}"; top="/${rest%%/*}"
+      case "$top" in /tmp|/root|/lost+found) continue ;; esac
+      [ -d "$top" ] && [ ! -L "$top" ] || continue
+      case " ${binds[*]} " in *" $top "*) ;; *) binds+=("$top") ;; esac
+    done
+    binds+=(/tmp "$repo")
     case "$cwd" in /tmp|/tmp/*|"$repo"|"$repo"/*) ;; *) binds+=("$cwd") ;; esac
     for dir in "${binds[@]}"; do
       if ! is_system_dir "$dir"; then

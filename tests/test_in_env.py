@@ -50,10 +50,29 @@ if [ -e "$base/tmpfs/file" ]; then echo "the file went to the disk below the tmp
 """
 
 
-def run_in_chroot(base: str) -> str:
+# $1: a folder outside /tmp and the repository, which the command is given only as an
+# argument (--output=PATH), from /, which is not bound.
+WRITE_TO_A_PATH_IN_THE_ARGUMENTS = r"""
+set -eu
+base="$1"
+cd /
+source "$REPO/bin/env-common.sh"
+mount --bind / /mnt
+mkdir -p "$base/tmpfs"
+mount -t tmpfs imgpipe-in-env-test "$base/tmpfs"
+chroot_exec /mnt /bin/sh -c \
+  'out="${1#--output=}"; echo written inside > "$out/file"; stat -f -c %T "$out"' \
+  sh "--output=$base/tmpfs"
+cat "$base/tmpfs/file"
+umount "$base/tmpfs"
+if [ -e "$base/tmpfs/file" ]; then echo "the file went to the disk below the tmpfs"; fi
+"""
+
+
+def run_in_chroot(base: str, script: str = WRITE_THROUGH_CHROOT_EXEC) -> str:
     result = subprocess.run(
         ["unshare", "--mount", "--propagation", "unchanged", "bash", "-c", ENTER_A_MOUNTED_ROOT]
-        + [WRITE_THROUGH_CHROOT_EXEC, base],
+        + [script, base],
         env={**os.environ, "REPO": REPO},
         capture_output=True,
         text=True,
@@ -72,5 +91,15 @@ def test_a_tmpfs_below_the_repository_is_the_same_tmpfs_inside(tmp_path):
     os.makedirs(base)
     try:
         assert run_in_chroot(base).splitlines() == ["tmpfs", "written inside"]
+    finally:
+        shutil.rmtree(base)
+
+
+def test_a_path_in_the_arguments_outside_tmp_and_the_repository_is_the_same_inside(tmp_path):
+    base = f"/imgpipe-in-env-test-{tmp_path.name}"  # a top folder of its own
+    os.makedirs(base)
+    try:
+        output = run_in_chroot(base, WRITE_TO_A_PATH_IN_THE_ARGUMENTS)
+        assert output.splitlines() == ["tmpfs", "written inside"]
     finally:
         shutil.rmtree(base)
