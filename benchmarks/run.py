@@ -52,6 +52,13 @@ def main() -> None:
         action="store_true",
         help="also run the scale benchmark on a local Flink cluster (started and stopped here)",
     )
+    parser.add_argument(
+        "--scale-photos",
+        type=int,
+        default=0,
+        help="a second, larger photo set for the scale benchmark (e.g. 30000), whose marginal "
+        "cost over the first gives the per-byte and resize costs without the fixed cost",
+    )
     parser.add_argument("--out", default="bench-results/latest.json")
     args = parser.parse_args()
     selected = set(args.only or ["convert", "stats", "input", "scale"])
@@ -86,7 +93,9 @@ def _run(args: argparse.Namespace, selected: set[str]) -> None:
         if "stats" in selected:
             from benchmarks import stats_bench
 
-            results["image_statistics"] = stats_bench.run(shards)
+            results["image_statistics"] = stats_bench.run(
+                shards, passthrough_dir=passthrough_bench_shards(photos)
+            )
         if "input" in selected:
             from benchmarks import input_bench
 
@@ -95,7 +104,17 @@ def _run(args: argparse.Namespace, selected: set[str]) -> None:
     if "scale" in selected:
         from benchmarks import scale
 
-        results["scale"] = scale.run_engines(photos, args.scale, flink=args.flink)
+        large_photos = None
+        if args.scale_photos:
+            if args.scale_photos <= args.images:
+                raise SystemExit(
+                    f"imgpipe: error: --scale-photos must be more than --images ({args.images})"
+                )
+            count = args.scale_photos
+            large_photos = make_photo_dataset(DEFAULT_DATA + f"-{count}", count=count)
+        results["scale"] = scale.run_engines(
+            photos, args.scale, flink=args.flink, large_photos=large_photos
+        )
     results["seconds"] = round(time.time() - start)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
@@ -112,14 +131,29 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 def convert_bench_shards(photos: str) -> str:
     """Shards of the photos converted at 256 (resize + center crop, q90), made once."""
+    from imgpipe.components.image_example_gen.options import ImageOptions
+
+    return _bench_shards(
+        photos, "shards-256", ImageOptions(resize=256, center_crop=True, quality=90)
+    )
+
+
+def passthrough_bench_shards(photos: str) -> str:
+    """Shards of the photos as they are (the default options), made once."""
+    from imgpipe.components.image_example_gen.options import ImageOptions
+
+    return _bench_shards(photos, "shards-passthrough", ImageOptions())
+
+
+def _bench_shards(photos: str, name: str, image_options) -> str:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from imgpipe.components.common.layout import DALI_INDEX_DIR, MANIFEST_FILE
     from imgpipe.components.image_example_gen.convert import run_conversion
-    from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
+    from imgpipe.components.image_example_gen.options import OutputOptions
 
-    out = photos.rstrip("/") + "-shards-256"
+    out = f"{photos.rstrip('/')}-{name}"
     # Complete, and with the DALI index files that the DALI pipeline reads.
     if os.path.exists(os.path.join(out, MANIFEST_FILE)) and os.path.isdir(
         os.path.join(out, DALI_INDEX_DIR)
@@ -128,7 +162,7 @@ def convert_bench_shards(photos: str) -> str:
     run_conversion(
         photos,
         out,
-        ImageOptions(resize=256, center_crop=True, quality=90),
+        image_options,
         OutputOptions(num_shards=8),
         lambda: beam.Pipeline(options=PipelineOptions(["--direct_num_workers=1"])),
     )

@@ -80,11 +80,9 @@ def test_the_strict_decode_gives_tensorflows_eval_pixels_bit_for_bit():
     for name, data in kinds.items():
         height, width = tf.image.extract_jpeg_shape(data).numpy()[:2]
         window = decoder.crop_windows([(height, width)])[0]
-        crop = np.empty((window[2], window[3], 3), np.uint8)
-        assert strict_jpeg.crop_decode(lib, data, tuple(window), crop), name
-        if crop.shape[:2] != (IMAGE_SIZE, IMAGE_SIZE):
-            (crop,) = decoder.resize_crops(crop.reshape(-1), np.asarray([crop.shape[:2]]))
-        np.testing.assert_array_equal(crop, decoder.eval_pixels([data])[0], err_msg=name)
+        pixels = np.empty((IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
+        assert strict_jpeg.decode(lib, data, tuple(window), pixels), name
+        np.testing.assert_array_equal(pixels, decoder.eval_pixels([data])[0], err_msg=name)
     # A full decode differs from the crop-decode where the window starts on an iMCU
     # boundary, so this case tells a crop-decode apart.
     full = tf.io.decode_jpeg(kinds["aligned-420.jpg"]).numpy()[16:240, 16:240]
@@ -95,8 +93,8 @@ def test_the_strict_decode_gives_tensorflows_eval_pixels_bit_for_bit():
     cmyk = imagegen.cmyk_jpeg_bytes(imagegen.photo_like(40, 40, seed=4))
     png = imagegen.png_bytes(imagegen.photo_like(40, 40, seed=5))
     records += [_record("cmyk.jpg", cmyk), _record("image.png", png)]
-    unset = np.empty((35, 35, 3), np.uint8)
-    assert not strict_jpeg.crop_decode(lib, cmyk, (2, 2, 35, 35), unset)  # left to TensorFlow
+    unset = np.empty((IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
+    assert not strict_jpeg.decode(lib, cmyk, (2, 2, 35, 35), unset)  # left to TensorFlow
     strict, strict_keys = analyze_batch(
         records, "train", decoder, AnalysisOptions(IMAGE_SIZE, CROP)
     )
@@ -106,6 +104,28 @@ def test_the_strict_decode_gives_tensorflows_eval_pixels_bit_for_bit():
     assert strict.images == plain.images == len(records) and strict.failed == 0
     np.testing.assert_array_equal(strict.pixel_hist, plain.pixel_hist)
     assert strict_keys == plain_keys
+
+
+def test_the_strict_resize_gives_tensorflows_pixels_at_any_size_and_output_size():
+    """eval_images' bilinear resize, redone in C, at shapes that scale up and down by
+    every kind of factor (odd, prime, 1-pixel-wide, extreme aspect ratios) and at three
+    output sizes."""
+    lib = strict_jpeg.library()
+    assert lib is not None
+    rng = np.random.default_rng(7)
+    shapes = [(1, 9), (9, 1), (2, 700), (700, 3), (223, 225), (224, 224), (97, 131)]
+    shapes += [tuple(int(side) for side in rng.integers(1, 640, 2)) for _ in range(12)]
+    for image_size in (224, 160, 299):
+        decoder = BatchDecoder(image_size, CROP)
+        for height, width in shapes:
+            noise = rng.integers(0, 256, (height, width, 3), np.uint8)
+            data = simplejpeg.encode_jpeg(noise, 85, colorsubsampling="420")
+            window = decoder.crop_windows([(height, width)])[0]
+            pixels = np.empty((image_size, image_size, 3), np.uint8)
+            assert strict_jpeg.decode(lib, data, tuple(window), pixels)
+            np.testing.assert_array_equal(
+                pixels, decoder.eval_pixels([data])[0], err_msg=f"{height}x{width} to {image_size}"
+            )
 
 
 def _scan(data: bytes) -> tuple[int, int]:

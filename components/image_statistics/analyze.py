@@ -13,9 +13,8 @@ while the calling thread does the per-image Python bookkeeping of earlier chunks
 
 TensorFlow decodes a JPEG with corrupt data behind valid markers into garbage without
 a word. With `verify_images`, JPEGs are decoded by strict_jpeg instead: TensorFlow's
-crop-decode, bit for bit, in which libjpeg's warnings are errors, so one that fails
-counts as undecodable, with libjpeg's reason, and no image is decoded twice. The crops
-that are not at the output size are then resized by TensorFlow, as eval_images does.
+crop-decode and resize, bit for bit, in which libjpeg's warnings are errors, so one that
+fails counts as undecodable, with libjpeg's reason, and no image is decoded twice.
 CMYK and YCCK JPEGs, and every JPEG when the library is not built, are checked by a
 second, cheaper decode (strict_jpeg_error) before TensorFlow's.
 """
@@ -37,7 +36,7 @@ from tensorflow.core.example import example_pb2
 
 from imgpipe.components.common import cpu, image_header
 from imgpipe.components.common import features as fk
-from imgpipe.components.common.preprocessing import center_crop_windows, eval_images, eval_resize
+from imgpipe.components.common.preprocessing import center_crop_windows, eval_images
 from imgpipe.components.common.tf_errors import op_error_reason
 from imgpipe.components.image_statistics import strict_jpeg
 from imgpipe.components.image_statistics.accumulator import LEVELS, SplitAccumulator, Thumbnail
@@ -213,11 +212,11 @@ def thumbnail_jpeg(pixels: np.ndarray) -> bytes:
 
 
 _BUILD_LOCK = threading.Lock()
-_FUNCTIONS: dict[tuple[int, float], tuple[Callable, Callable, Callable]] = {}
+_FUNCTIONS: dict[tuple[int, float], tuple[Callable, Callable]] = {}
 
 
-def _decoder_functions(size: int, crop: float) -> tuple[Callable, Callable, Callable]:
-    """The decoder's three tf.functions, built once per process: tracing one costs about
+def _decoder_functions(size: int, crop: float) -> tuple[Callable, Callable]:
+    """The decoder's two tf.functions, built once per process: tracing one costs about
     0.3 s, and a worker runs one decoder per split."""
     with _BUILD_LOCK:
         if (size, crop) in _FUNCTIONS:
@@ -231,30 +230,9 @@ def _decoder_functions(size: int, crop: float) -> tuple[Callable, Callable, Call
         def native(encoded: tf.Tensor) -> tf.Tensor:
             return tf.io.decode_image(encoded, channels=3, expand_animations=False)
 
-        @tf.function(
-            input_signature=[tf.TensorSpec([None], tf.uint8), tf.TensorSpec([None, 2], tf.int64)]
-        )
-        def resize_crops(flat: tf.Tensor, shapes: tf.Tensor) -> tf.Tensor:
-            """eval_resize of each crop of `shapes` [B, 2], their RGB pixels concatenated
-            in `flat`: one call for a chunk's crops of every size."""
-            ends = tf.cumsum(shapes[:, 0] * shapes[:, 1] * 3)
-
-            def one(index: tf.Tensor) -> tf.Tensor:
-                end = ends[index]
-                start = end - shapes[index, 0] * shapes[index, 1] * 3
-                image = tf.reshape(flat[start:end], tf.concat([shapes[index], [3]], 0))
-                return eval_resize(image, size)
-
-            return tf.map_fn(
-                one,
-                tf.range(tf.shape(shapes, out_type=tf.int64)[0]),
-                fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8),
-            )
-
         eval_batch.get_concrete_function()  # traced under the lock, once
-        resize_crops.get_concrete_function()
-        _FUNCTIONS[size, crop] = eval_batch, native, resize_crops
-        return eval_batch, native, resize_crops
+        _FUNCTIONS[size, crop] = eval_batch, native
+        return eval_batch, native
 
 
 class BatchDecoder:
@@ -264,7 +242,7 @@ class BatchDecoder:
     def __init__(self, image_size: int, crop_fraction: float):
         self._image_size = image_size
         self._crop_fraction = crop_fraction
-        self._functions_built: tuple[Callable, Callable, Callable] | None = None
+        self._functions_built: tuple[Callable, Callable] | None = None
         self._threads: ThreadPoolExecutor | None = None
 
     def __getstate__(self) -> dict:
@@ -297,7 +275,7 @@ class BatchDecoder:
                 )
         return self._threads.submit(_reduce_chunk, self, images, native, strict_headers)
 
-    def _functions(self) -> tuple[Callable, Callable, Callable]:
+    def _functions(self) -> tuple[Callable, Callable]:
         if self._functions_built is None:
             self._functions_built = _decoder_functions(self._image_size, self._crop_fraction)
         return self._functions_built
@@ -322,11 +300,6 @@ class BatchDecoder:
         """eval_images' [offset_y, offset_x, height, width] crop of images of `shapes`
         [(height, width)]."""
         return center_crop_windows(tf.constant(shapes, tf.int32), self._crop_fraction).numpy()
-
-    def resize_crops(self, flat: np.ndarray, shapes: np.ndarray) -> np.ndarray:
-        """eval_images' resize of each crop of `shapes` [B, 2] (height, width), their
-        RGB pixels concatenated in `flat`: [B, S, S, 3]."""
-        return self._functions()[2](flat, shapes).numpy()
 
 
 def _decode_chunk(
@@ -425,33 +398,15 @@ def _decode_strictly(
     fits = windows[:, 2].astype(np.int64) * windows[:, 3] * 3 < strict_jpeg.MAX_OUTPUT_BYTES
     candidates = [candidate for candidate, fit in zip(candidates, fits, strict=True) if fit]
     windows = windows[fits]
-    if not candidates:
-        return {}, {}
-    # Decoded into one buffer, which TensorFlow resizes without a copy (a chunk of
-    # photos' crops is tens of MB, and each copy of it costs about as much as a decode).
-    shapes = windows[:, 2:].astype(np.int64)
-    ends = np.cumsum(shapes[:, 0] * shapes[:, 1] * 3)
-    flat: np.ndarray = np.empty(int(ends[-1]), np.uint8)
-    crops = [
-        flat[end - height * width * 3 : end].reshape(height, width, 3)
-        for end, (height, width) in zip(ends, shapes, strict=True)
-    ]
+    size = decoder.image_size
+    out = np.empty((len(candidates), size, size, 3), np.uint8)
     pixels, errors = {}, {}
-    for (index, _), window, crop in zip(candidates, windows, crops, strict=True):
+    for (index, _), window, image_pixels in zip(candidates, windows, out, strict=True):
         try:
-            if strict_jpeg.crop_decode(lib, images[index].encoded, tuple(window), crop):
-                pixels[index] = crop
+            if strict_jpeg.decode(lib, images[index].encoded, tuple(window), image_pixels):
+                pixels[index] = image_pixels
         except strict_jpeg.StrictJpegError as e:
             errors[index] = f"{_CORRUPT_JPEG}{e}"
-    size = decoder.image_size
-    if pixels and any(crop.shape[:2] != (size, size) for crop in pixels.values()):
-        # All of them, as eval_images does (the same size is the identity).
-        resized = decoder.resize_crops(flat, shapes)
-        pixels = {
-            index: resized[position]
-            for position, (index, _) in enumerate(candidates)
-            if index in pixels
-        }
     return pixels, errors
 
 

@@ -1,10 +1,11 @@
-"""The strict crop-decode of strict_jpeg.c: the eval pixels of a JPEG from the one decode
-that also checks it.
+"""The strict decode of strict_jpeg.c: the eval pixels of a JPEG from the one decode that
+also checks it.
 
 TensorFlow decodes a JPEG with corrupt data behind valid markers into garbage without a
 word. The library makes the same libjpeg calls as TensorFlow's crop-decode in
-`eval_images`, so its pixels are TensorFlow's, bit for bit, but libjpeg's warnings are
-errors. The statistics then need no second, checking decode (see analyze.py).
+`eval_images`, and resizes the crop as `eval_images` does, so its pixels are TensorFlow's,
+bit for bit, but libjpeg's warnings are errors. The statistics then need no second,
+checking decode (see analyze.py).
 
 The library is built by `make env` (strict_jpeg_build) into the artifact cache, or into
 the package folder by the Dockerfile. Without it, `library()` is None and the statistics
@@ -50,11 +51,11 @@ def library() -> ctypes.CDLL | None:
     for path in library_paths():
         if os.path.exists(path):
             lib = ctypes.CDLL(path)
-            lib.imgpipe_strict_crop_decode.restype = ctypes.c_int
-            lib.imgpipe_strict_crop_decode.argtypes = [
+            lib.imgpipe_strict_decode.restype = ctypes.c_int
+            lib.imgpipe_strict_decode.argtypes = [
                 ctypes.c_char_p,
                 ctypes.c_ulong,
-                *[ctypes.c_int] * 4,
+                *[ctypes.c_int] * 6,
                 ctypes.c_void_p,
                 ctypes.c_char_p,
                 ctypes.c_int,
@@ -69,13 +70,15 @@ def library() -> ctypes.CDLL | None:
     return None
 
 
-def crop_decode(
+def decode(
     lib: ctypes.CDLL, encoded: bytes, window: tuple[int, int, int, int], out: np.ndarray
 ) -> bool:
-    """Decodes the window (offset_y, offset_x, height, width) of a JPEG into `out`, a
-    C-contiguous uint8 [height, width, 3], as `tf.image.decode_and_crop_jpeg` decodes it.
-    False (and `out` unset) for an image this decoder leaves to TensorFlow: CMYK or
-    YCCK, a window outside the frame, or one too large.
+    """Decodes the window (offset_y, offset_x, height, width) of a JPEG and resizes it into
+    `out`, a C-contiguous uint8 [out_height, out_width, 3], as `eval_images` does: as
+    `tf.image.decode_and_crop_jpeg` decodes the window, then as `eval_resize` resizes it
+    (the window itself when `out` is its size). False (and `out` unset) for an image this
+    decoder leaves to TensorFlow: CMYK or YCCK, a window outside the frame, or one too
+    large.
 
     Raises:
       StrictJpegError: libjpeg found the data corrupt or truncated.
@@ -83,16 +86,20 @@ def crop_decode(
     offset_y, offset_x, height, width = window
     if height * width * 3 >= MAX_OUTPUT_BYTES:
         return False
-    if out.shape != (height, width, 3) or out.dtype != np.uint8 or not out.flags.c_contiguous:
-        raise ValueError(f"out must be C-contiguous uint8 {(height, width, 3)}, got {out.shape}")
+    if len(out.shape) != 3 or out.shape[2] != 3 or out.dtype != np.uint8:
+        raise ValueError(f"out must be uint8 [height, width, 3], got {out.dtype} {out.shape}")
+    if not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous")
     reason = ctypes.create_string_buffer(_REASON_SIZE)
-    status = lib.imgpipe_strict_crop_decode(
+    status = lib.imgpipe_strict_decode(
         encoded,
         len(encoded),
         offset_y,
         offset_x,
         height,
         width,
+        out.shape[0],
+        out.shape[1],
         out.ctypes.data,
         reason,
         _REASON_SIZE,

@@ -27,11 +27,15 @@ ARTIFACTS_ENV = "IMGPIPE_ARTIFACTS"
 HEADERS_PACKAGE = "libjpeg62-turbo-dev"
 # The runtime library TensorFlow's decoder is matched against (tests/test_strict_jpeg.py).
 RUNTIME_LIBRARY = "libjpeg.so.62"
+# -ffp-contract=off: the resize must round as TensorFlow's kernel does, with no fused
+# multiply-adds.
+COMPILE_FLAGS = ("-O2", "-ffp-contract=off", "-fPIC", "-shared", "-Wall", "-Werror")
 
 
 def source_key() -> str:
+    """The source's and the flags' hash: a change to either builds a new library."""
     with open(SOURCE, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
+        return hashlib.sha256(f.read() + " ".join(COMPILE_FLAGS).encode()).hexdigest()[:16]
 
 
 def cached_library_path(artifacts: str) -> str:
@@ -91,8 +95,8 @@ def build(out_path: str, artifacts: str | None, bundle_libjpeg: bool = False) ->
     includes = [f"-I{folder}" for folder in _header_dirs(artifacts)]
     partial = f"{out_path}.{os.getpid()}.partial"
     subprocess.run(
-        ["cc", "-O2", "-fPIC", "-shared", "-Wall", "-Werror", *includes, "-o", partial, SOURCE]
-        + ["-Wl,-rpath,$ORIGIN", f"-l:{RUNTIME_LIBRARY}"],
+        ["cc", *COMPILE_FLAGS, *includes, "-o", partial, SOURCE]
+        + ["-Wl,-rpath,$ORIGIN", f"-l:{RUNTIME_LIBRARY}", "-lm"],
         check=True,
     )
     if bundle_libjpeg:
