@@ -167,7 +167,8 @@ def test_every_pod_meets_the_restricted_standard_as_the_compiled_steps_user():
     from imgpipe.pipelines.kubeflow.compiler import security_context
 
     pods = [d for _, d in DOCUMENTS if d["kind"] == "Pod"]
-    assert pods
+    pods += [d["spec"]["template"] for _, d in DOCUMENTS if d["kind"] == "Deployment"]
+    assert len(pods) >= 2
     for pod in pods:
         pod_context = pod["spec"]["securityContext"]
         assert pod_context["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -240,3 +241,80 @@ def test_the_flink_deployment_matches_the_local_cluster_and_runs_the_worker_pool
     assert pool["command"][-1] == "apache_beam.runners.worker.worker_pool_main"
     assert pool["args"] == [f"--service_port={flink.WORKER_POOL_PORT}"]
     assert pool["securityContext"]["runAsUser"] == images.RUNTIME_UID
+
+
+def _job_server() -> tuple[dict, dict]:
+    """The job server's Deployment and its Service."""
+    (deployment,) = [d for _, d in DOCUMENTS if d["kind"] == "Deployment"]
+    (service,) = [d for _, d in DOCUMENTS if d["kind"] == "Service"]
+    return deployment, service
+
+
+def test_the_job_server_is_the_local_clusters_and_reaches_the_flink_deployment():
+    from imgpipe.pipelines.engines import flink
+
+    deployment, service = _job_server()
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    image, tag = container["image"].rsplit(":", 1)
+    assert image == f"apache/beam_flink{flink.FLINK_MINOR}_job_server"
+    assert tag == flink.BEAM_RUNNER_VERSION
+    args = dict(arg.removeprefix("--").split("=", 1) for arg in container["args"])
+    # The operator names the JobManager's REST service <name>-rest, on Flink's port 8081.
+    assert args["flink-master"] == f"{_flink_deployment()['metadata']['name']}-rest:8081"
+    assert service["metadata"]["namespace"] == deployment["metadata"]["namespace"] == "imgpipe"
+    assert service["spec"]["selector"].items() <= pod_labels(deployment).items()
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"job": int(args["job-port"]), "artifact": int(args["artifact-port"])}
+    assert {port["port"] for port in service["spec"]["ports"]} == set(ports.values())
+
+
+def test_the_taskmanagers_read_the_artifacts_the_job_server_stages():
+    deployment, _ = _job_server()
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = dict(arg.removeprefix("--").split("=", 1) for arg in container["args"])
+    staged = args["artifacts-dir"]
+
+    def claim_mounts(pod_spec: dict, container: dict) -> dict[str, str]:
+        claims = {
+            v["name"]: v["persistentVolumeClaim"]["claimName"]
+            for v in pod_spec.get("volumes", [])
+            if "persistentVolumeClaim" in v
+        }
+        return {
+            m["mountPath"]: claims[m["name"]]
+            for m in container.get("volumeMounts", [])
+            if m["name"] in claims
+        }
+
+    def claim_of(mounts: dict[str, str]) -> str | None:
+        for path, claim in mounts.items():
+            if staged == path or staged.startswith(path.rstrip("/") + "/"):
+                return claim
+        return None
+
+    job_server_claim = claim_of(claim_mounts(pod, container))
+    assert job_server_claim is not None
+    taskmanager = _flink_deployment()["spec"]["taskManager"]["podTemplate"]["spec"]
+    (flink_container,) = [
+        c for c in taskmanager["containers"] if c["name"] == "flink-main-container"
+    ]
+    assert claim_of(claim_mounts(taskmanager, flink_container)) == job_server_claim
+
+
+def test_the_flink_deployment_has_the_local_clusters_taskmanager_memory():
+    from imgpipe.pipelines.engines import flink
+
+    spec = _flink_deployment()["spec"]
+    assert spec["taskManager"]["resource"]["memory"] == flink.TASKMANAGER_PROCESS_SIZE
+    configured = {
+        key: value
+        for key, value in spec["flinkConfiguration"].items()
+        if key.startswith("taskmanager.memory.")
+    }
+    assert configured == flink.TASKMANAGER_MEMORY
+
+
+def pod_labels(deployment: dict) -> dict:
+    return deployment["spec"]["template"]["metadata"]["labels"]

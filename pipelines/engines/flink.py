@@ -37,6 +37,22 @@ JOB_SERVER_ARTIFACT = "beam-flink-job-server"
 JOB_SERVER_COORDINATES = f"org.apache.beam:beam-runners-flink-{FLINK_MINOR}:{BEAM_RUNNER_VERSION}"
 _JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
 SLOTS = 2
+# The TaskManager's memory, here and in k8s/flink-deployment.yaml.
+TASKMANAGER_PROCESS_SIZE = "4096m"
+TASKMANAGER_MEMORY = {
+    # TFDV's statistics pipeline has many shuffles; each needs network buffers per
+    # channel, more than Flink's default share (10%) gives.
+    "taskmanager.memory.network.min": "640m",
+    "taskmanager.memory.network.max": "640m",
+    # Beam's data plane to the SDK workers (gRPC on Netty) allocates direct memory
+    # outside Flink's network buffers; with none budgeted, a 30,000-image conversion
+    # failed with "OutOfMemoryError: Direct buffer memory" (benchmarks/scale.py).
+    "taskmanager.memory.task.off-heap.size": "512m",
+    # Flink's default gives 40% to managed memory (its sorts and joins), which left the
+    # task heap 102 MB of a 3 GB TaskManager: a 300,000-image conversion ran out of heap.
+    # Beam's batch GroupByKeys sort in 512 MB; the task heap gets 1.6 GB.
+    "taskmanager.memory.managed.size": "512m",
+}
 # The worker pool's port in `imgpipe engine flink` and in the sidecar of
 # k8s/flink-deployment.yaml.
 WORKER_POOL_PORT = 50000
@@ -165,15 +181,8 @@ def write_config(conf_dir: str, work_dir: str, rest_port: int, rpc_port: int) ->
         # container may not resolve.
         "taskmanager.resource-id": "imgpipe-taskmanager-1",
         "taskmanager.numberOfTaskSlots": SLOTS,
-        "taskmanager.memory.process.size": "3072m",
-        # Beam's data plane to the SDK workers (gRPC on Netty) allocates direct memory
-        # outside Flink's network buffers; with none budgeted, a 30,000-image conversion
-        # failed with "OutOfMemoryError: Direct buffer memory" (benchmarks/scale.py).
-        "taskmanager.memory.task.off-heap.size": "512m",
-        # TFDV's statistics pipeline has many shuffles; each needs network buffers per
-        # channel, more than Flink's default share (10%) gives.
-        "taskmanager.memory.network.min": "640m",
-        "taskmanager.memory.network.max": "640m",
+        "taskmanager.memory.process.size": TASKMANAGER_PROCESS_SIZE,
+        **TASKMANAGER_MEMORY,
         "parallelism.default": SLOTS,
         "io.tmp.dirs": tmp_dir,
         "web.tmpdir": tmp_dir,
