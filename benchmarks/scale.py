@@ -299,16 +299,28 @@ def extrapolate(runs: dict, cores: int, images: int = IMAGENET_IMAGES) -> dict:
             "error": "the wall time did not grow with the images: the fixed cost's "
             "variation hides the per-image cost at these sizes; measure larger ones"
         }
-    same_count = [m for m in synthetic if m["images"] == photos["images"]]
-    if same_count:
-        per_byte_s = (photos["wall_s"] - same_count[0]["wall_s"]) / (
-            photos["source_bytes"] - same_count[0]["source_bytes"]
-        )
+    if "photos_large" in runs:
+        # Marginal costs between two photo runs: the fixed cost, and its variation from
+        # run to run (a minute on Flink), cancel out.
+        large, large_resized = runs["photos_large"], runs["photos_resize_large"]
+        extra_images = large["images"] - photos["images"]
+        per_photo_s = (large["wall_s"] - photos["wall_s"]) / extra_images
+        photo_bytes = (large["source_bytes"] - photos["source_bytes"]) / extra_images
+        per_byte_s = (per_photo_s - per_image_s) / photo_bytes
+        per_resized_photo_s = (large_resized["wall_s"] - resized["wall_s"]) / extra_images
+        per_resize_s = per_resized_photo_s - per_photo_s
     else:
-        rest = photos["wall_s"] - fixed_s - photos["images"] * per_image_s
-        per_byte_s = rest / photos["source_bytes"]
+        same_count = [m for m in synthetic if m["images"] == photos["images"]]
+        if same_count:
+            per_byte_s = (photos["wall_s"] - same_count[0]["wall_s"]) / (
+                photos["source_bytes"] - same_count[0]["source_bytes"]
+            )
+        else:
+            rest = photos["wall_s"] - fixed_s - photos["images"] * per_image_s
+            per_byte_s = rest / photos["source_bytes"]
+        per_resize_s = (resized["wall_s"] - photos["wall_s"]) / photos["images"]
     per_byte_s = max(0.0, per_byte_s)
-    per_resize_s = max(0.0, (resized["wall_s"] - photos["wall_s"]) / photos["images"])
+    per_resize_s = max(0.0, per_resize_s)
     avg_bytes = IMAGENET_BYTES / IMAGENET_IMAGES
     listing_fixed, listing_per = fit([(m["images"], m["listing_s"]) for m in synthetic])
     _, task_per = fit([(m["images"], m["task_file_bytes"]) for m in synthetic])
@@ -354,12 +366,14 @@ def run(
     sizes: Iterable[int] = DEFAULT_SIZES,
     engines: dict[str, Engine] | None = None,
     work_root: str | None = None,
+    large_photos: str | None = None,
 ) -> dict:
     """Measures every size on every engine and extrapolates; the synthetic data is removed.
 
     Args:
       photos: the bench's photo folder (real ImageNet-sized JPEGs), for the per-byte and
         the resize costs.
+      large_photos: a larger folder of such photos, for those costs at the margin.
       sizes: the synthetic sizes.
       engines: by name; the in-process DirectRunner by default.
       work_root: where the synthetic data is written (a temporary folder by default).
@@ -383,6 +397,9 @@ def run(
     for name, engine in engines.items():
         runs[name]["photos"] = _run_measurement(photos, engine)
         runs[name]["photos_resize"] = _run_measurement(photos, engine, resize=True)
+        if large_photos is not None:
+            runs[name]["photos_large"] = _run_measurement(large_photos, engine)
+            runs[name]["photos_resize_large"] = _run_measurement(large_photos, engine, resize=True)
         synthetic = runs[name]["synthetic"]
         last, before = synthetic[-1], synthetic[-2]
         runs[name]["marginal_img_s"] = round(
@@ -402,7 +419,9 @@ def run(
     return figures
 
 
-def run_engines(photos: str, sizes: Iterable[int], flink: bool = False) -> dict:
+def run_engines(
+    photos: str, sizes: Iterable[int], flink: bool = False, large_photos: str | None = None
+) -> dict:
     """`run` on the in-process DirectRunner, and on a local Flink cluster too if asked
     (started here, and stopped however the run ends).
 
@@ -410,7 +429,7 @@ def run_engines(photos: str, sizes: Iterable[int], flink: bool = False) -> dict:
       SystemExit: a one-line set-up error when the Flink cluster cannot be started.
     """
     if not flink:
-        return run(photos, sizes, {"direct": DIRECT})
+        return run(photos, sizes, {"direct": DIRECT}, large_photos=large_photos)
     from imgpipe.pipelines.engines import artifacts
     from imgpipe.pipelines.engines import flink as flink_engine
 
@@ -425,7 +444,8 @@ def run_engines(photos: str, sizes: Iterable[int], flink: bool = False) -> dict:
         assert cluster.supervisor is not None
         pool = [s.process.pid for s in cluster.supervisor.servers if s.name == "worker-pool"]
         flink_run = Engine(cluster.beam_args(), pool, lambda: _flink_exchanged_bytes(cluster))
-        return run(photos, sizes, {"direct": DIRECT, "flink": flink_run})
+        engines = {"direct": DIRECT, "flink": flink_run}
+        return run(photos, sizes, engines, large_photos=large_photos)
 
 
 def _flink_exchanged_bytes(cluster) -> int | None:

@@ -109,3 +109,32 @@ def test_extrapolate_refuses_runs_whose_time_does_not_grow():
         "photos_resize": _run(3000, 184.0, 3000 * 40_000),
     }
     assert "error" in scale.extrapolate(runs, cores=2)
+
+
+def test_extrapolate_takes_the_photo_costs_at_the_margin_when_a_larger_photo_run_is_given():
+    """Photo runs whose fixed cost is not the synthetic runs' (a minute more, as varied on
+    Flink) still give the true per-byte and resize costs: from the larger run over the
+    smaller one, in which that fixed cost cancels out."""
+    mb = 2**20
+
+    def wall(images: int, source_bytes: int, fixed: float, resize: bool = False) -> float:
+        return fixed + images * 2e-4 + source_bytes / mb * 0.01 + (images * 1e-3 if resize else 0)
+
+    # The synthetic images are tiny: their bytes cost nothing measurable.
+    runs = {"synthetic": [_run(n, wall(n, 0, 60.0), n * 800) for n in (30000, 300000)]}
+    for suffix, images in (("", 3000), ("_large", 30000)):
+        source_bytes = images * 40_000
+        runs["photos" + suffix] = _run(images, wall(images, source_bytes, 110.0), source_bytes)
+        runs["photos_resize" + suffix] = _run(
+            images, wall(images, source_bytes, 50.0, resize=True), source_bytes
+        )
+    model = scale.extrapolate(runs, cores=2, images=1_000_000)
+    assert model["fixed_s"] == pytest.approx(60.0, abs=0.01)
+    assert model["per_image_ms"] == pytest.approx(0.2, rel=0.01)
+    assert model["per_mb_ms"] == pytest.approx(10, rel=0.01)
+    assert model["resize_per_image_ms"] == pytest.approx(1.0, rel=0.01)
+
+    # The same runs without the larger ones: the photo run's extra 50 s of fixed cost
+    # lands in the per-byte cost (about 435 ms a MB instead of 10).
+    del runs["photos_large"], runs["photos_resize_large"]
+    assert scale.extrapolate(runs, cores=2, images=1_000_000)["per_mb_ms"] > 400
