@@ -399,7 +399,7 @@ def _decode_strictly(
     candidates = [candidate for candidate, fit in zip(candidates, fits, strict=True) if fit]
     windows = windows[fits]
     size = decoder.image_size
-    out = np.empty((len(candidates), size, size, 3), np.uint8)
+    out: np.ndarray = np.empty((len(candidates), size, size, 3), np.uint8)
     pixels, errors = {}, {}
     for (index, _), window, image_pixels in zip(candidates, windows, out, strict=True):
         try:
