@@ -127,7 +127,12 @@ chroot_exec() {
       case "$arg" in --*=/*) arg="${arg#*=}" ;; esac
       case "$arg" in /?*) ;; *) continue ;; esac
       rest="${arg#/}"; top="/${rest%%/*}"
-      case "$top" in /tmp|/root|/lost+found) continue ;; esac
+      case "$top" in
+        /tmp|/lost+found) continue ;;
+        # The rootfs keeps its own /root (HOME: its caches and settings): bind the
+        # folder below it instead.
+        /root) rest="${rest#root/}"; [ -n "$rest" ] && [ "$rest" != root ] || continue; top="/root/${rest%%/*}" ;;
+      esac
       [ -d "$top" ] && [ ! -L "$top" ] || continue
       case " ${binds[*]} " in *" $top "*) ;; *) binds+=("$top") ;; esac
     done

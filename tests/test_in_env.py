@@ -95,8 +95,12 @@ def test_a_tmpfs_below_the_repository_is_the_same_tmpfs_inside(tmp_path):
         shutil.rmtree(base)
 
 
-def test_a_path_in_the_arguments_outside_tmp_and_the_repository_is_the_same_inside(tmp_path):
-    base = f"/imgpipe-in-env-test-{tmp_path.name}"  # a top folder of its own
+@pytest.mark.parametrize("parent", ["/", "/root/"], ids=["top-folder", "below-root"])
+def test_a_path_in_the_arguments_outside_tmp_and_the_repository_is_the_same_inside(
+    tmp_path, parent
+):
+    # A top folder of its own, or a folder in /root, which the rootfs keeps as its HOME.
+    base = f"{parent}imgpipe-in-env-test-{tmp_path.name}"
     os.makedirs(base)
     try:
         output = run_in_chroot(base, WRITE_TO_A_PATH_IN_THE_ARGUMENTS)
