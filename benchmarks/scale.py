@@ -300,10 +300,13 @@ def extrapolate(runs: dict, cores: int, images: int = IMAGENET_IMAGES) -> dict:
             "variation hides the per-image cost at these sizes; measure larger ones"
         }
     if "photos_large" in runs:
-        # Marginal costs between two photo runs: the fixed cost, and its variation from
-        # run to run (a minute on Flink), cancel out.
+        # Marginal costs between two photo runs: the fixed cost cancels out (a minute on
+        # Flink, where it lands in the per-byte cost otherwise). Its variation between the
+        # two runs does not: seconds, over the extra images.
         large, large_resized = runs["photos_large"], runs["photos_resize_large"]
         extra_images = large["images"] - photos["images"]
+        if extra_images <= 0 or large["source_bytes"] <= photos["source_bytes"]:
+            raise ValueError("the larger photo run must have more images and bytes")
         per_photo_s = (large["wall_s"] - photos["wall_s"]) / extra_images
         photo_bytes = (large["source_bytes"] - photos["source_bytes"]) / extra_images
         per_byte_s = (per_photo_s - per_image_s) / photo_bytes

@@ -237,6 +237,8 @@ def check_cost(examples_dir: str, options: AnalysisOptions, repeats: int) -> dic
     rates = {name: max(rate for rate, _ in runs) for name, runs in measured.items()}
     cpu = {name: sorted(ms for _, ms in runs)[len(runs) // 2] for name, runs in measured.items()}
     return {
+        # Without the library, strict_decode is the two-decode fallback.
+        "strict_library_loaded": strict_jpeg.library() is not None,
         "images_per_s": {name: round(rate, 1) for name, rate in rates.items()},
         "cpu_ms_per_image": {name: round(ms, 3) for name, ms in cpu.items()},
         "strict_decode_vs_unchecked": round(rates["strict_decode"] / rates["unchecked"], 3),

@@ -125,15 +125,24 @@ chroot_exec() {
     binds=()
     for arg in "$@"; do
       case "$arg" in --*=/*) arg="${arg#*=}" ;; esac
-      case "$arg" in /?*) ;; *) continue ;; esac
+      case "$arg" in /*) ;; *) continue ;; esac
+      # Normalised first (no ., .. or //), symlinks left alone: "/root//x" or "/./x"
+      # must not bind / or all of /root.
+      arg="$(realpath -m -s -- "$arg")"
       rest="${arg#/}"; top="/${rest%%/*}"
       case "$top" in
-        /tmp|/lost+found) continue ;;
+        /|/tmp|/lost+found) continue ;;
         # The rootfs keeps its own /root (HOME: its caches and settings): bind the
         # folder below it instead.
-        /root) rest="${rest#root/}"; [ -n "$rest" ] && [ "$rest" != root ] || continue; top="/root/${rest%%/*}" ;;
+        /root)
+          rest="${rest#root}"; rest="${rest#/}"
+          [ -n "$rest" ] || continue
+          top="/root/${rest%%/*}" ;;
       esac
-      [ -d "$top" ] && [ ! -L "$top" ] || continue
+      if [ ! -e "$top" ] && ! is_system_dir "$top"; then
+        echo "bin/in-env: warning: $top does not exist here, so $arg is the environment'"'"'s own: create $top first to see it outside" >&2
+      fi
+      [ -d "$top" ] && [ ! -L "$top" ] && [ ! -L "$rootfs$top" ] || continue
       case " ${binds[*]} " in *" $top "*) ;; *) binds+=("$top") ;; esac
     done
     binds+=(/tmp "$repo")

@@ -51,28 +51,32 @@ if [ -e "$base/tmpfs/file" ]; then echo "the file went to the disk below the tmp
 
 
 # $1: a folder outside /tmp and the repository, which the command is given only as an
-# argument (--output=PATH), from /, which is not bound.
+# argument (--output=$2/tmpfs: $2 is $1, however spelled), from /, which is not bound. The
+# rootfs's own /root (its HOME) is a tmpfs with a marker, which must stay in view.
 WRITE_TO_A_PATH_IN_THE_ARGUMENTS = r"""
 set -eu
-base="$1"
+base="$1" spelled="$2"
 cd /
 source "$REPO/bin/env-common.sh"
 mount --bind / /mnt
+mount -t tmpfs imgpipe-in-env-test-home /mnt/root
+touch /mnt/root/rootfs-home
 mkdir -p "$base/tmpfs"
 mount -t tmpfs imgpipe-in-env-test "$base/tmpfs"
 chroot_exec /mnt /bin/sh -c \
-  'out="${1#--output=}"; echo written inside > "$out/file"; stat -f -c %T "$out"' \
-  sh "--output=$base/tmpfs"
+  'out="${1#--output=}"; echo written inside > "$out/file"; stat -f -c %T "$out"
+   if [ -e /root/rootfs-home ]; then echo rootfs home kept; fi' \
+  sh "--output=$spelled/tmpfs"
 cat "$base/tmpfs/file"
 umount "$base/tmpfs"
 if [ -e "$base/tmpfs/file" ]; then echo "the file went to the disk below the tmpfs"; fi
 """
 
 
-def run_in_chroot(base: str, script: str = WRITE_THROUGH_CHROOT_EXEC) -> str:
+def run_in_chroot(base: str, script: str = WRITE_THROUGH_CHROOT_EXEC, *args: str) -> str:
     result = subprocess.run(
         ["unshare", "--mount", "--propagation", "unchanged", "bash", "-c", ENTER_A_MOUNTED_ROOT]
-        + [script, base],
+        + [script, base, *args],
         env={**os.environ, "REPO": REPO},
         capture_output=True,
         text=True,
@@ -95,15 +99,20 @@ def test_a_tmpfs_below_the_repository_is_the_same_tmpfs_inside(tmp_path):
         shutil.rmtree(base)
 
 
-@pytest.mark.parametrize("parent", ["/", "/root/"], ids=["top-folder", "below-root"])
+@pytest.mark.parametrize(
+    "parent,spelling",
+    [("/", "/"), ("/", "/./"), ("/root/", "/root/"), ("/root/", "//root/../root//")],
+    ids=["top-folder", "top-folder-dot", "below-root", "below-root-unnormalised"],
+)
 def test_a_path_in_the_arguments_outside_tmp_and_the_repository_is_the_same_inside(
-    tmp_path, parent
+    tmp_path, parent, spelling
 ):
     # A top folder of its own, or a folder in /root, which the rootfs keeps as its HOME.
-    base = f"{parent}imgpipe-in-env-test-{tmp_path.name}"
+    name = f"imgpipe-in-env-test-{tmp_path.name}"
+    base = parent + name
     os.makedirs(base)
     try:
-        output = run_in_chroot(base, WRITE_TO_A_PATH_IN_THE_ARGUMENTS)
-        assert output.splitlines() == ["tmpfs", "written inside"]
+        output = run_in_chroot(base, WRITE_TO_A_PATH_IN_THE_ARGUMENTS, spelling + name)
+        assert output.splitlines() == ["tmpfs", "rootfs home kept", "written inside"]
     finally:
         shutil.rmtree(base)

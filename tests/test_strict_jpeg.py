@@ -128,6 +128,27 @@ def test_the_strict_resize_gives_tensorflows_pixels_at_any_size_and_output_size(
             )
 
 
+def test_the_strict_resize_keeps_height_and_width_apart():
+    """Off-centre, non-square windows into non-square outputs, against TensorFlow's own
+    crop-decode and resize with eval_images' rounding: a swap of the two axes anywhere
+    would show."""
+    lib = strict_jpeg.library()
+    assert lib is not None
+    rng = np.random.default_rng(11)
+    noise = rng.integers(0, 256, (301, 457, 3), np.uint8)
+    data = simplejpeg.encode_jpeg(noise, 85, colorsubsampling="420")
+    for window, out_shape in (
+        ((13, 40, 200, 377), (96, 160)),
+        ((0, 3, 301, 120), (250, 31)),
+        ((100, 0, 51, 457), (17, 229)),
+    ):
+        pixels = np.empty((*out_shape, 3), np.uint8)
+        assert strict_jpeg.decode(lib, data, window, pixels)
+        crop = tf.image.decode_and_crop_jpeg(data, window, channels=3)
+        expected = tf.cast(tf.image.resize(tf.cast(crop, tf.float32), out_shape) + 0.5, tf.uint8)
+        np.testing.assert_array_equal(pixels, expected.numpy(), err_msg=f"{window} {out_shape}")
+
+
 def _scan(data: bytes) -> tuple[int, int]:
     """The first scan's entropy-coded data: [start, end)."""
     header = data.index(SOS)

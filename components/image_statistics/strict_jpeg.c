@@ -89,7 +89,7 @@ static void resize_bilinear(const unsigned char *crop, long height, long width,
    into `out` (out_height x out_width x 3 RGB): the crop itself when they are the same
    size. Returns DECODED; CORRUPT with libjpeg's reason in `reason`; or NOT_HERE for an
    image left to TensorFlow: CMYK or YCCK (TensorFlow converts those to RGB itself), a
-   window outside the frame, or an empty output. */
+   window outside the frame, an empty output, or no memory for the decode. */
 int imgpipe_strict_decode(const unsigned char *data, unsigned long size, int crop_y,
                           int crop_x, int crop_height, int crop_width, int out_height,
                           int out_width, unsigned char *out, char *reason, int reason_size) {
@@ -98,7 +98,10 @@ int imgpipe_strict_decode(const unsigned char *data, unsigned long size, int cro
   unsigned char *volatile row = NULL;
   /* The crop, when it is resized; interpolation weights after it. */
   unsigned char *volatile crop = NULL;
+  /* What a jump back to setjmp returns: out of memory is no verdict on the data. */
+  volatile int failure = CORRUPT;
 
+  error.message[0] = '\0';
   cinfo.err = jpeg_std_error(&error.manager);
   error.manager.error_exit = stop;
   error.manager.emit_message = stop_on_warning;
@@ -107,7 +110,7 @@ int imgpipe_strict_decode(const unsigned char *data, unsigned long size, int cro
     free(row);
     free(crop);
     jpeg_destroy_decompress(&cinfo);
-    return CORRUPT;
+    return failure;
   }
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data, size);
@@ -122,8 +125,8 @@ int imgpipe_strict_decode(const unsigned char *data, unsigned long size, int cro
   jpeg_start_decompress(&cinfo);
   if (crop_x < 0 || crop_y < 0 || crop_width < 1 || crop_height < 1 || out_width < 1 ||
       out_height < 1 ||
-      (JDIMENSION)(crop_x + crop_width) > cinfo.output_width ||
-      (JDIMENSION)(crop_y + crop_height) > cinfo.output_height) {
+      (unsigned long)crop_x + (unsigned long)crop_width > cinfo.output_width ||
+      (unsigned long)crop_y + (unsigned long)crop_height > cinfo.output_height) {
     jpeg_destroy_decompress(&cinfo);
     return NOT_HERE;
   }
@@ -141,7 +144,7 @@ int imgpipe_strict_decode(const unsigned char *data, unsigned long size, int cro
     const size_t aligned = (crop_bytes + 15) & ~(size_t)15;
     crop = malloc(aligned + sizeof(struct interpolation) * ((size_t)out_width + out_height));
     if (crop == NULL) {
-      snprintf(error.message, sizeof error.message, "out of memory");
+      failure = NOT_HERE;
       longjmp(error.jump, 1);
     }
     crop_pixels = crop;
@@ -150,7 +153,7 @@ int imgpipe_strict_decode(const unsigned char *data, unsigned long size, int cro
   }
   row = malloc((size_t)cinfo.output_width * 3);
   if (row == NULL) {
-    snprintf(error.message, sizeof error.message, "out of memory");
+    failure = NOT_HERE;
     longjmp(error.jump, 1);
   }
   for (int line = 0; line < crop_height; line++) {

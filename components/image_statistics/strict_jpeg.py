@@ -77,19 +77,19 @@ def decode(
     `out`, a C-contiguous uint8 [out_height, out_width, 3], as `eval_images` does: as
     `tf.image.decode_and_crop_jpeg` decodes the window, then as `eval_resize` resizes it
     (the window itself when `out` is its size). False (and `out` unset) for an image this
-    decoder leaves to TensorFlow: CMYK or YCCK, a window outside the frame, or one too
-    large.
+    decoder leaves to TensorFlow: CMYK or YCCK, a window outside the frame, one too large,
+    or no memory to decode it.
 
     Raises:
       StrictJpegError: libjpeg found the data corrupt or truncated.
     """
-    offset_y, offset_x, height, width = window
+    offset_y, offset_x, height, width = (int(value) for value in window)
     if height * width * 3 >= MAX_OUTPUT_BYTES:
         return False
     if len(out.shape) != 3 or out.shape[2] != 3 or out.dtype != np.uint8:
         raise ValueError(f"out must be uint8 [height, width, 3], got {out.dtype} {out.shape}")
-    if not out.flags.c_contiguous:
-        raise ValueError("out must be C-contiguous")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("out must be C-contiguous and writeable")
     reason = ctypes.create_string_buffer(_REASON_SIZE)
     status = lib.imgpipe_strict_decode(
         encoded,
