@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from imgpipe.pipelines.engines import flink
-from tests import imagegen
+from tests import imagegen, outputs
 
 pytestmark = pytest.mark.engine
 
@@ -30,16 +30,6 @@ def _imgpipe(*argv: str) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def _files(root: str) -> dict[str, bytes]:
-    found = {}
-    for folder, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(folder, name)
-            with open(path, "rb") as f:
-                found[os.path.relpath(path, root)] = f.read()
-    return found
-
-
 def test_convert_and_stats_on_flink_match_the_direct_runner(cluster, tmp_path):
     src = str(tmp_path / "src")
     imagegen.make_image_folder(src, {"cat": 6, "dog": 6})
@@ -47,7 +37,7 @@ def test_convert_and_stats_on_flink_match_the_direct_runner(cluster, tmp_path):
     _imgpipe(*convert, str(tmp_path / "direct"))
     _imgpipe(*convert, str(tmp_path / "flink"), "--", *cluster.beam_args())
 
-    direct, on_flink = _files(str(tmp_path / "direct")), _files(str(tmp_path / "flink"))
+    direct, on_flink = outputs.tree(str(tmp_path / "direct")), outputs.tree(str(tmp_path / "flink"))
     assert sorted(on_flink) == sorted(direct)
     assert any(name.endswith(".tfrecord") or "-of-" in name for name in direct)
     assert on_flink == direct

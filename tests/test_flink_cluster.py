@@ -13,31 +13,9 @@ import time
 import pytest
 
 from imgpipe.pipelines.engines import artifacts, flink, processes
+from tests import procfs
 
 pytestmark = pytest.mark.engine
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` is a process that has not ended (a zombie has ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                members.append(int(entry))
-    return members
 
 
 def test_the_cluster_has_two_slots_in_separate_jvms_and_stops_without_a_trace(tmp_path):
@@ -45,8 +23,8 @@ def test_the_cluster_has_two_slots_in_separate_jvms_and_stops_without_a_trace(tm
         overview = cluster.overview()
         assert cluster.supervisor is not None
         groups = {s.name: s.process.pid for s in cluster.supervisor.servers}
-        members = [pid for pgid in groups.values() for pid in _group_members(pgid)]
-        jvms = [pid for pid in members if _cmdline(pid).startswith(artifacts.java())]
+        members = [pid for pgid in groups.values() for pid in procfs.group(pgid)]
+        jvms = [pid for pid in members if procfs.is_java(pid)]
     assert overview["taskmanagers"] == 1
     assert overview["slots-total"] == 2
     assert overview["flink-version"] == flink.FLINK_VERSION
@@ -54,39 +32,17 @@ def test_the_cluster_has_two_slots_in_separate_jvms_and_stops_without_a_trace(tm
     assert sorted(groups) == ["job-server", "jobmanager", "taskmanager", "worker-pool"]
     assert len(jvms) == 3  # with the job server
     # ... and nothing of theirs is left.
-    assert [pid for pid in members if _alive(pid)] == []
+    assert procfs.living(members) == []
     assert os.path.exists(tmp_path / "logs" / "taskmanager.log")
-
-
-def _children(pid: int) -> list[int]:
-    children = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                children.append(int(entry))
-    return children
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def test_an_error_inside_the_block_stops_the_processes(tmp_path):
     with pytest.raises(RuntimeError, match="the step failed"):
         with processes.supervised(str(tmp_path)) as supervisor:
             server = supervisor.start("sleeper", ["sh", "-c", "sleep 300 & sleep 300"])
-            supervisor.wait_until(lambda: len(_group_members(server.process.pid)) >= 2, "two", 10)
+            supervisor.wait_until(lambda: len(procfs.group(server.process.pid)) >= 2, "two", 10)
             raise RuntimeError("the step failed")
-    assert _group_members(server.process.pid) == []
+    assert procfs.group(server.process.pid) == []
 
 
 def test_ctrl_c_stops_the_cluster_command_and_leaves_no_process(tmp_path):
@@ -110,7 +66,7 @@ def test_ctrl_c_stops_the_cluster_command_and_leaves_no_process(tmp_path):
         assert command.stdout is not None
         first = command.stdout.readline()
         assert "Flink" in first and "2 slots" in first, first
-        children = _children(command.pid)
+        children = procfs.children(command.pid)
         assert len(children) == 4  # JobManager, TaskManager, job server, worker pool
         os.killpg(command.pid, signal.SIGINT)
         command.wait(60)
@@ -119,7 +75,7 @@ def test_ctrl_c_stops_the_cluster_command_and_leaves_no_process(tmp_path):
             os.killpg(command.pid, signal.SIGKILL)
             command.wait()
     time.sleep(0.5)
-    assert [p for p in children if _alive(p)] == []
+    assert procfs.living(children) == []
     assert command.returncode == 0
     assert command.stdout.read().splitlines()[-1] == "Flink cluster stopped."
 
@@ -139,9 +95,9 @@ def test_a_supervisor_killed_outright_leaves_no_server(tmp_path):
     parent.kill()
     parent.wait()
     deadline = time.monotonic() + 10
-    while _alive(server) and time.monotonic() < deadline:
+    while procfs.living([server]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(server)
+    assert not procfs.living([server])
 
 
 def test_a_missing_artifact_is_a_one_line_error_naming_the_fetch(tmp_path, monkeypatch):

@@ -15,61 +15,9 @@ import pytest
 
 from imgpipe.pipelines.cli import main as imgpipe
 from imgpipe.pipelines.engines import artifacts, spark
-from tests import imagegen
+from tests import imagegen, outputs, procfs
 
 pytestmark = pytest.mark.engine
-
-
-def _stat(pid: int) -> list[str] | None:
-    """/proc/PID/stat's fields after the command name (state, ppid, pgrp, ...)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def _living(pids: list[int]) -> list[int]:
-    return [pid for pid in pids if (fields := _stat(pid)) is not None and fields[0] != "Z"]
-
-
-def _processes_where(field: int, value: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (fields := _stat(int(entry))) and int(fields[field]) == value:
-            found.append(int(entry))
-    return _living(found)
-
-
-def _group(pgid: int) -> list[int]:
-    return _processes_where(2, pgid)
-
-
-def _descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        children = _processes_where(1, todo.pop())
-        found += children
-        todo += children
-    return found
-
-
-def _is_java(pid: int) -> bool:
-    try:
-        return os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(artifacts.java())
-    except OSError:
-        return False
-
-
-def _tree_bytes(root: str) -> dict[str, bytes]:
-    """Every file under `root`, by relative path, with its bytes."""
-    files = {}
-    for folder, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(folder, name)
-            with open(path, "rb") as f:
-                files[os.path.relpath(path, root)] = f.read()
-    return files
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +44,8 @@ def test_convert_on_spark_writes_the_direct_runners_bytes_and_leaves_no_process(
         code = imgpipe([*convert[:2], str(tmp_path / "spark"), *convert[2:], *cluster.beam_args()])
         applications = cluster.status()["completedapps"]
         groups = {s.name: s.process.pid for s in cluster.supervisor.servers}
-        members = [pid for pgid in groups.values() for pid in _group(pgid)]
-        jvms = {name for name, pid in groups.items() if _is_java(pid)}
+        members = [pid for pgid in groups.values() for pid in procfs.group(pgid)]
+        jvms = {name for name, pid in groups.items() if procfs.is_java(pid)}
 
     assert code == 0
     # The job ran on the cluster, as one Beam application that finished ...
@@ -105,15 +53,15 @@ def test_convert_on_spark_writes_the_direct_runners_bytes_and_leaves_no_process(
         ("BeamApp", "FINISHED")
     ]
     # ... and wrote what the DirectRunner wrote, byte for byte: shards, reports, manifest.
-    direct = _tree_bytes(str(tmp_path / "direct"))
+    direct = outputs.tree(str(tmp_path / "direct"))
     assert any(name.startswith("Split-train/") and "-00001-of-00002" in name for name in direct)
     assert b"notes.jpg" in direct["skipped.json"]
-    assert _tree_bytes(str(tmp_path / "spark")) == direct
+    assert outputs.tree(str(tmp_path / "spark")) == direct
     # The master, the worker and the job server are three JVMs, the pool runs beside
     # them, and nothing of theirs is left.
     assert sorted(groups) == ["job-server", "master", "worker", "worker-pool"]
     assert jvms == {"job-server", "master", "worker"}
-    assert _living(members) == []
+    assert procfs.living(members) == []
     assert glob.glob(str(tmp_path / "cluster" / "**" / "*.jar"), recursive=True) == []
 
 
@@ -135,11 +83,11 @@ def test_ctrl_c_stops_the_cluster_command_and_leaves_no_process(tmp_path):
         )
         beam_args = command.stdout.readline()
         assert "--job_endpoint=" in beam_args and "--environment_type=EXTERNAL" in beam_args
-        descendants = _descendants(command.pid)
-        children = _processes_where(1, command.pid)
+        descendants = procfs.descendants(command.pid)
+        children = procfs.children(command.pid)
         # The master, the worker, the job server; and the worker pool.
         assert len(children) == 4
-        assert len([pid for pid in children if _is_java(pid)]) == 3
+        assert len([pid for pid in children if procfs.is_java(pid)]) == 3
         os.killpg(command.pid, signal.SIGINT)
         command.wait(60)
     finally:
@@ -147,7 +95,7 @@ def test_ctrl_c_stops_the_cluster_command_and_leaves_no_process(tmp_path):
             os.killpg(command.pid, signal.SIGKILL)
             command.wait()
     time.sleep(0.5)
-    assert _living(descendants) == []
+    assert procfs.living(descendants) == []
     assert command.returncode == 0
     assert command.stdout.read().splitlines()[-1] == "Spark cluster stopped."
 

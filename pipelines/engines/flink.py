@@ -128,11 +128,10 @@ class FlinkCluster:
     def beam_args(self) -> list[str]:
         """Beam arguments that run a pipeline on this cluster, its Python stages on the pool."""
         return [
-            "--runner=PortableRunner",
-            f"--job_endpoint={HOST}:{self.job_port}",
+            *processes.portable_beam_args(
+                f"{HOST}:{self.job_port}", f"{HOST}:{self.worker_pool_port}"
+            ),
             f"--parallelism={self.parallelism}",
-            "--environment_type=EXTERNAL",
-            f"--environment_config={HOST}:{self.worker_pool_port}",
         ]
 
 

@@ -204,6 +204,17 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def portable_beam_args(job_endpoint: str, worker_pool: str) -> list[str]:
+    """Beam arguments that submit to a job server and run the Python stages on an external
+    SDK worker pool (the Kubernetes sidecar pattern): what every local cluster hands out."""
+    return [
+        "--runner=PortableRunner",
+        f"--job_endpoint={job_endpoint}",
+        "--environment_type=EXTERNAL",
+        f"--environment_config={worker_pool}",
+    ]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on `host` now (a server started next may take it)."""
     with socket.socket() as s:

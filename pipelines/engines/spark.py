@@ -109,10 +109,7 @@ class SparkCluster:
     def beam_args(self) -> list[str]:
         """Beam arguments that run a pipeline on this cluster, its Python stages on the pool."""
         return [
-            "--runner=PortableRunner",
-            f"--job_endpoint={self.job_endpoint}",
-            "--environment_type=EXTERNAL",
-            f"--environment_config={HOST}:{self.worker_pool_port}",
+            *processes.portable_beam_args(self.job_endpoint, f"{HOST}:{self.worker_pool_port}"),
             f"--environment_cache_millis={ENVIRONMENT_CACHE_MILLIS}",
         ]
 
