@@ -19,7 +19,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from imgpipe.pipelines.engines import artifacts, processes
 
@@ -96,20 +96,12 @@ appender.main.layout.pattern = %d{yyyy-MM-dd HH:mm:ss,SSS} %-5p %-60c %x - %m%n
 """
 
 
-@dataclass(frozen=True)
-class FlinkCluster:
+@dataclass(frozen=True, kw_only=True)
+class FlinkCluster(processes.LocalCluster):
     """A running cluster: where Beam submits, and where its SDK workers come from."""
 
     rest_port: int
-    worker_pool_port: int
-    job_port: int
     parallelism: int = SLOTS
-    supervisor: processes.Supervisor | None = field(default=None, compare=False, repr=False)
-
-    def check_alive(self) -> None:
-        """Raises ServerFailed, with its log's tail, if a process of the cluster ended."""
-        if self.supervisor is not None:
-            self.supervisor.check_alive()
 
     @property
     def master(self) -> str:
@@ -274,9 +266,9 @@ def flink_cluster(
     conf_dir = os.path.join(work_dir, "conf")
     log_dir = os.path.join(work_dir, "logs")
     cluster = FlinkCluster(
-        rest_port or processes.free_port(HOST),
-        worker_pool_port or processes.free_port(HOST),
-        job_port or processes.free_port(HOST),
+        rest_port=rest_port or processes.free_port(HOST),
+        worker_pool_port=worker_pool_port or processes.free_port(HOST),
+        job_port=job_port or processes.free_port(HOST),
     )
     write_config(conf_dir, work_dir, cluster.rest_port, processes.free_port(HOST))
     with processes.supervised(log_dir) as supervisor:

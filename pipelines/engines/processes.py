@@ -204,6 +204,21 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
+@dataclass(frozen=True, kw_only=True)
+class LocalCluster:
+    """What every cluster started on this machine has: Beam's job server, the SDK worker
+    pool, and the supervisor of their processes once they run."""
+
+    job_port: int
+    worker_pool_port: int
+    supervisor: Supervisor | None = field(default=None, compare=False, repr=False)
+
+    def check_alive(self) -> None:
+        """Raises ServerFailed, with its log's tail, if a process of the cluster ended."""
+        if self.supervisor is not None:
+            self.supervisor.check_alive()
+
+
 def portable_beam_args(job_endpoint: str, worker_pool: str) -> list[str]:
     """Beam arguments that submit to a job server and run the Python stages on an external
     SDK worker pool (the Kubernetes sidecar pattern): what every local cluster hands out."""

@@ -27,7 +27,7 @@ import socket
 import sys
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from imgpipe.pipelines.engines import artifacts, processes
 
@@ -77,20 +77,12 @@ JAVA_MODULE_OPTIONS = (
 )
 
 
-@dataclass(frozen=True)
-class SparkCluster:
+@dataclass(frozen=True, kw_only=True)
+class SparkCluster(processes.LocalCluster):
     """Where a running cluster listens, and the Beam arguments that use it."""
 
     master_port: int
     master_ui_port: int
-    job_port: int
-    worker_pool_port: int
-    supervisor: processes.Supervisor | None = field(default=None, compare=False, repr=False)
-
-    def check_alive(self) -> None:
-        """Raises ServerFailed, with its log's tail, if a process of the cluster ended."""
-        if self.supervisor is not None:
-            self.supervisor.check_alive()
 
     @property
     def master_url(self) -> str:
@@ -174,10 +166,10 @@ def spark_cluster(work_dir: str) -> Iterator[SparkCluster]:
     lib = job_server_lib()
     java_bin = artifacts.java()
     cluster = SparkCluster(
-        processes.free_port(HOST),
-        processes.free_port(HOST),
-        processes.free_port(HOST),
-        processes.free_port(HOST),
+        master_port=processes.free_port(HOST),
+        master_ui_port=processes.free_port(HOST),
+        job_port=processes.free_port(HOST),
+        worker_pool_port=processes.free_port(HOST),
     )
     log_dir = os.path.join(work_dir, "logs")
     worker_dir = os.path.join(work_dir, "worker")
