@@ -161,17 +161,14 @@ def apply_settings(values: dict[str, Any], settings: Sequence[str]) -> dict[str,
     Raises:
       ValueError: a setting that is not KEY=VALUE, or a value that is not YAML.
     """
-    import yaml
+    from imgpipe.pipelines import bounded_yaml
 
     merged = copy.deepcopy(values)
     for setting in settings:
         key, sep, text = setting.partition("=")
         if not sep or not key or any(not part for part in key.split(".")):
             raise ValueError(f"--set takes section.key=VALUE, got {setting!r}")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ValueError(f"--set {key}: {text!r} is not YAML: {e}") from None
+        value = bounded_yaml.load(text, f"--set {key}")
         *parents, last = key.split(".")
         node = merged
         for part in parents:
@@ -193,19 +190,15 @@ def load(path: str | None, settings: Sequence[str] = (), **overrides: Any) -> Pi
     Example:
       load("pipeline.yaml", ["evaluator.tolerance=0.02"], data_root="/data/flowers")
     """
-    import yaml
-
     from imgpipe.components.common import fileio
+    from imgpipe.pipelines import bounded_yaml
 
     values: dict[str, Any] = {}
     if path:
         if not fileio.exists(path):
             raise ValueError(f"config file {path} does not exist")
         with fileio.open_file(path, "r") as f:
-            try:
-                loaded = yaml.safe_load(f.read())
-            except yaml.YAMLError as e:
-                raise ValueError(f"{path}: {yaml_problem(e)}") from None
+            loaded = bounded_yaml.load(f.read(), path)
         if loaded is not None and not isinstance(loaded, dict):
             raise ValueError(
                 f"{path}: the top level must be a mapping, got {type(loaded).__name__}"
@@ -218,10 +211,9 @@ def load(path: str | None, settings: Sequence[str] = (), **overrides: Any) -> Pi
 
 def yaml_problem(error: Exception) -> str:
     """'not valid YAML: line N, column M: <problem>' of a YAML error, on one line."""
-    mark = getattr(error, "problem_mark", None)
-    problem = getattr(error, "problem", None) or str(error)
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    return f"not valid YAML: {where}{' '.join(problem.split())}"
+    from imgpipe.pipelines import bounded_yaml
+
+    return bounded_yaml.problem(error)
 
 
 def to_dict(config: PipelineConfig) -> dict[str, Any]:
