@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import getpass
 import os
+import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,6 +49,21 @@ from imgpipe.components.trainer.config import TrainerConfig
 from imgpipe.pipelines.kubeflow.config import KubeflowConfig
 
 # Keys of the first release's config, and where each went.
+
+
+def _user_work_dir() -> str:
+    """A temporary folder of this user's own: on a shared machine, one user's runs never
+    land in, or are refused by, another's folders."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # a container's uid with no passwd entry
+        user = str(os.getuid())
+    return os.path.join(tempfile.gettempdir(), "imgpipe-" + re.sub(r"[^\w.-]", "_", user))
+
+
+# Where local runs and the demo work unless told otherwise.
+DEFAULT_WORK_DIR = _user_work_dir()
+
 MOVED_KEYS = {
     "model": "trainer (backbone, image_size, epochs, batch_size, train_steps, eval_steps, "
     "mixed_precision) and evaluator (accuracy_threshold)",
@@ -80,8 +98,8 @@ class PipelineConfig:
 
     pipeline_name: str = "image-classifier"
     data_root: str = ""
-    pipeline_root: str = "/tmp/imgpipe/pipeline-root"
-    serving_dir: str = "/tmp/imgpipe/serving"
+    pipeline_root: str = os.path.join(DEFAULT_WORK_DIR, "pipeline-root")
+    serving_dir: str = os.path.join(DEFAULT_WORK_DIR, "serving")
     metadata_path: str | None = None
     enable_cache: bool = True
     beam_args: tuple[str, ...] = ()

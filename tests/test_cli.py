@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from imgpipe.pipelines import cli
-from imgpipe.pipelines.cli import errors
+from imgpipe.pipelines.cli import chatter, errors
 from tests import imagegen
 from tests.outputs import tree
 
@@ -368,3 +368,86 @@ def test_convert_takes_beam_options_after_the_separator(tmp_path, capsys):
     argv = ["convert", src, str(out), "--no-progress", "--shards", "1", "--"]
     assert cli.main([*argv, *IN_PROCESS]) == 0
     assert "images written   2" in capsys.readouterr().out
+
+
+@pytest.mark.component
+def test_a_run_prints_its_summary_without_the_libraries_chatter_unless_verbose(tmp_path):
+    """TensorFlow's C++ notes (oneDNN, CUDA, absl's banner) are dropped on their way to
+    stderr, from this process and its Beam workers; --verbose shows them."""
+    src = str(tmp_path / "src")
+    imagegen.make_image_folder(src, {"a": 3, "b": 3})
+    stderr = {}
+    for flags in ([], ["--verbose"]):
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "imgpipe.pipelines.cli",
+                *flags,
+                "convert",
+                src,
+                str(tmp_path / f"out{len(flags)}"),
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "images written   6" in result.stdout
+        stderr[bool(flags)] = result.stderr.splitlines()
+    chatty = [line for line in stderr[True] if chatter.is_chatter(line.encode())]
+    assert chatty, "nothing to filter: the test shows nothing"
+    assert not [line for line in stderr[False] if chatter.is_chatter(line.encode())]
+    assert not [line for line in stderr[False] if not line.startswith("warning: ")]
+
+
+@pytest.mark.unit
+def test_chatter_is_told_from_what_the_user_reads():
+    assert chatter.is_chatter(
+        b"I0000 00:00:1795635749.416393   29778 port.cc:153] oneDNN custom operations are on."
+    )
+    assert chatter.is_chatter(
+        b"E0000 00:00:1795635749.4 29778 cuda_executor.cc:1228] failed call to cuInit: x"
+    )
+    assert chatter.is_chatter(
+        b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+    )
+    assert not chatter.is_chatter(b"F0000 00:00:17.1 29778 a.cc:1] Check failed: x")
+    assert not chatter.is_chatter(b"imgpipe: error: /x: no such folder")
+    assert not chatter.is_chatter(b"warning: class 'a' lost every file")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["convert", "no-such-folder", "out"],
+        ["stats", "no-such-folder"],
+        ["stats", ".", "--baseline", "no-such-file"],
+    ],
+)
+def test_a_path_error_comes_before_tensorflow_and_beam_load(tmp_path, argv):
+    code = (
+        "import sys\n"
+        "from imgpipe.pipelines import cli\n"
+        f"code = cli.main({argv!r})\n"
+        "heavy = sorted({'tensorflow', 'apache_beam'} & set(sys.modules))\n"
+        "print(code, heavy)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.split("\n")[0] == "1 []", result.stderr
+    assert "no such" in result.stderr or "does not exist" in result.stderr
+
+
+@pytest.mark.unit
+def test_default_work_folders_are_the_users_own():
+    from imgpipe.pipelines import config as cfg
+
+    assert os.path.basename(cfg.DEFAULT_WORK_DIR).startswith("imgpipe-")
+    assert os.path.basename(cfg.DEFAULT_WORK_DIR) != "imgpipe-"
+    config = cfg.PipelineConfig()
+    for folder in (config.pipeline_root, config.serving_dir):
+        assert folder.startswith(cfg.DEFAULT_WORK_DIR + os.sep)

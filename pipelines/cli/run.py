@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from imgpipe.components.image_example_gen.options import flat_splits
+from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines import sample_photos
 from imgpipe.pipelines.cli.errors import UserError
 from imgpipe.pipelines.cli.settings import add_set_argument
@@ -51,7 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "from Debian's opencv-doc) into WORKDIR/data and runs the pipeline "
         "locally with a small model.",
     )
-    demo.add_argument("--workdir", default="/tmp/imgpipe-demo", metavar="DIR")
+    demo.add_argument(
+        "--workdir",
+        default=os.path.join(cfg.DEFAULT_WORK_DIR, "demo"),
+        metavar="DIR",
+        help="where the photos, the pipeline root and the pushed model go (default %(default)s)",
+    )
     demo.add_argument(
         "--per-class",
         type=int,
@@ -64,7 +70,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_local(args: argparse.Namespace) -> int:
     from imgpipe.components.common import fileio
-    from imgpipe.pipelines import config as cfg
 
     if not fileio.isdir(args.data):
         raise UserError(
@@ -82,7 +87,6 @@ def run_local(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from imgpipe.pipelines import config as cfg
 
     workdir = os.path.abspath(args.workdir)
     data_root = os.path.join(workdir, "data")

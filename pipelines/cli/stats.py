@@ -11,6 +11,7 @@ from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
 from imgpipe.components.common.printable import printable
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.trainer.config import TrainerConfig
+from imgpipe.pipelines.cli import paths
 from imgpipe.pipelines.cli.errors import UserError
 
 if TYPE_CHECKING:  # image_stats loads TensorFlow, which `imgpipe --help` need not
@@ -130,6 +131,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    no_examples = (
+        f"{args.examples_dir}: no such folder; give the output folder of "
+        "`imgpipe convert` or an Examples artifact's folder"
+    )
+    no_baseline = (
+        f"--baseline {args.baseline} does not exist: give an {layout.IMAGE_STATS_FILE}, "
+        "a folder holding one, or a serving directory"
+    )
+    # Local paths are checked before TensorFlow and Beam load (seconds), object stores after.
+    paths.require_local_folder(args.examples_dir, no_examples)
+    if args.baseline is not None:
+        paths.require_local_path(args.baseline, no_baseline)
+    for path in (args.json, args.html):
+        paths.refuse_local_file_on_the_way(os.path.dirname(path) or ".")
+
     import tempfile
 
     import apache_beam as beam
@@ -142,10 +158,7 @@ def run(args: argparse.Namespace) -> int:
     from imgpipe.pipelines.beam_args import local_beam_args
 
     if not fileio.isdir(args.examples_dir):
-        raise UserError(
-            f"{args.examples_dir}: no such folder; give the output folder of "
-            "`imgpipe convert` or an Examples artifact's folder"
-        )
+        raise UserError(no_examples)
     spec.validate_geometry(args.image_size, args.crop_fraction)
     config = config_loader.from_dict(
         StatisticsConfig,
@@ -167,10 +180,7 @@ def run(args: argparse.Namespace) -> int:
     drift_baseline = None
     if args.baseline is not None:
         if not fileio.exists(args.baseline):
-            raise FileNotFoundError(
-                f"--baseline {args.baseline} does not exist: give an {layout.IMAGE_STATS_FILE}, "
-                "a folder holding one, or a serving directory"
-            )
+            raise FileNotFoundError(no_baseline)
         drift_baseline = baseline.from_path(args.baseline)
     options = analysis_options(args.image_size, args.crop_fraction, config)
     pipeline_args = local_beam_args(args.extra_args)
