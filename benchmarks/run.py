@@ -40,7 +40,9 @@ def machine() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--images", type=int, default=3000)
-    parser.add_argument("--only", choices=["convert", "stats", "input", "scale", "cli"], action="append")
+    parser.add_argument(
+        "--only", choices=["convert", "stats", "input", "scale", "cli"], action="append"
+    )
     parser.add_argument(
         "--scale",
         type=_sizes,
