@@ -10,6 +10,7 @@ local paths take the direct route. Behaviour is the same either way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import shutil
@@ -280,11 +281,17 @@ def write_atomic(path: str, data: bytes) -> None:
         return
     local = local_path(path)
     temporary = local + ATOMIC_TEMP_SUFFIX
-    with open(temporary, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, local)
+    try:
+        with open(temporary, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, local)
+    except OSError as e:
+        # Nothing half-written stays behind, and the error names the file it was for.
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise OSError(e.errno, e.strerror, path) from e
 
 
 def free_bytes(path: str) -> int | None:

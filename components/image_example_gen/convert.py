@@ -28,6 +28,7 @@ from imgpipe.components.common import (
     artifacts,
     config_loader,
     conversion_summary,
+    disk_full,
     fileio,
     label_map,
     layout,
@@ -233,7 +234,7 @@ def run_conversion(
                 progress_dir,
             )
         except Exception as e:
-            if free_space.is_out_of_space(e):
+            if disk_full.is_out_of_space(e):
                 raise free_space.out_of_space(output_dir, plan.source_bytes) from e
             raise
         phases.reached(phases.PUBLISHED)

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from imgpipe.components.common import fileio, image_stats
+    from imgpipe.components.common import disk_full, fileio, image_stats
     from imgpipe.components.image_statistics import anomalies, baseline, spec
     from imgpipe.components.image_statistics.executor import analysis_options
     from imgpipe.components.image_statistics.produce import produce
@@ -185,20 +185,31 @@ def run(args: argparse.Namespace) -> int:
     options = analysis_options(args.image_size, args.crop_fraction, config)
     pipeline_args = local_beam_args(args.extra_args)
     with tempfile.TemporaryDirectory(prefix="imgpipe-stats-") as work:
-        produced = produce(
-            args.examples_dir,
-            None,
-            work,
-            options,
-            config,
-            make_pipeline=lambda: beam.Pipeline(options=PipelineOptions(pipeline_args)),
-            baseline=drift_baseline,
-        )
-    for path in (args.json, args.html):
-        if os.path.dirname(path):
-            fileio.makedirs(os.path.dirname(path))
-    image_stats.write_file(args.json, produced.stats)
-    fileio.write_atomic(args.html, produced.html.encode())
+        try:
+            produced = produce(
+                args.examples_dir,
+                None,
+                work,
+                options,
+                config,
+                make_pipeline=lambda: beam.Pipeline(options=PipelineOptions(pipeline_args)),
+                baseline=drift_baseline,
+            )
+        except Exception as e:
+            if disk_full.is_out_of_space(e):
+                raise disk_full.explain(e, "imgpipe stats", f"{work} (TMPDIR)") from e
+            raise
+    try:
+        for path in (args.json, args.html):
+            if os.path.dirname(path):
+                fileio.makedirs(os.path.dirname(path))
+        # The report first: the statistics, which readers act on, come whole and last.
+        fileio.write_atomic(args.html, produced.html.encode())
+        image_stats.write_file(args.json, produced.stats)
+    except Exception as e:
+        if disk_full.is_out_of_space(e):
+            raise disk_full.explain(e, "imgpipe stats", args.json) from e
+        raise
     print_summary(produced.stats, args.json, args.html)
     return 1 if anomalies.blocking(produced.anomalies, config) else 0
 
