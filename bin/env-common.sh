@@ -55,19 +55,6 @@ artifact_cache_host() {
   if [ "$(env_mode)" = rootfs ]; then echo "$(rootfs_dir)/opt/imgpipe-artifacts"; else echo "$ENV_CACHE/artifacts"; fi
 }
 
-# The checkout's import root: imgpipe.components and imgpipe.pipelines are links to the
-# top-level folders, as pyproject.toml's package-dir maps them in an installed
-# distribution. Made on first use; build/ is ignored by git.
-namespace_root() {
-  local root="$REPO_ROOT/build/namespace"
-  if [ ! -L "$root/imgpipe/components" ] || [ ! -L "$root/imgpipe/pipelines" ]; then
-    mkdir -p "$root/imgpipe"
-    ln -sfn ../../../components "$root/imgpipe/components"
-    ln -sfn ../../../pipelines "$root/imgpipe/pipelines"
-  fi
-  echo "$root"
-}
-
 die() {
   echo "imgpipe env: $*" >&2
   exit 1

@@ -64,7 +64,7 @@ def apply(
     same_labels = list(champion.labels) == list(labels)
     try:
         source = model_lib.build_model(
-            dataclasses.replace(config, weights=None), len(champion.labels), normalization
+            config, len(champion.labels), normalization, load_weights=False
         )
         # Keras loads what matches and warns about the rest: compare architectures first.
         if champion.weight_shapes() != export.weight_shapes(source):

@@ -24,9 +24,19 @@ import warnings
 from collections.abc import Iterator
 
 VERBOSE_FLAG = "--verbose"
-# Python loggers whose warnings are the libraries' own business: ml-metadata's ZetaSQL
-# fallbacks through absl, TensorFlow's deprecation notices (several lines each).
-CHATTY_LOGGERS = ("absl", "tensorflow")
+# TensorFlow's deprecation notices (several lines each) below ERROR.
+CHATTY_LOGGERS = {"tensorflow": logging.ERROR}
+# absl's logger carries the project's own warnings and the libraries' (TFX's and
+# ml-metadata's ZetaSQL fallbacks, "Execution 6 failed" before the command's own one-line
+# error): only the project's pass.
+SHARED_LOGGER = "absl"
+_OURS = f"{os.sep}imgpipe{os.sep}"
+
+
+def _ours_or_fatal(record: logging.LogRecord) -> bool:
+    return _OURS in record.pathname or record.levelno >= logging.CRITICAL
+
+
 VERBOSE_ENV = "IMGPIPE_VERBOSE"
 
 # Lines in absl/glog's format ("I0000 00:00:17956.. 12568 port.cc:153] ...") at INFO,
@@ -61,19 +71,21 @@ def quiet_stderr(enabled: bool) -> Iterator[None]:
     os.close(write_end)
     copier = threading.Thread(target=_copy, args=(read_end, real), daemon=True)
     copier.start()
-    saved_filters = warnings.filters[:]
-    # Libraries' warnings (deprecations, TFX's and Beam's notices); the project's own stay.
-    warnings.filterwarnings("ignore", module=r"^(?!imgpipe)")
     loggers = [logging.getLogger(name) for name in CHATTY_LOGGERS]
     levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
+    for logger, level in zip(loggers, CHATTY_LOGGERS.values(), strict=True):
+        logger.setLevel(level)
+    shared = logging.getLogger(SHARED_LOGGER)
+    shared.addFilter(_ours_or_fatal)
     try:
-        yield
+        with warnings.catch_warnings():
+            # Libraries' warnings (deprecations, TFX's and Beam's notices); ours stay.
+            warnings.filterwarnings("ignore", module=r"^(?!imgpipe)")
+            yield
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
-        warnings.filters[:] = saved_filters
+        shared.removeFilter(_ours_or_fatal)
         sys.stderr.flush()
         os.dup2(real, 2)
         copier.join(timeout=5)
