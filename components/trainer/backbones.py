@@ -30,8 +30,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import keras
 
-    from imgpipe.components.trainer.config import TrainerConfig
-
 MOBILENET_V3_SMALL = "mobilenet_v3_small"
 EFFICIENTNET_V2_B0 = "efficientnet_v2_b0"
 EFFICIENTNET_V2_S = "efficientnet_v2_s"
@@ -48,7 +46,9 @@ CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)
 # build(shape, weights, config, pretrained): weights is None, "imagenet" or a local file;
 # pretrained lays the backbone out as its pretrained weights expect (keras' own
 # preprocessing layers included), whether or not `weights` loads them here.
-Builder = Callable[[tuple[int, int, int], "str | None", "TrainerConfig", bool], "keras.Model"]
+# The config is a TrainerConfig, which reads this table: Any here, so neither imports the
+# other's module both ways.
+Builder = Callable[[tuple[int, int, int], "str | None", Any, bool], "keras.Model"]
 
 
 @dataclasses.dataclass(frozen=True)
