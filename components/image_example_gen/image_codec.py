@@ -59,7 +59,10 @@ def convert_image(data: bytes, options: ImageOptions) -> tuple[EncodedImage, hdr
     hdr.check_complete(data, header)
     if not needs_pixels(header, options):
         if options.verify == VERIFY_DECODE:
+            # The statistics' policy: libjpeg's strict decode, and what is kept as it is
+            # must decode in TensorFlow, which trains and serves on these bytes.
             decode(data, header, min_side=None)
+            check_tensorflow_decodes(data, header)
         return EncodedImage(
             data, header.format, header.height, header.width, header.channels, reencoded=False
         ), header
@@ -77,6 +80,21 @@ def convert_image(data: bytes, options: ImageOptions) -> tuple[EncodedImage, hdr
     height, width = pixels.shape[:2]
     channels = 1 if pixels.ndim == 2 else pixels.shape[2]
     return EncodedImage(encoded, fmt, height, width, channels, reencoded=True), header
+
+
+def check_tensorflow_decodes(data: bytes, header: hdr.ImageHeader) -> None:
+    """Raises ImageDecodeError, with TensorFlow's own words, when TensorFlow's decoder
+    refuses the JPEG or PNG bytes that training and serving would read."""
+    import tensorflow as tf
+
+    from imgpipe.components.common import tf_errors
+
+    try:
+        tf.io.decode_image(data, channels=0, expand_animations=False)
+    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as e:
+        raise ImageDecodeError(
+            f"undecodable {header.format} for TensorFlow: {tf_errors.op_error_reason(e.message)}"
+        ) from e
 
 
 def check_pixels(data: bytes, header: hdr.ImageHeader, max_pixels: int) -> None:

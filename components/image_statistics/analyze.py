@@ -487,7 +487,11 @@ def analyze_batch(
     for record in records:
         image = parse_record(record)
         try:
-            parsed.append((image, image_header.read_header(image.encoded)))
+            header = image_header.read_header(image.encoded)
+            # Bounded work for any record, converted here or not: bombs and JPEG codings
+            # TensorFlow cannot decode are failures, as at conversion.
+            image_header.check_complete(image.encoded, header)
+            parsed.append((image, header))
         except image_header.ImageHeaderError as e:
             accumulator.add_failure(image.path, str(e))
     headers = {id(image): header for image, header in parsed}
