@@ -451,3 +451,30 @@ def test_default_work_folders_are_the_users_own():
     config = cfg.PipelineConfig()
     for folder in (config.pipeline_root, config.serving_dir):
         assert folder.startswith(cfg.DEFAULT_WORK_DIR + os.sep)
+
+
+@pytest.mark.unit
+def test_every_statistics_setting_is_a_stats_flag_with_its_docstring():
+    """A new StatisticsConfig field is a flag with no other edit: named after it (or as an
+    earlier release named it), typed, with its default and its docstring's first sentence."""
+    import argparse
+    import dataclasses
+
+    from imgpipe.components.image_statistics.config import StatisticsConfig
+    from imgpipe.pipelines.cli import dataclass_flags, stats
+
+    parser = argparse.ArgumentParser()
+    stats.register(parser.add_subparsers())
+    (command,) = parser._subparsers._group_actions[0].choices.values()
+    flags = command.get_default("statistics_flags")
+    assert {flag.field for flag in flags} == {f.name for f in dataclasses.fields(StatisticsConfig)}
+    docs = dataclass_flags.field_docs(StatisticsConfig)
+    text = command.format_help()
+    for flag in flags:
+        assert flag.option in text
+        assert flag.option == "--" + stats.FLAG_NAMES.get(flag.field, flag.field).replace("_", "-")
+        assert dataclass_flags.first_sentence(docs[flag.field])[:30] in " ".join(text.split())
+    args = command.parse_args([".", "--leakage-threshold", "0.2", "--no-verify-images"])
+    values = dataclass_flags.values(args, flags)
+    assert values["leakage_threshold"] == 0.2 and values["verify_images"] is False
+    assert values["drift_std_ratio"] == StatisticsConfig().drift_std_ratio

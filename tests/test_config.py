@@ -265,21 +265,10 @@ def test_the_cli_takes_its_defaults_from_the_types():
         eval_split="holdout",
     )
     stats_args = parser.parse_args(["stats", "examples"])
-    defaults = StatisticsConfig()
-    assert (
-        stats_args.thumbnails,
-        stats_args.native,
-        stats_args.leakage_threshold,
-        stats_args.min_supported_fraction,
-        stats_args.fail_on_anomalies,
-        stats_args.verify_images,
-    ) == (
-        defaults.sample_thumbnails,
-        defaults.native_resolution,
-        defaults.leakage_threshold,
-        defaults.min_supported_fraction,
-        defaults.fail_on_anomalies,
-        defaults.verify_images,
+    from imgpipe.pipelines.cli import dataclass_flags
+
+    assert dataclass_flags.values(stats_args, stats_args.statistics_flags) == dataclasses.asdict(
+        StatisticsConfig()
     )
     assert stats_args.image_size == TrainerConfig().input_size
 
