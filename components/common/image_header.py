@@ -230,6 +230,9 @@ ARITHMETIC_BLOCKS_PER_BYTE = 64
 # decode. Encoders write 10 at most (libjpeg's and mozjpeg's scripts); libjpeg-turbo's
 # own scan limit (TJPARAM_SCANLIMIT, djpeg -maxscans) exists for the same reason.
 MAX_JPEG_SCANS = 100
+# The largest image, in pixels, the conversion takes (ImageOptions.max_pixels) and the
+# served model decodes (serving_limits), unless set otherwise.
+DEFAULT_MAX_PIXELS = 100_000_000
 # min_bytes_note: the lower bounds behind ImageHeader.min_bytes, each a property of the
 # coding, so no valid file falls below them:
 #   Huffman-coded JPEG: each 8x8 block of the full-resolution component takes at least
@@ -240,7 +243,7 @@ MAX_JPEG_SCANS = 100
 #     stands for fewer than 4096 (2730, in fact).
 #   uncompressed BMP: every row, padded to 4 bytes, is stored; RLE has no floor.
 #   WebP: the RIFF header gives the file's length.
-_DEFLATE_MAX_RATIO = 1032
+DEFLATE_MAX_RATIO = 1032
 LZW_MAX_PIXELS_PER_BYTE = 4096
 
 
@@ -355,7 +358,7 @@ def _png_header(data: bytes) -> ImageHeader:
         channels,
         mode,
         bit_depth,
-        min_bytes=height * raw_row // _DEFLATE_MAX_RATIO,
+        min_bytes=height * raw_row // DEFLATE_MAX_RATIO,
         animated=b"acTL" in before_idat,
     )
 
