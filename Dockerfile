@@ -17,8 +17,8 @@
 ARG BUILD_BASE=python:3.13-trixie@sha256:c68b61ac211bc17bda0dfabff372246fd7dbb7dceaeabdb01cd6042a197c53c2
 ARG RUNTIME_BASE=python:3.13-slim-trixie@sha256:9662417aace5ae7b8e2609cce472b72a8958e134ba372808abe9cc1a0c0125e6
 
-# ---- build stage: compilers, wheels and the lock stay here ----------------------------
-FROM ${BUILD_BASE} AS build
+# ---- deps stage: the lock in a venv; compilers and wheels stay here ---------------------
+FROM ${BUILD_BASE} AS deps
 
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/venv
@@ -46,6 +46,10 @@ RUN set -e; cd /tmp; \
     pip install --require-virtualenv --no-index --find-links /tmp/wheels --require-hashes --no-deps -r build-tools.lock; \
     pip install --require-virtualenv --no-index --find-links /tmp/wheels --no-build-isolation --require-hashes --no-deps -r image.lock; \
     pip check
+RUN find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +
+
+# ---- build stage: the project, installed into that venv --------------------------------
+FROM deps AS build
 
 # The statistics' strict JPEG decoder, built into the package (strict_jpeg_build.py)
 # with the libjpeg it links beside it, so the runtime stage needs no system package. The
@@ -64,6 +68,7 @@ RUN [ -e /usr/include/jpeglib.h ] || { apt-get update \
 COPY pyproject.toml /src/
 COPY components /src/components
 COPY pipelines /src/pipelines
+ARG VARIANT=cpu
 ARG IMAGE_TAG
 RUN set -e; test -n "$IMAGE_TAG" || { echo "IMAGE_TAG is not set: build with make image" >&2; exit 1; }; \
     cp /tmp/strict-jpeg/* /src/components/image_statistics/; \
@@ -71,14 +76,21 @@ RUN set -e; test -n "$IMAGE_TAG" || { echo "IMAGE_TAG is not set: build with mak
     printf '"""Written by the Dockerfile: the tag and variant of the image this package is in."""\n\nTAG = "%s"\nVARIANT = "%s"\n' \
       "$IMAGE_TAG" "$VARIANT" > /src/pipelines/_image_build.py; \
     pip install --require-virtualenv --no-deps --no-build-isolation /src; \
-    find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +
+    find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +; \
+    site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"; \
+    mkdir -p "/opt/project$site" /opt/project/opt/venv/bin; \
+    cp -a "$site/imgpipe" "$site"/tfx_image_pipeline-*.dist-info "/opt/project$site/"; \
+    cp -a /opt/venv/bin/imgpipe /opt/project/opt/venv/bin/
 
 # ---- runtime stage: the base, the venv and a non-root user; no compilers -------------
 FROM ${RUNTIME_BASE}
 
 RUN groupadd --gid 1000 imgpipe \
  && useradd --uid 1000 --gid imgpipe --create-home --shell /usr/sbin/nologin imgpipe
-COPY --from=build /opt/venv /opt/venv
+# The lock's venv, then the project's files in it (/opt/project mirrors their paths): a
+# source edit adds a small layer, not another copy of the whole venv.
+COPY --from=deps /opt/venv /opt/venv
+COPY --from=build /opt/project/ /
 ENV PATH=/opt/venv/bin:$PATH \
     LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1 \

@@ -71,12 +71,15 @@ def global_args(text: str) -> dict[str, str]:
 
 
 DOCKERFILE = read("Dockerfile")
-BUILD, RUNTIME = stages(DOCKERFILE)
+DEPS, PROJECT, RUNTIME = stages(DOCKERFILE)
+# The two stages before the runtime's: the lock's venv (deps), then the project (build).
+BUILD = DEPS + PROJECT
 
 
 def test_the_bases_are_args_whose_defaults_are_debian_13_and_python_3_13_pinned_by_digest():
     bases = global_args(DOCKERFILE)
-    assert BUILD[0] == ("FROM", "${BUILD_BASE} AS build")
+    assert DEPS[0] == ("FROM", "${BUILD_BASE} AS deps")
+    assert PROJECT[0] == ("FROM", "deps AS build")
     assert RUNTIME[0] == ("FROM", "${RUNTIME_BASE}")
     assert re.fullmatch(r"python:3\.13-trixie@sha256:[0-9a-f]{64}", bases["BUILD_BASE"])
     assert re.fullmatch(r"python:3\.13-slim-trixie@sha256:[0-9a-f]{64}", bases["RUNTIME_BASE"])
@@ -285,7 +288,8 @@ def test_runtime_stage_is_small_and_non_root():
     runs = " ".join(rest for keyword, rest in RUNTIME if keyword == "RUN")
     assert "apt-get" not in runs and "pip install" not in runs  # build tools stay behind
     assert not [rest for keyword, rest in RUNTIME if keyword == "COPY" and "wheels" in rest]
-    assert ("COPY", "--from=build /opt/venv /opt/venv") in RUNTIME
+    copies = [rest for keyword, rest in RUNTIME if keyword == "COPY"]
+    assert copies == ["--from=deps /opt/venv /opt/venv", "--from=build /opt/project/ /"]
     users = [rest for keyword, rest in RUNTIME if keyword == "USER"]
     assert users and users[-1].split(":")[0] not in ("0", "root")
     assert keywords.index("USER") > keywords.index("COPY")
@@ -310,7 +314,7 @@ def test_a_bare_docker_build_of_the_checkout_sends_nothing():
 def test_every_file_the_build_copies_is_an_input_of_the_tag():
     copied = set()
     for keyword, rest in BUILD:
-        if keyword == "COPY" and not rest.startswith("--from"):
+        if keyword == "COPY":
             copied.update(rest.split()[:-1])
     copied.discard("wheels")  # keyed by the lock's hash, which is an input
     inputs = images.IMAGE_INPUTS

@@ -158,3 +158,32 @@ def test_an_unknown_base_mode_is_named():
     )
     assert failed.returncode == 1
     assert "IMGPIPE_IMAGE_BASE='ubuntu': use one of auto, registry, debian" in failed.stderr
+
+
+def test_the_registry_probe_takes_any_answer_and_gives_up_on_none(monkeypatch):
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Unauthorized(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - a registry's /v2/ answers 401 to anonymous clients
+            assert self.path == "/v2/"
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    build_image_module = load_build_image()
+    server = HTTPServer(("127.0.0.1", 0), Unauthorized)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("IMGPIPE_REGISTRY_URL", f"http://127.0.0.1:{server.server_port}")
+        assert build_image_module.registry_answers()
+    finally:
+        server.shutdown()
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("IMGPIPE_REGISTRY_URL", f"http://127.0.0.1:{closed.getsockname()[1]}")
+        assert not build_image_module.registry_answers()
