@@ -97,8 +97,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     TF_CPP_MIN_LOG_LEVEL=1
 ARG IMAGE_TAG
 ARG VARIANT=cpu
+ARG RUNTIME_BASE
 LABEL org.opencontainers.image.title="tfx-image-pipeline" \
       org.opencontainers.image.version="$IMAGE_TAG" \
+      org.opencontainers.image.base.name="$RUNTIME_BASE" \
       io.github.tfx-image-pipeline.variant="$VARIANT"
 
 USER 1000:1000

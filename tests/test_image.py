@@ -50,6 +50,7 @@ def test_the_baked_tag_is_the_tag_computed_from_the_checkout(image, facts):
     assert (facts["runtime_image"], facts["gpu_image"]) == (images.RUNTIME_IMAGE, images.GPU_IMAGE)
     labels = containers.docker_client().images.get(image).labels
     assert labels["org.opencontainers.image.version"] == images.TAG
+    assert labels["org.opencontainers.image.base.name"]  # which base: registry's or Debian's
 
 
 def test_the_runtime_has_no_compilers(facts):
