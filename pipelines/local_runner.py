@@ -214,7 +214,9 @@ def evaluation_lines(evaluation_uri: str | None) -> list[str]:
         return [f"evaluation           {evaluation_uri or 'not produced'}"]
     champion = result.champion
     if champion.metrics is not None:
-        against = f"champion {champion.version}: {champion.metrics.accuracy:.4f}"
+        against = f"champion {champion.version}: {champion.metrics.accuracy:.4f}" + (
+            f" ({champion.note})" if champion.note else ""
+        )
     else:
         against = f"no comparison ({champion.note})"
     return [
@@ -239,7 +241,8 @@ def drift_lines(statistics_uri: str | None) -> list[str]:
         return [f"drift                not checked: {drift.reason}"]
     drifted = [c for c in drift.checks if c.drifted]
     changed = [f"+{c}" for c in drift.classes_added] + [f"-{c}" for c in drift.classes_removed]
+    notes = f" ({drift.reason})" if drift.reason else ""
     if not drifted and not changed:
-        return [f"drift                none against {drift.baseline_uri}"]
+        return [f"drift                none against {drift.baseline_uri}{notes}"]
     found = [f"{c.metric} {c.distance:.3g} > {c.threshold:g} ({c.subject})" for c in drifted]
-    return [f"drift                {'; '.join(found + changed)}"]
+    return [f"drift                {'; '.join(found + changed)}{notes}"]
