@@ -191,3 +191,57 @@ def test_the_lease_waits_for_its_holder_expires_and_is_retaken_by_its_owner(
     # ... and so is one edited by hand into something unreadable.
     open(serving_lock.path_of(serving), "w").write("{")
     assert serving_lock.acquire(serving, "run-4").owner == "run-4"
+
+
+def run_pusher(model_uri: str, blessing, serving: str):
+    """ImagePusher's executor on one model and blessing; returns the PushedModel."""
+    from google.protobuf import json_format
+    from tfx.proto import pusher_pb2
+    from tfx.types import standard_artifacts
+
+    model = standard_artifacts.Model()
+    model.uri = model_uri
+    pushed = standard_artifacts.PushedModel()
+    pushed.uri = model_uri + "-pushed"
+    destination = pusher_pb2.PushDestination(
+        filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=serving)
+    )
+    pusher.Executor().Do(
+        {"model": [model], "model_blessing": [blessing]},
+        {"pushed_model": [pushed]},
+        {"push_destination": json_format.MessageToJson(destination)},
+    )
+    return pushed
+
+
+def blessing_for(tmp_path, blessed: bool, head: int, token: str):
+    from tfx.types import standard_artifacts
+
+    blessing = standard_artifacts.ModelBlessing()
+    blessing.uri = str(tmp_path / "blessing")
+    blessing.set_int_custom_property("blessed", int(blessed))
+    blessing.set_int_custom_property(serving_lock.SERVING_HEAD_PROPERTY, head)
+    blessing.set_string_custom_property(serving_lock.LEASE_PROPERTY, token)
+    return blessing
+
+
+@pytest.mark.unit
+def test_the_pusher_refuses_when_another_push_came_first_and_gives_the_lease_back(tmp_path):
+    serving = str(tmp_path / "serving")
+    lease = serving_lock.acquire(serving, "run-1")
+    # While run-1 was judged against nothing, another push landed (say its lease expired).
+    other = pusher.publish(fake_model(str(tmp_path / "other" / "Format-Serving")), serving)
+    fake_model(str(tmp_path / "m" / "Format-Serving"))
+    refused = run_pusher(
+        str(tmp_path / "m"), blessing_for(tmp_path, True, serving_lock.NO_HEAD, lease.token), serving
+    )
+    assert refused.get_int_custom_property("pushed") == 0
+    assert served_models.complete_versions(serving) == [int(os.path.basename(other))]
+    assert serving_lock.current(serving) is None
+    # Judged against the push that is the head: pushed.
+    head = int(os.path.basename(other))
+    lease = serving_lock.acquire(serving, "run-1")
+    pushed = run_pusher(str(tmp_path / "m"), blessing_for(tmp_path, True, head, lease.token), serving)
+    assert pushed.get_int_custom_property("pushed") == 1
+    assert served_models.find(serving).model.version > head
+    assert serving_lock.current(serving) is None
