@@ -57,7 +57,10 @@ def test_a_push_carries_a_manifest_of_every_file_and_names_itself_to_model_serve
     found = served_models.find(serving)
     assert found.model == served_models.ServedModel(pushed, 100, ("a", "b"))
     assert (found.passed, found.note, found.head) == ((), "", 100)
-    for name, base in ((pusher.MODEL_CONFIG_FILE, serving), (pusher.KSERVE_CONFIG_FILE, "/mnt/models")):
+    for name, base in (
+        (pusher.MODEL_CONFIG_FILE, serving),
+        (pusher.KSERVE_CONFIG_FILE, "/mnt/models"),
+    ):
         text = open(os.path.join(serving, name)).read()
         assert f'base_path: "{base}"' in text and 'name: "serving"' in text
         assert pusher.config_version(text) == 100
@@ -86,9 +89,7 @@ def test_damaged_pushes_are_named_in_one_line_and_passed_over(tmp_path):
     assert found.model.version == 100
     assert f"{serving}/200: damaged (assets.extra/label_map.json: CRC-32C " in found.note
     checked = served_models.find(serving, checksums=True)
-    assert checked.model is None and checked.note.endswith(
-        "; no sound push left"
-    ), checked.note
+    assert checked.model is None and checked.note.endswith("; no sound push left"), checked.note
     assert f"{serving}/100: damaged (variables/variables.data-00000-of-00001: CRC-32C" in (
         checked.note
     )
@@ -161,9 +162,7 @@ def test_exclusive_create_lets_exactly_one_of_many_racers_win(tmp_path):
 
 
 @pytest.mark.unit
-def test_the_lease_waits_for_its_holder_expires_and_is_retaken_by_its_owner(
-    tmp_path, monkeypatch
-):
+def test_the_lease_waits_for_its_holder_expires_and_is_retaken_by_its_owner(tmp_path, monkeypatch):
     waiting = threading.Event()
     sleep = time.sleep
     monkeypatch.setattr(serving_lock.time, "sleep", lambda s: (waiting.set(), sleep(0.01)))
@@ -233,7 +232,9 @@ def test_the_pusher_refuses_when_another_push_came_first_and_gives_the_lease_bac
     other = pusher.publish(fake_model(str(tmp_path / "other" / "Format-Serving")), serving)
     fake_model(str(tmp_path / "m" / "Format-Serving"))
     refused = run_pusher(
-        str(tmp_path / "m"), blessing_for(tmp_path, True, serving_lock.NO_HEAD, lease.token), serving
+        str(tmp_path / "m"),
+        blessing_for(tmp_path, True, serving_lock.NO_HEAD, lease.token),
+        serving,
     )
     assert refused.get_int_custom_property("pushed") == 0
     assert served_models.complete_versions(serving) == [int(os.path.basename(other))]
@@ -241,7 +242,9 @@ def test_the_pusher_refuses_when_another_push_came_first_and_gives_the_lease_bac
     # Judged against the push that is the head: pushed.
     head = int(os.path.basename(other))
     lease = serving_lock.acquire(serving, "run-1")
-    pushed = run_pusher(str(tmp_path / "m"), blessing_for(tmp_path, True, head, lease.token), serving)
+    pushed = run_pusher(
+        str(tmp_path / "m"), blessing_for(tmp_path, True, head, lease.token), serving
+    )
     assert pushed.get_int_custom_property("pushed") == 1
     assert served_models.find(serving).model.version > head
     assert serving_lock.current(serving) is None

@@ -117,7 +117,10 @@ def retrain_at_once(tmp_path, examples, candidates: list[str], serving: str):
         try:
             model = standard_artifacts.Model()
             model.uri = os.path.dirname(model_dir)
-            evaluation, blessing = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
+            evaluation, blessing = (
+                standard_artifacts.ModelEvaluation(),
+                standard_artifacts.ModelBlessing(),
+            )
             evaluation.uri = str(tmp_path / f"run{i}" / "evaluation")
             blessing.uri = str(tmp_path / f"run{i}" / "blessing")
             component = ImageEvaluator(
@@ -148,6 +151,7 @@ def retrain_at_once(tmp_path, examples, candidates: list[str], serving: str):
 
 def check_they_took_turns(results, serving: str) -> None:
     """The second decision was judged against the first one's push, and both pushed."""
+    assert [p.get_int_custom_property("pushed") for _, p in results] == [1, 1]
     pushed = [int(p.get_string_custom_property("pushed_version")) for _, p in results]
     first, second = sorted(range(2), key=lambda i: pushed[i])
     assert results[first][0].champion.status == ev.NO_CHAMPION
@@ -157,9 +161,7 @@ def check_they_took_turns(results, serving: str) -> None:
     assert not fileio.exists(serving_lock.path_of(serving))
 
 
-def test_two_retrains_at_once_take_turns_on_a_local_serving_folder(
-    tmp_path, trained, monkeypatch
-):
+def test_two_retrains_at_once_take_turns_on_a_local_serving_folder(tmp_path, trained, monkeypatch):
     monkeypatch.setattr(serving_lock, "POLL_SECONDS", 0.05)
     examples = te._examples(tmp_path)
     candidates = [export(trained, str(tmp_path / f"candidate{i}")) for i in range(2)]
