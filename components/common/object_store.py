@@ -148,7 +148,7 @@ class _S3(_Store):
         self._client.copy(source, target_bucket, target_key)
 
     def create(self, bucket: str, key: str, data: bytes) -> bool:
-        try:  # S3's conditional write (moto >= 5.0.15 honours it too)
+        try:  # S3's conditional write (moto 5.2.5 honours it too)
             self._client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
         except self._missing as e:
             code = e.response.get("Error", {}).get("Code")
