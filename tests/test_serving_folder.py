@@ -237,6 +237,10 @@ def test_the_pusher_refuses_when_another_push_came_first_and_gives_the_lease_bac
         serving,
     )
     assert refused.get_int_custom_property("pushed") == 0
+    assert refused.get_string_custom_property(serving_lock.REFUSED_PROPERTY) == (
+        f"not pushed: {other} was pushed after this model was judged against nothing pushed; "
+        "the next retrain will be judged against it"
+    )
     assert served_models.complete_versions(serving) == [int(os.path.basename(other))]
     assert serving_lock.current(serving) is None
     # Judged against the push that is the head: pushed.

@@ -39,6 +39,8 @@ LEASE_SECONDS = 3600.0
 LEASE_PROPERTY = "serving_lease"
 SERVING_HEAD_PROPERTY = "serving_head"
 NO_HEAD = -1
+# On the Pusher's PushedModel when it refused: the one line saying why.
+REFUSED_PROPERTY = "refused"
 # How often a waiting retrain looks at the lease again.
 POLL_SECONDS = 5.0
 

@@ -129,11 +129,11 @@ def find_champion(
     return ev.Champion(ev.COMPARED, lookup.note, served.path, served.version)
 
 
-def look_up(serving_dir: str) -> served_models.Lookup | ev.Champion:
-    """The serving directory's pushes, every byte checksummed since the blessing rests on
+def look_up(serving_dir: str, checksums: bool) -> served_models.Lookup | ev.Champion:
+    """The serving directory's pushes, every byte checksummed when the blessing rests on
     them; an unreadable directory as the champion's status."""
     try:
-        return served_models.find(serving_dir, checksums=True)
+        return served_models.find(serving_dir, checksums=checksums)
     except (OSError, ValueError, KeyError, tf.errors.OpError) as e:
         return ev.Champion(ev.UNREADABLE, f"the serving directory {serving_dir} is unreadable: {e}")
 
@@ -207,7 +207,7 @@ class Executor(base_executor.BaseExecutor):
     ) -> None:
         """Picks the champion, evaluates both, writes the decision; gives the lease back
         unless the Pusher is to push (it gives it back then)."""
-        lookup = look_up(serving_dir)
+        lookup = look_up(serving_dir, checksums=config.compare_with_champion)
         head = None
         if isinstance(lookup, ev.Champion):
             champion = lookup

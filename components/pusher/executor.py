@@ -234,6 +234,7 @@ class Executor(tfx_pusher.Executor):
         except ServingHeadMovedError as e:
             logging.warning("ImagePusher: %s", e)
             self._MarkNotPushed(model_push)
+            model_push.set_string_custom_property(serving_lock.REFUSED_PROPERTY, str(e))
             return
         io_utils.copy_dir(model_dir, model_push.uri)
         self._MarkPushed(
