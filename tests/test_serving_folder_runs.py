@@ -167,3 +167,10 @@ def test_two_retrains_at_once_take_turns_on_a_local_serving_folder(tmp_path, tra
     candidates = [export(trained, str(tmp_path / f"candidate{i}")) for i in range(2)]
     serving = str(tmp_path / "serving")
     check_they_took_turns(retrain_at_once(tmp_path, examples, candidates, serving), serving)
+
+
+def test_on_a_local_disk_a_killed_push_is_never_listed(tmp_path):
+    from tests.test_serving_folder_stores import check_a_server_sees_only_whole_versions
+
+    watcher = check_a_server_sees_only_whole_versions(str(tmp_path / "serving"), tmp_path)
+    assert not watcher.partial_listed  # staged under .push-<version>, renamed whole
