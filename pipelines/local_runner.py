@@ -163,6 +163,9 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         if pushed and pushed.properties.get(PUSHED)
         else None
     )
+    # The Pusher's refusal (components/common/serving_lock.py REFUSED_PROPERTY), if any.
+    refused = pushed.properties.get("refused") if pushed else None
+    not_pushed = refused or f"not pushed (see {config.serving_dir})"
     examples = result.artifact(ids.EXAMPLE_GEN, keys.EXAMPLES_KEY)
     span = examples.properties.get(SPAN) if examples else None
     lines = [
@@ -172,7 +175,7 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         *drift_lines(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)),
         *training_lines(result.uri(ids.TRAINER, keys.MODEL_RUN_KEY)),
         *evaluation_lines(result.uri(ids.EVALUATOR, keys.EVALUATION_KEY)),
-        f"model (served)       {pushed_to or f'not pushed (see {config.serving_dir})'}",
+        f"model (served)       {pushed_to or not_pushed}",
         f"image report         {report_in(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY))}",
         f"statistics (TFDV)    {result.uri(ids.STATISTICS_GEN, keys.STATISTICS_KEY)}",
         f"statistics (images)  {result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)}",
@@ -214,7 +217,9 @@ def evaluation_lines(evaluation_uri: str | None) -> list[str]:
         return [f"evaluation           {evaluation_uri or 'not produced'}"]
     champion = result.champion
     if champion.metrics is not None:
-        against = f"champion {champion.version}: {champion.metrics.accuracy:.4f}"
+        against = f"champion {champion.version}: {champion.metrics.accuracy:.4f}" + (
+            f" ({champion.note})" if champion.note else ""
+        )
     else:
         against = f"no comparison ({champion.note})"
     return [
@@ -239,7 +244,8 @@ def drift_lines(statistics_uri: str | None) -> list[str]:
         return [f"drift                not checked: {drift.reason}"]
     drifted = [c for c in drift.checks if c.drifted]
     changed = [f"+{c}" for c in drift.classes_added] + [f"-{c}" for c in drift.classes_removed]
+    notes = f" ({drift.reason})" if drift.reason else ""
     if not drifted and not changed:
-        return [f"drift                none against {drift.baseline_uri}"]
+        return [f"drift                none against {drift.baseline_uri}{notes}"]
     found = [f"{c.metric} {c.distance:.3g} > {c.threshold:g} ({c.subject})" for c in drifted]
-    return [f"drift                {'; '.join(found + changed)}"]
+    return [f"drift                {'; '.join(found + changed)}{notes}"]

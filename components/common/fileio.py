@@ -15,6 +15,7 @@ import os
 import posixpath
 import shutil
 import stat as stat_module
+import threading
 from collections.abc import Iterable
 from typing import IO, Any
 
@@ -292,6 +293,32 @@ def write_atomic(path: str, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.remove(temporary)
         raise OSError(e.errno, e.strerror, path) from e
+
+
+def create_new(path: str, data: bytes) -> bool:
+    """Writes a file only if there is none at `path`, atomically: of two writers racing
+    for one path exactly one gets True; the other writes nothing and gets False.
+
+    Locally the bytes go to a temporary file that is then hard-linked into place (a link
+    fails when the name exists); on object stores a conditional write does it.
+    """
+    if object_store.is_object_store(path):
+        return object_store.create_new(path, data)
+    if not is_local(path):
+        raise ValueError(f"{path}: only local paths, s3:// and gs:// can be created exclusively")
+    local = local_path(path)
+    temporary = f"{local}.{os.getpid()}.{threading.get_ident()}{ATOMIC_TEMP_SUFFIX}"
+    with open(temporary, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(temporary, local)
+    except FileExistsError:
+        return False
+    finally:
+        os.remove(temporary)
+    return True
 
 
 def free_bytes(path: str) -> int | None:

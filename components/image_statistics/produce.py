@@ -93,6 +93,10 @@ def produce(
             if baseline.stats is not None
             else drift_lib.skipped(baseline.reason)
         )
+        if baseline.note:  # damaged pushes passed over to find the baseline
+            drift = dataclasses.replace(
+                drift, reason="; ".join(filter(None, [baseline.note, drift.reason]))
+            )
     stats = dataclasses.replace(
         stats,
         anomalies=tuple(
