@@ -115,3 +115,80 @@ def test_the_rest_request_names_the_signatures_inputs_and_predicts(tmp_path):
     assert out[serving.PROBABILITIES].shape == (1, len(th.CLASSES))
     np.testing.assert_allclose(np.sum(out[serving.PROBABILITIES].numpy()), 1.0, rtol=1e-5)
     assert os.path.exists(os.path.join(path, "saved_model.pb"))
+
+
+@pytest.mark.component
+def test_each_push_carries_its_serving_files_under_its_manifest(tmp_path):
+    """A real push: the InferenceService names the serving folder and the configured
+    resources, the model card the blessing and the Evaluator's scores, the REST request
+    the SavedModel's own input, and the push's manifest covers all four."""
+    import tensorflow as tf
+    from google.protobuf import json_format
+    from tfx.proto import pusher_pb2
+    from tfx.types import standard_artifacts
+
+    from imgpipe.components.common import layout, manifest, served_models
+    from imgpipe.components.pusher import executor as pusher
+    from imgpipe.components.trainer import export
+    from imgpipe.components.trainer import model as model_lib
+    from imgpipe.components.trainer.config import TrainerConfig
+
+    model = standard_artifacts.Model()
+    model.uri = str(tmp_path / "model")
+    keras_model = model_lib.build_model(
+        TrainerConfig(backbone="tiny_cnn", image_size=SIZE), len(th.CLASSES), (MEAN, STD)
+    )
+    export.export_serving_model(
+        keras_model, os.path.join(model.uri, "Format-Serving"), th.CLASSES, SIZE, 0.875
+    )
+    blessing = standard_artifacts.ModelBlessing()
+    blessing.uri = str(tmp_path / "blessing")
+    os.makedirs(blessing.uri)
+    blessing.set_int_custom_property("blessed", 1)
+    blessing.set_string_custom_property("reason", "every check passed")
+    with open(os.path.join(blessing.uri, layout.EVALUATION_FILE), "w") as f:
+        json.dump({"candidate": {"accuracy": 0.875}}, f)
+    pushed = standard_artifacts.PushedModel()
+    pushed.uri = str(tmp_path / "pushed")
+    serving = str(tmp_path / "flowers")
+    destination = pusher_pb2.PushDestination(
+        filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=serving)
+    )
+    pusher.Executor().Do(
+        {"model": [model], "model_blessing": [blessing]},
+        {"pushed_model": [pushed]},
+        {
+            "push_destination": json_format.MessageToJson(destination),
+            "custom_config": json.dumps({"serving": {"gpus": 1, "memory_limit": "8Gi"}}),
+        },
+    )
+
+    push = served_models.find(serving, checksums=True).model
+    extra = os.path.join(push.path, served_models.ASSETS_EXTRA_DIR)
+    names = [
+        sf.INFERENCE_SERVICE_FILE,
+        sf.MODEL_CARD_JSON_FILE,
+        sf.MODEL_CARD_MARKDOWN_FILE,
+        sf.REST_REQUEST_FILE,
+    ]
+    listed = manifest.read(push.path).files
+    for name in names:
+        assert f"{served_models.ASSETS_EXTRA_DIR}/{name}" in listed
+    service = yaml.safe_load(open(os.path.join(extra, sf.INFERENCE_SERVICE_FILE)))
+    assert service["metadata"]["name"] == "flowers"
+    assert service["metadata"]["annotations"]["imgpipe/model-version"] == str(push.version)
+    model_spec = service["spec"]["predictor"]["model"]
+    assert model_spec["storageUri"] == serving
+    assert model_spec["resources"]["limits"] == {"memory": "8Gi", "nvidia.com/gpu": "1"}
+    card = json.load(open(os.path.join(extra, sf.MODEL_CARD_JSON_FILE)))
+    assert card["model"] == {
+        "name": "flowers",
+        "version": push.version,
+        "path": push.path,
+        "classes": list(th.CLASSES),
+    }
+    assert card["blessing"]["reason"] == "every check passed"
+    assert card["evaluation"] == {"candidate": {"accuracy": 0.875}}
+    request = json.load(open(os.path.join(extra, sf.REST_REQUEST_FILE)))
+    signature = tf.saved_model.load(push.path).signatures[request["signature_name"]]
+    assert set(request["instances"][0]) == set(signature.structured_input_signature[1])

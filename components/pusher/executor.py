@@ -19,12 +19,15 @@ Here (served_models.py has the contract):
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import yaml
 from absl import logging
 from tfx import types
 from tfx.components.pusher import executor as tfx_pusher
@@ -32,7 +35,19 @@ from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
-from imgpipe.components.common import fileio, manifest, phases, served_models, serving_lock
+from imgpipe.components.common import (
+    config_loader,
+    fileio,
+    layout,
+    manifest,
+    phases,
+    served_models,
+    serving_lock,
+)
+from imgpipe.components.pusher import serving_files
+
+# The Pusher's custom_config key of the ServingConfig.
+SERVING_CONFIG_KEY = "serving"
 
 STAGING_PREFIX = ".push-"
 # Written after PUSH_COMPLETE; each is a TF Serving ModelServerConfig naming the newest
@@ -104,6 +119,7 @@ def publish(
     now: float | None = None,
     expected_head: int | None = None,
     extras: Mapping[str, str] | None = None,
+    generated: Callable[[int, str], Mapping[str, bytes]] | None = None,
 ) -> str:
     """Copies model_dir to a new version folder of serving_dir, completely or not at
     all; returns the version folder.
@@ -118,6 +134,8 @@ def publish(
       expected_head: the newest complete version the Evaluator saw (serving_lock.NO_HEAD: none);
         None pushes whatever the head.
       extras: more files to publish with the push, {relpath in the version: source}.
+      generated: fn(version, version folder) -> {relpath in the version: bytes}, files
+        that say which version they belong to (serving_files.py), published the same way.
 
     Raises:
       ServingHeadMovedError: the newest complete push is not `expected_head`.
@@ -159,11 +177,16 @@ def publish(
         relpath: posixpath.join(model_dir, relpath) for relpath in fileio.list_files(model_dir)
     }
     files.update(extras or {})
-    # The checksums of what is pushed, from the sources: a copy that differs is damage.
-    entries = {
-        relpath: manifest.describe("", [source])[source] for relpath, source in files.items()
-    }
-    _copy_files(files, target)
+    with tempfile.TemporaryDirectory(prefix="imgpipe-push-") as written:
+        for relpath, data in (generated(version, final) if generated else {}).items():
+            files[relpath] = os.path.join(written, relpath.replace("/", "_"))
+            with open(files[relpath], "wb") as f:
+                f.write(data)
+        # The checksums of what is pushed, from the sources: a copy that differs is damage.
+        entries = {
+            relpath: manifest.describe("", [source])[source] for relpath, source in files.items()
+        }
+        _copy_files(files, target)
     phases.reached(phases.PUBLISHED)
     manifest.write(target, entries)
     problem = served_models.damage(target)
@@ -181,6 +204,92 @@ def extra_files(input_dict: dict[str, list[types.Artifact]]) -> dict[str, str]:
     covered by its manifest like the model's own files."""
     del input_dict
     return {}
+
+
+def serving_files_for(
+    model_dir: str, blessing: types.Artifact, serving_dir: str, exec_properties: dict[str, Any]
+) -> Callable[[int, str], dict[str, bytes]]:
+    """fn(version, version folder) -> the files that make a push ready for serving on its own
+    (serving_files.py): a KServe InferenceService, the model card, a REST request."""
+    config = serving_config(exec_properties)
+    name = posixpath.basename(serving_dir.rstrip("/")) or "model"
+    labels = served_models.read_labels(model_dir)
+    facts = _card_inputs(model_dir, blessing)
+
+    def generate(version: int, path: str) -> dict[str, bytes]:
+        card = serving_files.model_card(
+            serving_files.ModelCardFacts(
+                name=name, version=version, path=path, labels=labels, **facts
+            )
+        )
+        service = serving_files.inference_service(config, name, serving_dir, version)
+        extra = served_models.ASSETS_EXTRA_DIR
+        return {
+            f"{extra}/{serving_files.INFERENCE_SERVICE_FILE}": yaml.safe_dump(
+                service, sort_keys=False
+            ).encode(),
+            f"{extra}/{serving_files.MODEL_CARD_JSON_FILE}": serving_files.to_json_text(
+                card
+            ).encode(),
+            f"{extra}/{serving_files.MODEL_CARD_MARKDOWN_FILE}": serving_files.model_card_markdown(
+                card
+            ).encode(),
+            f"{extra}/{serving_files.REST_REQUEST_FILE}": serving_files.to_json_text(
+                serving_files.rest_request(_sample_jpeg())
+            ).encode(),
+        }
+
+    return generate
+
+
+def _sample_jpeg() -> bytes:
+    """A small grey JPEG: the image of the REST request example."""
+    import tensorflow as tf
+
+    return tf.io.encode_jpeg(tf.fill([16, 16, 3], tf.constant(128, tf.uint8))).numpy()
+
+
+def serving_config(exec_properties: dict[str, Any]) -> serving_files.ServingConfig:
+    """The ServingConfig in the Pusher's custom_config ("serving"), or the defaults."""
+    custom = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or "{}"
+    values = json.loads(custom) if isinstance(custom, str) else dict(custom)
+    return config_loader.from_dict(serving_files.ServingConfig, values.get(SERVING_CONFIG_KEY))
+
+
+def _card_inputs(model_dir: str, blessing: types.Artifact) -> dict[str, Any]:
+    """What the model card says beyond the model's name and version: the blessing, the
+    Evaluator's scores (evaluation.json beside the blessing) and the training data's
+    statistics (the model's image_stats.json)."""
+
+    def prop(name: str, default: Any) -> Any:
+        return blessing.get_custom_property(name) if blessing.has_custom_property(name) else default
+
+    evaluation_path = posixpath.join(blessing.uri, layout.EVALUATION_FILE)
+    evaluation = (
+        json.loads(fileio.read_bytes(evaluation_path)) if fileio.exists(evaluation_path) else {}
+    )
+    statistics: dict[str, Any] = {}
+    stats_path = posixpath.join(model_dir, served_models.ASSETS_EXTRA_DIR, layout.IMAGE_STATS_FILE)
+    spans: list[int] = []
+    if fileio.exists(stats_path):
+        stats = json.loads(fileio.read_bytes(stats_path))
+        statistics["examples"] = stats.get("source", {}).get("examples_uri", "")
+        for split, values in sorted(stats.get("splits", {}).items()):
+            statistics[f"{split} images"] = values.get("count", values.get("images", ""))
+            pixels = values.get("pixels") or {}
+            if pixels:
+                statistics[f"{split} mean"] = ", ".join(f"{v:.2f}" for v in pixels["mean"])
+                statistics[f"{split} std"] = ", ".join(f"{v:.2f}" for v in pixels["std"])
+        spans = [int(s) for s in stats.get("spans", [])]
+    return {
+        "spans": spans,
+        "blessed": bool(prop("blessed", 0)),
+        "reason": str(prop("reason", "")),
+        "champion": str(prop("champion", "")),
+        "training": {},
+        "statistics": statistics,
+        "evaluation": evaluation,
+    }
 
 
 class Executor(tfx_pusher.Executor):
@@ -207,7 +316,7 @@ class Executor(tfx_pusher.Executor):
             input_dict[standard_component_specs.MODEL_BLESSING_KEY]
         )
         try:
-            self._push(input_dict, model_push, blessing, serving_dir)
+            self._push(input_dict, model_push, blessing, serving_dir, exec_properties)
         finally:
             if blessing.has_custom_property(serving_lock.LEASE_PROPERTY):
                 token = blessing.get_string_custom_property(serving_lock.LEASE_PROPERTY)
@@ -219,6 +328,7 @@ class Executor(tfx_pusher.Executor):
         model_push: types.Artifact,
         blessing: types.Artifact,
         serving_dir: str,
+        exec_properties: dict[str, Any],
     ) -> None:
         if not self.CheckBlessing(input_dict):
             self._MarkNotPushed(model_push)
@@ -229,7 +339,11 @@ class Executor(tfx_pusher.Executor):
         model_dir = self.GetModelPath(input_dict)
         try:
             pushed = publish(
-                model_dir, serving_dir, expected_head=expected_head, extras=extra_files(input_dict)
+                model_dir,
+                serving_dir,
+                expected_head=expected_head,
+                extras=extra_files(input_dict),
+                generated=serving_files_for(model_dir, blessing, serving_dir, exec_properties),
             )
         except ServingHeadMovedError as e:
             logging.warning("ImagePusher: %s", e)
