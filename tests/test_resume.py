@@ -19,9 +19,10 @@ import pytest
 import tensorflow as tf
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from imgpipe.components.common import layout, manifest
+from imgpipe.components.common import fileio, layout, manifest
 from imgpipe.components.trainer import export, resume, summary, task
 from imgpipe.components.trainer.config import TrainerConfig
+from tests import object_stores
 from tests import trainer_helpers as th
 
 SIZE = 32
@@ -103,6 +104,22 @@ def test_a_backup_that_fails_a_check_means_a_fresh_start(tmp_path, damage, why):
     assert found.state is None and found.path == path
     assert why in found.note and found.note.endswith("training starts afresh")
     assert found.resumption().status == summary.FRESH
+
+
+@pytest.mark.platform
+@pytest.mark.parametrize("server", [object_stores.s3_server, object_stores.gcs_server])
+def test_backups_on_an_object_store(tmp_path, server):
+    with server() as store:
+        folder = store.uri("pipeline-root", "Trainer", resume.BACKUPS_DIR, "f" * 16)
+        _publish(folder, tmp_path, _state(0, 4))
+        newest = _publish(folder, tmp_path, _state(1, 6))
+        assert fileio.list_dir(folder) == [resume.backup_name(1, 6)]
+        found = resume.find(folder, "f" * 16, PLAN)
+        assert found.path == newest and found.state == _state(1, 6)
+        fileio.write_atomic(f"{newest}/{resume.WEIGHTS_FILE}", b"torn")
+        assert "fails its check" in resume.find(folder, "f" * 16, PLAN).note
+        resume.remove(folder)
+        assert not fileio.exists(store.uri("pipeline-root", "Trainer", resume.BACKUPS_DIR))
 
 
 @pytest.mark.unit

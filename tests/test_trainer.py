@@ -21,7 +21,7 @@ from tfx.components.trainer.fn_args_utils import FnArgs
 
 from imgpipe.components.common import artifacts, fileio, layout, manifest, preprocessing
 from imgpipe.components.common.features import TFDS_KEY_MAP
-from imgpipe.components.trainer import devices, export, memory, task
+from imgpipe.components.trainer import datasets, devices, export, memory, task
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer.config import TrainerConfig, from_custom_config
@@ -462,7 +462,7 @@ def test_run_fn_learns_separable_classes_into_a_dirty_model_folder(data, tmp_pat
     assert keras.mixed_precision.global_policy().name == "float32"
     if task.tensorboard_available():
         assert glob.glob(os.path.join(args.model_run_dir, "full", "train", "events.out.*"))
-        assert glob.glob(os.path.join(args.model_run_dir, task.SAMPLES_SUBDIR, "events.*"))
+        assert glob.glob(os.path.join(args.model_run_dir, datasets.SAMPLES_SUBDIR, "events.*"))
     # The backups are removed once the model is exported.
     assert os.listdir(os.path.join(str(tmp_path), "Trainer")) == ["model_run"]
 

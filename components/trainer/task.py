@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import math
 import os
 import tempfile
-from collections.abc import Sequence
 from typing import Any
 
 import attr
@@ -32,19 +30,16 @@ from imgpipe.components.common import (
     served_models,
     staging,
 )
-from imgpipe.components.trainer import devices, export, fitting, memory, resume, warm_start
+from imgpipe.components.trainer import datasets, devices, export, fitting, resume, warm_start
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer import summary as summary_lib
 from imgpipe.components.trainer.config import (
-    CACHE_OFF,
     IMAGE_STATISTICS_URI_KEY,
     SERVING_DIR_KEY,
     TrainerConfig,
     from_custom_config,
 )
-
-SAMPLES_SUBDIR = "samples"
 
 
 def examples_uri_and_split(file_pattern: str) -> tuple[str, str]:
@@ -93,32 +88,6 @@ def resolve_normalization(
         or model_input.DEFAULT_CROP_FRACTION
     )
     return mean, std, float(crop)
-
-
-class SampleImages(keras.callbacks.Callback):
-    """Writes a few augmented training images to TensorBoard before training starts."""
-
-    def __init__(
-        self,
-        log_dir: str,
-        images: tf.Tensor,
-        normalization: tuple[Sequence[float], Sequence[float]] | None,
-    ):
-        super().__init__()
-        self.log_dir = log_dir
-        self.images = images
-        self.normalization = normalization
-
-    def on_train_begin(self, logs=None):
-        images = tf.cast(self.images, tf.float32)
-        if self.normalization is not None:
-            mean, std = self.normalization
-            images = images * tf.constant(std) + tf.constant(mean)
-        images = tf.clip_by_value(images, 0.0, 255.0) / 255.0
-        with tf.summary.create_file_writer(self.log_dir).as_default():
-            tf.summary.image(
-                "augmented_training_images", images, step=0, max_outputs=int(images.shape[0])
-            )
 
 
 def run_fn(fn_args) -> None:
@@ -295,7 +264,7 @@ def _train_and_export(
         (folder, base),
         (found.state, best_weights),
         lambda log_dir, stopping, backup: _callbacks(config, log_dir, stopping, backup),
-        _sample_callbacks(config, sources.train, fn_args.model_run_dir, common, host_norm),
+        datasets.sample_callbacks(config, sources.train, fn_args.model_run_dir, common, host_norm),
     )
     _export(fn_args, model, config, labels, crop_fraction, host_norm, sources.statistics_uri)
     accuracies = [p.val_accuracy for p in progress if p.val_accuracy is not None]
@@ -351,24 +320,9 @@ def _run(
     seed: int,
 ) -> fitting.Run:
     """The input pipelines, with what fit() needs beside them."""
-    train_memory, eval_memory = plan_input_memory(config, sources.train, sources.eval, global_batch)
-    train_ds = input_lib.make_dataset(
-        sources.train,
-        input_lib.TRAIN,
-        memory=train_memory,
-        batch_size=global_batch,
-        seed=seed,
-        **common,
-    )
     eval_steps = fn_args.eval_steps or None
-    eval_ds = input_lib.make_dataset(
-        sources.eval,
-        input_lib.EVAL,
-        memory=eval_memory,
-        batch_size=global_batch,
-        repeat=eval_steps is not None,
-        seed=config.seed,
-        **common,
+    train_ds, eval_ds = datasets.make_datasets(
+        config, (sources.train, sources.eval), global_batch, common, eval_steps, seed
     )
     return fitting.Run(
         model,
@@ -382,31 +336,6 @@ def _run(
         global_batch,
         fn_args.model_run_dir,
     )
-
-
-def _sample_callbacks(
-    config: TrainerConfig,
-    train_source: input_lib.SplitSource,
-    model_run_dir: str,
-    common: dict[str, Any],
-    host_norm: tuple[list[float], list[float]] | None,
-) -> list[keras.callbacks.Callback]:
-    """SampleImages of augmented training images, when TensorBoard is there."""
-    if not (config.tensorboard_images and tensorboard_available()):
-        return []
-    samples = input_lib.make_dataset(
-        train_source,
-        input_lib.TRAIN,
-        batch_size=config.tensorboard_images,
-        memory=memory.plan_memory(
-            0, 0, 0, cache=CACHE_OFF, ram_budget_bytes=0, shuffle_buffer=config.tensorboard_images
-        ),
-        seed=config.seed,
-        **common,
-    )
-    with input_lib.named_read_errors(train_source):
-        images, _ = next(iter(samples))
-    return [SampleImages(os.path.join(model_run_dir, SAMPLES_SUBDIR), images, host_norm)]
 
 
 def _export(
@@ -440,39 +369,6 @@ def _export(
     )
 
 
-def plan_input_memory(
-    config: TrainerConfig,
-    train_source: input_lib.SplitSource,
-    eval_source: input_lib.SplitSource,
-    global_batch: int,
-) -> tuple[memory.MemoryPlan, memory.MemoryPlan]:
-    """Memory plans for the train split, then for eval out of what train left."""
-    available = memory.available_memory_bytes()
-    budget = int(config.ram_budget_mb * memory.MB) if config.ram_budget_mb else None
-    plans = []
-    for source in (train_source, eval_source):
-        plan = memory.plan_memory(
-            encoded_bytes=source.encoded_bytes or 0,
-            records=source.records or 0,
-            available_bytes=available,
-            cache=config.cache if source.encoded_bytes is not None else CACHE_OFF,
-            ram_budget_bytes=budget,
-            shuffle_buffer=config.shuffle_buffer,
-            min_shuffle_buffer=global_batch,
-        )
-        logging.info(
-            "Input pipeline, %s: %s; shuffle buffer %d images; tf.data RAM budget %.0f MB",
-            source.name,
-            plan.reason,
-            plan.shuffle_buffer,
-            plan.autotune_ram_budget / memory.MB,
-        )
-        plans.append(plan)
-        spent = plan.budget_bytes - plan.autotune_ram_budget
-        budget = max(plan.budget_bytes - spent, 0)
-    return plans[0], plans[1]
-
-
 def _schedule(
     train_steps: int | None, records: int, global_batch: int, epochs: int, min_steps: int = 0
 ) -> tuple[int, int]:
@@ -500,17 +396,6 @@ def _schedule(
     return steps_per_epoch, max(epochs, needed)
 
 
-@functools.cache
-def tensorboard_available() -> bool:
-    """tf.summary's writers live in the tensorboard package; without it, log and go on."""
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        logging.warning("the tensorboard package is not installed: no TensorBoard logs")
-        return False
-    return True
-
-
 def _callbacks(
     config: TrainerConfig,
     log_dir: str,
@@ -520,7 +405,7 @@ def _callbacks(
     """TensorBoard, early stopping, then the preemption backup, which saves early
     stopping's state of the epoch."""
     callbacks: list[keras.callbacks.Callback] = []
-    if tensorboard_available():
+    if datasets.tensorboard_available():
         callbacks.append(keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch"))
     if stopping is not None:
         callbacks.append(stopping)
