@@ -129,6 +129,7 @@ def test_no_backup_and_the_backups_place(tmp_path):
     run = "gs://b/root/Trainer/model_run/7"
     assert resume.backups_root(run, None) == "gs://b/root/Trainer/.backups"
     assert resume.backups_root(run, "gs://b/keep/") == "gs://b/keep"
+    assert resume.backups_root("/s3/b/r/run/Trainer/model_run", None) == "s3://b/r/run/.backups"
     assert resume.segments(0, 40, 0, 3) == [resume.Segment(0, 3, 40)]
     assert resume.segments(40, 40, 1, 2) == [resume.Segment(2, 3, 40)]
     assert resume.segments(50, 40, 1, 3) == [resume.Segment(2, 3, 30), resume.Segment(3, 4, 40)]
@@ -342,3 +343,61 @@ def test_a_trainer_killed_mid_epoch_resumes_in_its_retry(data, tmp_path, monkeyp
     print("resumed from", r, "eval accuracy", accuracies)
     assert min(accuracies.values()) >= MIN_ACCURACY, accuracies
     assert abs(accuracies["resumed"] - accuracies["uninterrupted"]) <= MAX_ACCURACY_GAP
+
+
+class _Preempted(Exception):
+    pass
+
+
+@pytest.mark.component
+def test_a_fine_tune_stopped_in_its_full_phase_resumes_there(data, tmp_path, monkeypatch):
+    """A pretrained backbone: `head` (frozen) then `full`; the stop comes mid-epoch in
+    `full`, and the retry skips `head` and continues `full` at its optimizer step."""
+    from imgpipe.components.trainer import model as model_lib
+
+    weights = str(tmp_path / "tiny.weights.h5")
+    model_lib.BACKBONES["tiny_cnn"]((SIZE, SIZE, 3), None, TrainerConfig()).save_weights(weights)
+    seen: dict[str, list] = {"fits": []}
+
+    class Stop(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            steps = int(self.model.optimizer.iterations.numpy())
+            if model_lib.backbone_of(self.model).trainable and steps == 6:
+                raise _Preempted()
+
+    class Watch(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            trainable = model_lib.backbone_of(self.model).trainable
+            seen["fits"].append((trainable, int(self.model.optimizer.iterations.numpy())))
+
+    def args(execution: int) -> FnArgs:
+        values = _args(data, str(tmp_path / "root"), execution)
+        values["train_steps"] = 24  # 3 epochs of 8 steps: 1 head, 2 full
+        values["custom_config"].update(
+            epochs=3, weights=weights, frozen_epochs=1, backup_every_steps=4
+        )
+        return FnArgs(**values)
+
+    original = task._callbacks
+    monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Stop()])
+    with pytest.raises(_Preempted):
+        task.run_fn(args(1))
+    monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Watch()])
+    retry = args(2)
+    task.run_fn(retry)
+
+    trained = summary.read_if_present(retry.model_run_dir)
+    r = trained.resume
+    assert (r.status, r.phase, r.epoch, r.step, r.optimizer_steps) == (
+        summary.RESUMED,
+        "full",
+        1,
+        4,
+        4,
+    )
+    # The rest of full's first epoch (4 steps), then its second: backbone trainable.
+    assert seen["fits"] == [(True, 4), (True, 8)]
+    assert [(p.name, p.epochs_run, p.optimizer_steps) for p in trained.phases] == [
+        ("head", 1, 8),
+        ("full", 2, 16),
+    ]

@@ -460,7 +460,7 @@ def test_run_fn_learns_separable_classes_into_a_dirty_model_folder(data, tmp_pat
     accuracy = np.mean(np.argmax(out[export.PROBABILITIES].numpy(), axis=-1) == truth)
     assert accuracy > 0.9, accuracy
     assert keras.mixed_precision.global_policy().name == "float32"
-    if task.tensorboard_available():
+    if datasets.tensorboard_available():
         assert glob.glob(os.path.join(args.model_run_dir, "full", "train", "events.out.*"))
         assert glob.glob(os.path.join(args.model_run_dir, datasets.SAMPLES_SUBDIR, "events.*"))
     # The backups are removed once the model is exported.

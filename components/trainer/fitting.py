@@ -118,22 +118,28 @@ class Backup(keras.callbacks.Callback):
         self.save(steps)
 
     def save(self, steps: int) -> None:
+        """Publishes a backup; one that fails is logged, and training goes on."""
         phase = self.base.phase
         self.progress[phase] = dataclasses.replace(self.progress[phase], optimizer_steps=steps)
         stopping = self.early_stopping
-        with tempfile.TemporaryDirectory(prefix="imgpipe-backup-") as local:
-            files = {resume.WEIGHTS_FILE: os.path.join(local, resume.WEIGHTS_FILE)}
-            self.model.save_weights(files[resume.WEIGHTS_FILE])
-            if stopping is not None and stopping.best_weights is not None:
-                files[resume.BEST_WEIGHTS_FILE] = os.path.join(local, resume.BEST_WEIGHTS_FILE)
-                np.savez(files[resume.BEST_WEIGHTS_FILE], *stopping.best_weights)
-            state = dataclasses.replace(
-                self.base,
-                optimizer_steps=steps,
-                progress=tuple(self.progress),
-                early_stopping=stopping.state() if stopping is not None else None,
-            )
-            path = resume.publish(self.folder, state, files)
+        try:
+            with tempfile.TemporaryDirectory(prefix="imgpipe-backup-") as local:
+                files = {resume.WEIGHTS_FILE: os.path.join(local, resume.WEIGHTS_FILE)}
+                self.model.save_weights(files[resume.WEIGHTS_FILE])
+                if stopping is not None and stopping.best_weights is not None:
+                    best = os.path.join(local, resume.BEST_WEIGHTS_FILE)
+                    files[resume.BEST_WEIGHTS_FILE] = best
+                    np.savez(best, *stopping.best_weights)
+                state = dataclasses.replace(
+                    self.base,
+                    optimizer_steps=steps,
+                    progress=tuple(self.progress),
+                    early_stopping=stopping.state() if stopping is not None else None,
+                )
+                path = resume.publish(self.folder, state, files)
+        except (OSError, ValueError, tf.errors.OpError) as e:
+            logging.warning("Preemption backup at step %d failed (%s): going on", steps, e)
+            return
         logging.info("Preemption backup: %s", path)
 
 
@@ -217,7 +223,8 @@ def start_from(
         compile_phase(
             model, strategy, config, phases[found.state.phase], found.state.plan.steps_per_epoch
         )
-        best = restore(model, found.path)
+        with strategy.scope():
+            best = restore(model, found.path)
     except (ValueError, OSError) as e:
         model.set_weights(initial)
         dropped = resume.Found(

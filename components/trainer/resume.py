@@ -36,6 +36,10 @@ WEIGHTS_FILE = "model.weights.h5"  # the model's variables and the optimizer's
 BEST_WEIGHTS_FILE = "best_weights.npz"  # early stopping's best weights, when it has them
 SCHEMA_VERSION = 1
 FINGERPRINT_CHARS = 16
+# The KFP launcher's local copies of object stores (pipelines/container/entrypoint.py):
+# an output written below them is uploaded only when the step succeeds, so backups go
+# to the store itself.
+LAUNCHER_MOUNTS = {"/gcs/": "gs://", "/s3/": "s3://"}
 # Settings that say where training keeps its files or what it shows, not what it learns.
 NOT_FINGERPRINTED = ("checkpoint_dir", "tensorboard_images", "backup_every_steps")
 
@@ -149,10 +153,14 @@ def backups_root(model_run_uri: str, checkpoint_dir: str | None) -> str:
     """The folder that holds every training's backups: `checkpoint_dir`, or `.backups`
     beside the Trainer's executions (`<model_run>/../../.backups`; with LocalDagRunner,
     whose model_run is `<pipeline_root>/Trainer/model_run/<execution>`, that is
-    `<pipeline_root>/Trainer/.backups`)."""
+    `<pipeline_root>/Trainer/.backups`). Below a KFP launcher mount (LAUNCHER_MOUNTS),
+    the store's own URI."""
     if checkpoint_dir:
         return checkpoint_dir.rstrip("/")
     component_dir = os.path.dirname(os.path.dirname(model_run_uri.rstrip("/")))
+    for mount, scheme in LAUNCHER_MOUNTS.items():
+        if component_dir.startswith(mount):
+            component_dir = scheme + component_dir[len(mount) :]
     return os.path.join(component_dir, BACKUPS_DIR)
 
 
