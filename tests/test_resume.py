@@ -401,3 +401,60 @@ def test_a_fine_tune_stopped_in_its_full_phase_resumes_there(data, tmp_path, mon
         ("head", 1, 8),
         ("full", 2, 16),
     ]
+
+
+MIRRORED_SCRIPT = """
+import os, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+from tfx.components.trainer.fn_args_utils import FnArgs
+from imgpipe.components.trainer import devices, summary, task
+plan = devices.plan_devices(*devices.visible_devices())
+assert plan.strategy == devices.MIRRORED and plan.replicas == 2, plan
+examples, stats, root = sys.argv[1:4]
+
+class Stop(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == 10:
+            raise KeyboardInterrupt
+
+def args(execution):
+    return FnArgs(
+        train_files=[os.path.join(examples, "Split-train", "*")],
+        eval_files=[os.path.join(examples, "Split-eval", "*")],
+        train_steps=12, eval_steps=None,
+        serving_model_dir=os.path.join(root, "Trainer", "model", execution, "Format-Serving"),
+        model_run_dir=os.path.join(root, "Trainer", "model_run", execution),
+        custom_config={"backbone": "tiny_cnn", "image_size": 32, "batch_size": 8, "epochs": 2,
+                       "tensorboard_images": 0, "backup_every_steps": 3,
+                       "image_statistics_uri": stats})
+
+original = task._callbacks
+task._callbacks = lambda *a: original(*a) + [Stop()]
+try:
+    task.run_fn(args("1"))
+except KeyboardInterrupt:
+    print("STOPPED")
+task._callbacks = original
+task.run_fn(args("2"))
+trained = summary.read_if_present(os.path.join(root, "Trainer", "model_run", "2"))
+print("RESUMED", trained.resume.step, trained.resume.optimizer_steps,
+      trained.phases[-1].optimizer_steps)
+"""
+
+
+@pytest.mark.component
+def test_a_mirrored_run_resumes_mid_epoch(data, tmp_path):
+    """MirroredStrategy on two logical CPUs (set before TF starts: a fresh process),
+    stopped at step 10 of 12 (6 a epoch): the retry resumes from the backup at step 9."""
+    result = subprocess.run(
+        [sys.executable, "-c", MIRRORED_SCRIPT, data["examples"], data["stats"], str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "STOPPED" in result.stdout
+    assert "RESUMED 3 9 12" in result.stdout, result.stdout
