@@ -201,11 +201,14 @@ def training_lines(model_run_uri: str | None) -> list[str]:
         f"{p.name} {p.epochs_run}/{p.epochs} epochs at {p.peak_learning_rate:g}"
         for p in trained.phases
     )
-    return [
+    lines = [
         f"training             {trained.backbone} at {trained.image_size} px, weights "
         f"{trained.weights or 'none (from scratch)'}; {phases}",
         f"warm start           {trained.warm_start}: {trained.warm_start_note}",
     ]
+    if trained.resume.status == summary.RESUMED:
+        lines.append(f"preemption           {trained.resume.note}")
+    return lines
 
 
 def evaluation_lines(evaluation_uri: str | None) -> list[str]:

@@ -21,7 +21,7 @@ from tfx.components.trainer.fn_args_utils import FnArgs
 
 from imgpipe.components.common import artifacts, fileio, layout, manifest, preprocessing
 from imgpipe.components.common.features import TFDS_KEY_MAP
-from imgpipe.components.trainer import backbones, devices, export, memory, task
+from imgpipe.components.trainer import backbones, datasets, devices, export, memory, task
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer.config import TrainerConfig, from_custom_config
@@ -66,7 +66,8 @@ def fn_args(data, out: str, train_steps: int, **custom) -> FnArgs:
         train_steps=train_steps,
         eval_steps=None,
         serving_model_dir=os.path.join(out, "model", "Format-Serving"),
-        model_run_dir=os.path.join(out, "run"),
+        # LocalDagRunner's layout, which puts the backups in <out>/Trainer/.backups.
+        model_run_dir=os.path.join(out, "Trainer", "model_run", "1"),
         custom_config=config,
     )
 
@@ -450,11 +451,11 @@ def test_run_fn_learns_separable_classes_into_a_dirty_model_folder(data, tmp_pat
     accuracy = np.mean(np.argmax(out[export.PROBABILITIES].numpy(), axis=-1) == truth)
     assert accuracy > 0.9, accuracy
     assert keras.mixed_precision.global_policy().name == "float32"
-    if task.tensorboard_available():
+    if datasets.tensorboard_available():
         assert glob.glob(os.path.join(args.model_run_dir, "full", "train", "events.out.*"))
-        assert glob.glob(os.path.join(args.model_run_dir, task.SAMPLES_SUBDIR, "events.*"))
-    # The backup is removed once training completes.
-    assert not os.path.exists(os.path.join(args.model_run_dir, task.BACKUP_SUBDIR))
+        assert glob.glob(os.path.join(args.model_run_dir, datasets.SAMPLES_SUBDIR, "events.*"))
+    # The backups are removed once the model is exported.
+    assert os.listdir(os.path.join(str(tmp_path), "Trainer")) == ["model_run"]
 
 
 @pytest.mark.unit
@@ -478,6 +479,8 @@ class _Preempted(Exception):
 
 @pytest.mark.component
 def test_preempted_run_resumes_from_its_checkpoint(data, tmp_path, monkeypatch):
+    from imgpipe.components.trainer import summary
+
     checkpoint_dir = str(tmp_path / "ckpt")
     seen: dict[str, list] = {"epochs": [], "start_weights": []}
     saved_at_preemption = []
@@ -513,7 +516,9 @@ def test_preempted_run_resumes_from_its_checkpoint(data, tmp_path, monkeypatch):
     with pytest.raises(_Preempted):
         task.run_fn(run_args("first"))
     assert keras.mixed_precision.global_policy().name == "float32"
-    assert os.path.exists(os.path.join(checkpoint_dir, "full", "training_metadata.json"))
+    # One backup, of the epoch before the preemption, in the training's folder.
+    (backup,) = glob.glob(os.path.join(checkpoint_dir, "*", "*", layout.MANIFEST_FILE))
+    assert os.path.basename(os.path.dirname(backup)) == "00-0000000008"  # 2 epochs x 4
 
     monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Record()])
     second = run_args("second")
@@ -522,6 +527,14 @@ def test_preempted_run_resumes_from_its_checkpoint(data, tmp_path, monkeypatch):
     for restored, saved in zip(seen["start_weights"], saved_at_preemption, strict=True):
         np.testing.assert_array_equal(restored, saved)
     assert os.path.exists(os.path.join(second.serving_model_dir, "saved_model.pb"))
+    resumed = summary.read_if_present(second.model_run_dir).resume
+    assert (resumed.status, resumed.epoch, resumed.step, resumed.optimizer_steps) == (
+        "resumed",
+        2,
+        0,
+        8,
+    )
+    assert os.listdir(checkpoint_dir) == []
 
 
 MIRRORED_SCRIPT = textwrap.dedent("""

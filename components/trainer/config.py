@@ -95,8 +95,12 @@ class TrainerConfig:
         reused instead of page-faulted afresh (see components/common/allocator.py).
       seed: seeds shard order, shuffling and weight initialization.
       tensorboard_images: augmented training images written to TensorBoard.
-      checkpoint_dir: where the preemption backup lives; None is <model_run>/backup.
-        Point it at a stable location for a retried run to resume.
+      checkpoint_dir: where preemption backups live, one folder per training
+        fingerprint (docs/preemption.md); None is `.backups` beside the Trainer's
+        executions (with LocalDagRunner <pipeline_root>/Trainer/.backups), where a
+        retried Trainer finds the backup of the attempt that was killed.
+      backup_every_steps: besides at each epoch's end, back up every this many
+        optimizer steps, so a preempted run resumes mid-epoch; None: epoch ends only.
       mean: per-channel normalization mean (0..255); overrides ImageStatistics.
       std: per-channel normalization std (0..255); overrides ImageStatistics.
       crop_fraction: center-crop fraction at eval and serving; None takes the value the
@@ -132,6 +136,7 @@ class TrainerConfig:
     seed: int = 0
     tensorboard_images: int = 8
     checkpoint_dir: str | None = None
+    backup_every_steps: int | None = None
     mean: tuple[float, float, float] | None = None
     std: tuple[float, float, float] | None = None
     crop_fraction: float | None = None
@@ -175,6 +180,11 @@ class TrainerConfig:
             raise ValueError(f"frozen_epochs must be 0 or more, got {self.frozen_epochs}")
         if not 0.0 < self.fine_tune_rate <= 1.0:
             raise ValueError(f"fine_tune_rate must be in (0, 1], got {self.fine_tune_rate}")
+        if self.backup_every_steps is not None and self.backup_every_steps < 1:
+            raise ValueError(
+                "backup_every_steps must be None (at epoch ends only) or at least 1, got "
+                f"{self.backup_every_steps}"
+            )
         for name in ("train_steps", "eval_steps"):
             steps = getattr(self, name)
             if steps is not None and steps < 1:

@@ -21,6 +21,33 @@ class Phase:
     peak_learning_rate: float
     backbone_trainable: bool
     epochs_run: int = 0
+    optimizer_steps: int = 0  # the optimizer's iterations when the phase ended
+
+
+# Resumption.status values.
+FRESH = "fresh"
+RESUMED = "resumed"
+
+
+@dataclasses.dataclass(frozen=True)
+class Resumption:
+    """Whether training resumed from a preemption backup (resume.py), and why (not).
+
+    Attributes:
+      status: FRESH or RESUMED.
+      note: why: the backup it resumed from, or why none was used.
+      phase: RESUMED: the phase the backup was taken in.
+      epoch: RESUMED: the epochs complete at the backup, counted over all phases.
+      step: RESUMED: the steps into the next epoch.
+      optimizer_steps: RESUMED: the optimizer iterations restored (within the phase).
+    """
+
+    status: str = FRESH
+    note: str = ""
+    phase: str | None = None
+    epoch: int | None = None
+    step: int | None = None
+    optimizer_steps: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +60,7 @@ class TrainingSummary:
     steps_per_epoch: int
     phases: tuple[Phase, ...]
     val_accuracy: float | None = None
+    resume: Resumption = Resumption()
     version: int = VERSION
 
 
