@@ -390,6 +390,9 @@ def _decode_strictly(
         if header is not None
         and header.format == image_header.JPEG
         and header.mode not in _TENSORFLOW_CONVERTED_MODES
+        # A rotated JPEG is turned upright by TensorFlow's eval decode (upright.py),
+        # which the strict crop-decode does not do: left to TensorFlow.
+        and header.exif_orientation == 1
     ]
     if lib is None or not candidates:
         return {}, {}
