@@ -14,7 +14,8 @@ pipeline_name: flowers
 data_root: {root}/images/span-{{SPAN}}
 pipeline_root: {root}/pipeline-root
 serving_dir: {root}/serving
-trainer: {{image_size: 32, epochs: 1, min_train_steps: 20, tensorboard_images: 0}}
+trainer:
+  {{image_size: 32, batch_size: 8, epochs: 1, train_steps: 8, eval_steps: 1, tensorboard_images: 0}}
 example_gen: {{output: {{num_shards: 1}}}}
 beam_args: [--direct_num_workers=1, --direct_running_mode=in_memory]
 """
