@@ -97,11 +97,28 @@ is_system_dir() {
 # same inside and out: a tmpfs under /tmp is the same tmpfs in the chroot. The mounts live in their own mount namespace, a slave of
 # the host's: they vanish when the command ends, however it ends, and neither they nor
 # their unmounting reach the host, while the host's later mounts still show inside.
+#
+# Every step execs the next (env, unshare without --fork, bash, chroot, bash, CMD), so
+# CMD keeps the process id chroot_exec ran in: chroot_exec_replace (bin/in-env) execs
+# the whole chain, and a signal sent to that id reaches CMD itself, with no wrapper
+# left to die alone or swallow it.
 chroot_exec() {
+  _chroot_command "$@"
+  "${CHROOT_COMMAND[@]}"
+}
+
+# chroot_exec_replace ROOTFS CMD...: chroot_exec in place of the calling shell.
+chroot_exec_replace() {
+  _chroot_command "$@"
+  exec "${CHROOT_COMMAND[@]}"
+}
+
+# Sets CHROOT_COMMAND to chroot_exec's command line.
+_chroot_command() {
   local rootfs="$1"; shift
   [ "$(id -u)" = 0 ] || die "the Debian 13 rootfs is entered with chroot, which needs root: run as root (sudo)"
   # The host's pip settings point at host-only paths; the rootfs has its own.
-  env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PYTHONHOME -u LD_LIBRARY_PATH \
+  CHROOT_COMMAND=(env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PYTHONHOME -u LD_LIBRARY_PATH
   unshare --mount --propagation slave -- bash -c '
     set -e
     rootfs="$1" repo="$2" cwd="$3"; shift 3
@@ -147,6 +164,6 @@ chroot_exec() {
       fi
     done
     exec chroot "$rootfs" /bin/bash -c "cd \"\$0\" 2>/dev/null || cd /; exec \"\$@\"" "$cwd" "$@"
-  ' chroot_exec "$rootfs" "$REPO_ROOT" "$PWD" "$@"
+  ' chroot_exec "$rootfs" "$REPO_ROOT" "$PWD" "$@")
 }
 export -f is_system_dir

@@ -203,6 +203,30 @@ USER_ERRORS = {
         "imgpipe: error: --data nowhere: no such folder; give the image folder "
         "(root/<label>/... or root/<split>/<label>/...)",
     ),
+    "a span pattern whose parent does not exist (run local)": (
+        ["run", "local", "--data", "nowhere/span-{SPAN}"],
+        1,
+        "imgpipe: error: --data nowhere/span-{SPAN}: nowhere, the folder that holds the "
+        "spans, does not exist; create it and put each span in it (span-1, ...)",
+    ),
+    "a span pattern that matches no folder (run local)": (
+        ["run", "local", "--data", "src/span-{SPAN}"],
+        1,
+        "imgpipe: error: --data src/span-{SPAN}: no folder in src matches span-{SPAN}; put "
+        "each span in a folder of src named as the pattern says (span-1, ...)",
+    ),
+    "no data at all (run local)": (
+        ["run", "local"],
+        1,
+        "imgpipe: error: no image folder: give --data DIR, or set data_root in the config "
+        "(--config FILE)",
+    ),
+    "a dataset of one class (run local)": (
+        ["run", "local", "--data", "src"],
+        1,
+        "imgpipe: error: --data src: the dataset has 1 class with images ('a'), and a "
+        "classifier needs at least 2: add a folder <label>/ of images for each other class",
+    ),
     "an Examples folder that does not exist": (
         ["stats", "nowhere"],
         1,
@@ -478,3 +502,19 @@ def test_every_statistics_setting_is_a_stats_flag_with_its_docstring():
     values = dataclass_flags.values(args, flags)
     assert values["leakage_threshold"] == 0.2 and values["verify_images"] is False
     assert values["drift_std_ratio"] == StatisticsConfig().drift_std_ratio
+
+
+@pytest.mark.component
+def test_convert_warns_of_a_class_that_lost_every_file_and_of_one_class(tmp_path, capsys):
+    """A folder name with a leading space loses all its files; the one class left
+    converts, with a warning line for each, and exit 0."""
+    imagegen.make_image_folder(str(tmp_path / "src"), {"dog": 3, " cat": 3})
+    out = str(tmp_path / "out")
+    assert cli.main(["convert", str(tmp_path / "src"), out, "--no-progress"]) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "warning:" in line]
+    assert warnings == [
+        "warning: class folder ' cat' lost every file: it has white space at an end, which "
+        "labels.txt cannot keep; rename the folder",
+        "warning: the dataset has 1 class with images ('dog'), and a classifier needs at "
+        "least 2: add a folder <label>/ of images for each other class",
+    ]

@@ -20,7 +20,7 @@ import tensorflow as tf
 from tfx.components.trainer.fn_args_utils import FnArgs
 
 from imgpipe.components.common import fileio, layout, manifest
-from imgpipe.components.trainer import export, resume, summary, task
+from imgpipe.components.trainer import backbones, export, resume, summary, task
 from imgpipe.components.trainer.config import TrainerConfig
 from tests import object_stores
 from tests import trainer_helpers as th
@@ -377,7 +377,8 @@ def test_a_fine_tune_stopped_in_its_full_phase_resumes_there(data, tmp_path, mon
     from imgpipe.components.trainer import model as model_lib
 
     weights = str(tmp_path / "tiny.weights.h5")
-    model_lib.BACKBONES["tiny_cnn"]((SIZE, SIZE, 3), None, TrainerConfig()).save_weights(weights)
+    tiny = backbones.BACKBONES["tiny_cnn"].build((SIZE, SIZE, 3), None, TrainerConfig(), True)
+    tiny.save_weights(weights)
     seen: dict[str, list] = {"fits": []}
 
     class Stop(keras.callbacks.Callback):

@@ -34,7 +34,7 @@ import simplejpeg
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
-from imgpipe.components.common import cpu, image_header
+from imgpipe.components.common import cpu, image_header, upright
 from imgpipe.components.common import features as fk
 from imgpipe.components.common.preprocessing import center_crop_windows, eval_images
 from imgpipe.components.common.tf_errors import op_error_reason
@@ -228,7 +228,7 @@ def _decoder_functions(size: int, crop: float) -> tuple[Callable, Callable]:
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
         def native(encoded: tf.Tensor) -> tf.Tensor:
-            return tf.io.decode_image(encoded, channels=3, expand_animations=False)
+            return upright.decode_upright(encoded)  # as the model's inputs decode it
 
         eval_batch.get_concrete_function()  # traced under the lock, once
         _FUNCTIONS[size, crop] = eval_batch, native
@@ -390,6 +390,9 @@ def _decode_strictly(
         if header is not None
         and header.format == image_header.JPEG
         and header.mode not in _TENSORFLOW_CONVERTED_MODES
+        # A rotated JPEG is turned upright by TensorFlow's eval decode (upright.py),
+        # which the strict crop-decode does not do: left to TensorFlow.
+        and header.exif_orientation == 1
     ]
     if lib is None or not candidates:
         return {}, {}

@@ -358,6 +358,13 @@ def print_summary(summary: ConversionSummary, out: str) -> None:
     print(f"skipped          {summary.skipped}   (see {os.path.join(shown, layout.SKIPPED_FILE)})")
     print(f"ignored          {summary.ignored}   (see {os.path.join(shown, layout.IGNORED_FILE)})")
     print(f"files seen       {summary.files_seen} = written + skipped + ignored")
+    rotated = sum(s.rotated for s in summary.splits.values())
+    composited = sum(s.composited for s in summary.splits.values())
+    if rotated or composited:
+        print(
+            f"made as seen     {rotated} rotated upright (EXIF orientation), {composited} "
+            "transparent composited onto the background; re-encoded"
+        )
     if summary.label_conflicts:
         conflicting = sum(len(c.paths) for c in summary.label_conflicts)
         outcome = "kept" if summary.label_conflicts[0].kept else "skipped"
