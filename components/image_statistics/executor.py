@@ -92,6 +92,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             self._make_beam_pipeline,
             validator,
             drift_baseline,
+            audit_serving_dir=exec_properties.get(spec.SERVING_DIR_KEY) or "",
         )
         _write(output.uri, produced)
         output.set_int_custom_property(spec.ANOMALY_COUNT_PROPERTY, len(produced.anomalies))

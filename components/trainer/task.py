@@ -32,7 +32,7 @@ from imgpipe.components.common import (
     outputs,
     staging,
 )
-from imgpipe.components.trainer import devices, export, memory, warm_start
+from imgpipe.components.trainer import candidate_audit, devices, export, memory, warm_start
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer import summary as summary_lib
@@ -196,14 +196,6 @@ def _train(
         keras.mixed_precision.set_global_policy(devices.FLOAT32)
 
 
-def _export_through_local_folder(
-    model: keras.Model, folder: str, *args: Any, **kwargs: Any
-) -> None:
-    """export_serving_model into `folder`, through a local copy on an object store."""
-    with staging.local_folder(folder, "imgpipe-export-") as local:
-        export.export_serving_model(model, local, *args, **kwargs)
-
-
 @dataclasses.dataclass(frozen=True)
 class Sources:
     """What training reads beside its config: the splits, the statistics artifact, and
@@ -355,20 +347,28 @@ def _train_and_export(
     # TFX's model artifact holds Format-Serving/ (fn_args.serving_model_dir) only. It is
     # exported aside, then moved into place, so a retried Trainer never mixes exports.
     model_dir, serving_subdir = os.path.split(fn_args.serving_model_dir.rstrip("/"))
-    outputs.publish_folder(
-        model_dir,
-        serving_subdir,
-        lambda folder: _export_through_local_folder(
-            model,
-            folder,
-            labels,
-            config.input_size,
-            crop_fraction,
-            host_norm,
-            config.feature_key_map,
-            statistics_uri=sources.statistics_uri,
-        ),
-    )
+    examples_uri, eval_split = examples_uri_and_split(fn_args.eval_files[0])
+    audits: list[image_stats.LabelAudit] = []  # the audit of the attempt published
+
+    def export_and_audit(folder: str) -> None:
+        with staging.local_folder(folder, "imgpipe-export-") as local:
+            export.export_serving_model(
+                model,
+                local,
+                labels,
+                config.input_size,
+                crop_fraction,
+                host_norm,
+                config.feature_key_map,
+                statistics_uri=sources.statistics_uri,
+            )
+            audits.append(
+                candidate_audit.audit_candidate(
+                    local, labels, examples_uri, eval_split, config.feature_key_map
+                )
+            )
+
+    outputs.publish_folder(model_dir, serving_subdir, export_and_audit)
     summary_lib.write(
         fn_args.model_run_dir,
         summary_lib.TrainingSummary(
@@ -380,6 +380,7 @@ def _train_and_export(
             steps_per_epoch=steps_per_epoch,
             phases=tuple(done_phases),
             val_accuracy=val_accuracy,
+            label_audit=audits[-1] if audits else None,
         ),
     )
     logging.info("Exported %s", fn_args.serving_model_dir)
