@@ -139,12 +139,12 @@ def train_champion(
     return push, accuracy
 
 
-def measure(work: str, per_class: int, epochs: int) -> list[str]:
+def measure(work: str, per_class: int, epochs: int, champion_per_class: int) -> list[str]:
     from imgpipe.components.image_statistics import label_gate
     from imgpipe.components.image_statistics.config import StatisticsConfig
 
     start = time.perf_counter()
-    clean = photo_folder(os.path.join(work, "champion-data"), per_class, seed=0)
+    clean = photo_folder(os.path.join(work, "champion-data"), champion_per_class, seed=0)
     held_out = photo_folder(os.path.join(work, "champion-eval"), per_class // 3, seed=7)
     serving = os.path.join(work, "serving")
     push, accuracy = train_champion(clean, held_out, serving, epochs)
@@ -155,8 +155,9 @@ def measure(work: str, per_class: int, epochs: int) -> list[str]:
     span = photo_folder(os.path.join(work, "span-photos"), per_class, seed=1)
     config = StatisticsConfig()
     rows = [
-        f"champion: tiny_cnn at {IMAGE_SIZE} px, {per_class} crops per class x {len(CLASSES)} "
-        f"classes, {epochs} epochs; held-out accuracy {accuracy:.3f}, held-out flagged "
+        f"champion: tiny_cnn at {IMAGE_SIZE} px, {champion_per_class} crops per class x "
+        f"{len(CLASSES)} classes, {epochs} epochs; spans of {per_class} per class; held-out "
+        f"accuracy {accuracy:.3f}, held-out flagged "
         f"{reference.flagged_fraction:.1%} ({reference.flagged}/{reference.audited})",
         "",
         "| labels moved | images | flagged | recall | precision | gate | decision |",
@@ -187,11 +188,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-class", type=int, default=60)
     parser.add_argument("--epochs", type=int, default=25)
+    parser.add_argument(
+        "--champion-per-class",
+        type=int,
+        help="the champion's training crops (default: --per-class)",
+    )
     parser.add_argument("--out", help="a folder to keep the data in (default: a temporary one)")
     args = parser.parse_args(argv)
     work = args.out or tempfile.mkdtemp(prefix="imgpipe-label-audit-bench-")
     try:
-        print("\n".join(measure(work, args.per_class, args.epochs)))
+        print(
+            "\n".join(
+                measure(
+                    work, args.per_class, args.epochs, args.champion_per_class or args.per_class
+                )
+            )
+        )
     finally:
         if not args.out:
             shutil.rmtree(work, ignore_errors=True)

@@ -106,7 +106,7 @@ def audit(model_classes: Sequence[str], given: Sequence[str], probabilities: np.
     given_confidence = tuple(
         float(probabilities[i, column[name]]) if known[i] else 0.0 for i, name in enumerate(given)
     )
-    rows = np.flatnonzero(known)
+    rows = [int(i) for i in np.flatnonzero(known)]
     # Only the classes filed in this data: cleanlab estimates a threshold per class.
     present = sorted({column[given[i]] for i in rows})
     unknown = int(len(given) - len(rows))
@@ -125,7 +125,7 @@ def audit(model_classes: Sequence[str], given: Sequence[str], probabilities: np.
     kept = np.clip(probabilities[np.ix_(rows, present)], _MIN_PROBABILITY, None)
     kept /= kept.sum(axis=1, keepdims=True)
     issues = find_label_issues(labels, kept)
-    return found(tuple(int(rows[i]) for i in issues))
+    return found(tuple(rows[int(i)] for i in issues))
 
 
 def issues(
