@@ -25,6 +25,9 @@ import numpy as np
 
 from imgpipe.components.common import image_stats as schema
 
+# The most images an audit scores (StatisticsConfig.label_audit_max_images' default):
+# the model's inference is the audit's cost.
+DEFAULT_MAX_IMAGES = 2000
 # The flagged images listed in image_stats.json and the report; the count is exact.
 MAX_LISTED_ISSUES = 200
 # Fewer audited images than this, or fewer than two classes, leave the estimate

@@ -40,8 +40,6 @@ from imgpipe.components.common.serving import EXAMPLES_INPUT, PROBABILITIES, SER
 REFERENCE_FILE = "label_audit.json"
 REFERENCE_VERSION = 1
 BATCH_SIZE = 64
-# The most images an audit scores (StatisticsConfig.label_audit_max_images' default).
-DEFAULT_MAX_IMAGES = 2000
 THUMBNAIL_SIZE = 72
 # What reading the Examples or loading and running a model can raise (a shard that does
 # not read is artifacts.ShardReadError, an OSError): the audit is then skipped, with why.

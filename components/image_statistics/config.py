@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from imgpipe.components.common.label_audit_scoring import DEFAULT_MAX_IMAGES
+from imgpipe.components.common.label_audit import DEFAULT_MAX_IMAGES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,8 +74,8 @@ class StatisticsConfig:
     verify_images: bool = True
     label_audit: bool = True
     label_audit_max_images: int = DEFAULT_MAX_IMAGES
-    max_label_issue_fraction: float = 0.15
-    label_issue_reference_factor: float = 3.0
+    max_label_issue_fraction: float = 0.1
+    label_issue_reference_factor: float = 1.5
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""

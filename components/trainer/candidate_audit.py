@@ -24,7 +24,7 @@ def audit_candidate(
     examples_uri: str,
     eval_split: str,
     key_map: FeatureKeyMap = DEFAULT_KEY_MAP,
-    max_images: int = scoring.DEFAULT_MAX_IMAGES,
+    max_images: int = label_audit.DEFAULT_MAX_IMAGES,
 ) -> schema.LabelAudit:
     """Audits `eval_split` with the model exported to `export_dir` and records its rate
     there; never raises for the data or the model (the result says why it did not run)."""
