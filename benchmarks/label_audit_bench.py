@@ -160,14 +160,16 @@ def measure(work: str, per_class: int, epochs: int, champion_per_class: int) -> 
         f"accuracy {accuracy:.3f}, held-out flagged "
         f"{reference.flagged_fraction:.1%} ({reference.flagged}/{reference.audited})",
         "",
-        "| labels moved | images | flagged | recall | precision | gate | decision |",
-        "|---|---|---|---|---|---|---|",
+        "| labels moved | images | flagged | recall | precision | gate | decision | audit s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for rate in RATES:
         name = f"span-{int(rate * 100)}"
         moved = moved_copy(span, os.path.join(work, name), rate, seed=int(rate * 1000) + 3)
         examples = convert(os.path.join(work, name), os.path.join(work, name + "-examples"))
+        started = time.perf_counter()
         audited = label_gate.before_training(serving, examples, ["train", "eval"], config)
+        seconds = time.perf_counter() - started
         result = audited.result
         flagged = {i.path for i in result.issues}
         hits = len(flagged & moved)
@@ -176,7 +178,7 @@ def measure(work: str, per_class: int, epochs: int, champion_per_class: int) -> 
         rows.append(
             f"| {rate:.0%} ({len(moved)}) | {result.audited} | {result.flagged_fraction:.1%} "
             f"({result.flagged}) | {recall:.2f} | {precision:.2f} | {result.threshold:.1%} | "
-            f"{'stop' if result.exceeded else 'pass'} |"
+            f"{'stop' if result.exceeded else 'pass'} | {seconds:.1f} |"
         )
         print(rows[-1], flush=True)
     rows.append("")

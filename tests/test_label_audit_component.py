@@ -123,6 +123,13 @@ def test_no_champion_or_a_champion_without_a_model_skips_the_audit_with_why(worl
 
 def test_the_trainers_audit_of_its_eval_split_records_the_reference(world, tmp_path):
     examples = bench.convert(str(world["root"] / "span-photos"), str(tmp_path / "examples"))
+    # The cap: the same sample whatever the call, in the shards' order.
+    sample, total = scoring.read_records(examples, SPLITS, 10)
+    again, _ = scoring.read_records(examples, SPLITS, 10)
+    assert total == PER_CLASS * len(bench.CLASSES) and len(sample) == 10
+    assert [r.path for r in sample] == [r.path for r in again]
+    everything, _ = scoring.read_records(examples, SPLITS, total)
+    assert {r.path for r in sample} < {r.path for r in everything}
     candidate = str(tmp_path / "candidate")
     shutil.copytree(world["push"], candidate)
     os.remove(os.path.join(candidate, served_models.ASSETS_EXTRA_DIR, scoring.REFERENCE_FILE))
