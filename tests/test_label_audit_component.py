@@ -17,7 +17,7 @@ from imgpipe.components.common import image_stats as schema
 from imgpipe.components.common import label_audit_scoring as scoring
 from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
-from imgpipe.components.image_statistics import spec
+from imgpipe.components.image_statistics import label_gate, spec
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.executor import REJECTED_SUFFIX, Executor
 from imgpipe.components.trainer import candidate_audit
@@ -39,7 +39,8 @@ def world(tmp_path_factory):
     push, accuracy = bench.train_champion(clean, held_out, serving, epochs=15)
     assert accuracy > 0.8, accuracy  # the audit needs a champion that knows the classes
     span = bench.photo_folder(str(root / "span-photos"), PER_CLASS, seed=1)
-    return {"root": root, "serving": serving, "push": push, "span": span}
+    examples = bench.convert(str(root / "span-photos"), str(root / "span-examples"))
+    return {"root": root, "serving": serving, "push": push, "span": span, "examples": examples}
 
 
 def run_statistics(world, name: str, rate: float, serving: str | None = None):
@@ -104,11 +105,15 @@ def test_a_span_with_40_percent_of_labels_moved_stops_before_training(world):
 
 
 def test_no_champion_or_a_champion_without_a_model_skips_the_audit_with_why(world, tmp_path):
+    config = StatisticsConfig()
     empty = tmp_path / "empty-serving"
     empty.mkdir()
-    uri, _, _ = run_statistics(world, "unserved", 0.4, serving=str(empty))
-    audited = schema.read(uri).label_audit
-    assert not audited.checked and "no model has been pushed" in audited.reason
+    audited = label_gate.before_training(str(empty), world["examples"], SPLITS, config)
+    assert not audited.result.checked and "no model has been pushed" in audited.result.reason
+    assert label_gate.before_training("", world["examples"], SPLITS, config).result.reason == (
+        "no serving_dir is set, so there is no served model to audit with"
+    )
+    assert label_gate.before_training("", "x", SPLITS, StatisticsConfig(label_audit=False)) is None
     # A push with its assets but no SavedModel (as the drift tests make): skipped, named.
     broken = empty / "1700000001"
     shutil.copytree(
@@ -116,13 +121,13 @@ def test_no_champion_or_a_champion_without_a_model_skips_the_audit_with_why(worl
         broken / served_models.ASSETS_EXTRA_DIR,
     )
     (broken / served_models.PUSH_COMPLETE_FILE).touch()
-    uri, _, _ = run_statistics(world, "unloadable", 0.4, serving=str(empty))
-    audited = schema.read(uri).label_audit
-    assert not audited.checked and "could not score the images" in audited.reason
+    audited = label_gate.before_training(str(empty), world["examples"], SPLITS, config)
+    assert not audited.result.checked and "could not score the images" in audited.result.reason
+    assert label_gate.anomalies(audited.result, "report.html", config) == []
 
 
 def test_the_trainers_audit_of_its_eval_split_records_the_reference(world, tmp_path):
-    examples = bench.convert(str(world["root"] / "span-photos"), str(tmp_path / "examples"))
+    examples = world["examples"]
     # The cap: the same sample whatever the call, in the shards' order.
     sample, total = scoring.read_records(examples, SPLITS, 10)
     again, _ = scoring.read_records(examples, SPLITS, 10)
