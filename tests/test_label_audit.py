@@ -158,3 +158,13 @@ def test_the_audit_round_trips_through_image_stats_json_and_old_files_read():
     document["version"] = 2
     del document["label_audit"]
     assert schema.from_json_text(json.dumps(document)).label_audit is None
+
+
+@pytest.mark.unit
+def test_a_class_with_a_single_image_is_audited_without_error():
+    given, _ = flipped(TRUE, 0.2)
+    names = [CLASSES[g] for g in given]
+    names[0] = "fox"  # and no other "fox" below: keep one
+    names = [n if n != "fox" or i == 0 else "cat" for i, n in enumerate(names)]
+    found = label_audit.audit(CLASSES, names, model_outputs(TRUE))
+    assert found.reason == "" and found.audited == 300

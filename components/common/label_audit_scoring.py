@@ -112,9 +112,9 @@ def read_records(
             options = tf.io.TFRecordOptions(compression_type=artifacts.shard_compression(path))
             with staging.local_copy(path, "imgpipe-audit-") as readable:
                 for serialized in tf.compat.v1.io.tf_record_iterator(readable, options):
-                    path, label, _ = _parse(serialized, names)
-                    rank = bytes(255 - b for b in hashlib.sha256(path.encode()).digest())
-                    item = (rank, -total, Record(split, path, label, serialized))
+                    name, label, _ = _parse(serialized, names)
+                    rank = bytes(255 - b for b in hashlib.sha256(name.encode()).digest())
+                    item = (rank, -total, Record(split, name, label, serialized))
                     total += 1
                     if len(heap) < max_images:
                         heapq.heappush(heap, item)
@@ -166,7 +166,15 @@ def run(
         probabilities = score(model_dir, records)
     except READ_ERRORS as e:
         return skipped(f"the model {model_dir} could not score the images: {e}")
-    found = label_audit.audit(model_classes, [r.label for r in records], probabilities)
+    if probabilities.shape[1] != len(model_classes):
+        return skipped(
+            f"the model {model_dir} gives {probabilities.shape[1]} probabilities per image but "
+            f"its label map names {len(model_classes)} classes"
+        )
+    try:
+        found = label_audit.audit(model_classes, [r.label for r in records], probabilities)
+    except (ValueError, AssertionError) as e:  # cleanlab's checks of its inputs
+        return skipped(f"confident learning could not audit the model's probabilities: {e}")
     notes = [found.reason] if found.reason else []
     if total > len(records):
         notes.append(f"a sample of {len(records)} of {total} images (label_audit_max_images)")
