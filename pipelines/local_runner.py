@@ -173,6 +173,7 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         + (f" (span {span})" if span is not None else ""),
         f"model (trained)      {result.uri(ids.TRAINER, keys.MODEL_KEY) or 'not produced'}",
         *drift_lines(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)),
+        *label_audit_lines(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)),
         *training_lines(result.uri(ids.TRAINER, keys.MODEL_RUN_KEY)),
         *evaluation_lines(result.uri(ids.EVALUATOR, keys.EVALUATION_KEY)),
         f"model (served)       {pushed_to or not_pushed}",
@@ -201,10 +202,18 @@ def training_lines(model_run_uri: str | None) -> list[str]:
         f"{p.name} {p.epochs_run}/{p.epochs} epochs at {p.peak_learning_rate:g}"
         for p in trained.phases
     )
+    from imgpipe.components.common import label_audit
+
+    audited = (
+        [f"label audit (eval)   {label_audit.describe(trained.label_audit)}"]
+        if trained.label_audit is not None
+        else []
+    )
     lines = [
         f"training             {trained.backbone} at {trained.image_size} px, weights "
         f"{trained.weights or 'none (from scratch)'}; {phases}",
         f"warm start           {trained.warm_start}: {trained.warm_start_note}",
+        *audited,
     ]
     if trained.resume.status == summary.RESUMED:
         lines.append(f"preemption           {trained.resume.note}")
@@ -231,6 +240,18 @@ def evaluation_lines(evaluation_uri: str | None) -> list[str]:
         f"blessing             {result.decision.reason}",
         f"evaluation           {evaluation_uri}",
     ]
+
+
+def label_audit_lines(statistics_uri: str | None) -> list[str]:
+    """The champion's label audit of this data before training: the flagged fraction,
+    the gate and the decision, from image_stats.json."""
+    from imgpipe.components.common import fileio, image_stats, label_audit
+    from imgpipe.components.common.layout import IMAGE_STATS_FILE
+
+    if not statistics_uri or not fileio.exists(os.path.join(statistics_uri, IMAGE_STATS_FILE)):
+        return []
+    audited = image_stats.read(statistics_uri).label_audit
+    return [] if audited is None else [f"label audit          {label_audit.describe(audited)}"]
 
 
 def drift_lines(statistics_uri: str | None) -> list[str]:

@@ -450,6 +450,14 @@ def test_run_fn_learns_separable_classes_into_a_dirty_model_folder(data, tmp_pat
     ]
     accuracy = np.mean(np.argmax(out[export.PROBABILITIES].numpy(), axis=-1) == truth)
     assert accuracy > 0.9, accuracy
+    # The label audit of the eval split by the trained model, out of sample: in the
+    # summary, and in the push as the next span's reference (candidate_audit.py).
+    from imgpipe.components.trainer import summary as summary_lib
+
+    audited = summary_lib.read_if_present(args.model_run_dir).label_audit
+    assert audited.checked and audited.audited == len(records), audited
+    assert audited.flagged_fraction < 0.1 and audited.model_version is None
+    assert "Format-Serving/assets.extra/label_audit.json" in files
     assert keras.mixed_precision.global_policy().name == "float32"
     if datasets.tensorboard_available():
         assert glob.glob(os.path.join(args.model_run_dir, "full", "train", "events.out.*"))

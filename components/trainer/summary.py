@@ -7,9 +7,12 @@ import dataclasses
 import posixpath
 
 from imgpipe.components.common import config_loader, fileio
+from imgpipe.components.common.image_stats import LabelAudit
 
 TRAINING_SUMMARY_FILE = "training_summary.json"
-VERSION = 1
+VERSION = 2
+# Version 2 added label_audit (with a default), so a version 1 file still reads.
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +65,8 @@ class TrainingSummary:
     val_accuracy: float | None = None
     resume: Resumption = Resumption()
     version: int = VERSION
+    # The label audit of the eval split by the trained model (candidate_audit.py).
+    label_audit: LabelAudit | None = None
 
 
 def write(model_run_uri: str, summary: TrainingSummary) -> None:
@@ -78,5 +83,5 @@ def read_if_present(model_run_uri: str | None) -> TrainingSummary | None:
     if not fileio.exists(path):
         return None
     return config_loader.from_document(
-        TrainingSummary, fileio.read_bytes(path).decode(), path, VERSION
+        TrainingSummary, fileio.read_bytes(path).decode(), path, READABLE_VERSIONS
     )

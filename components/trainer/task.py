@@ -30,7 +30,15 @@ from imgpipe.components.common import (
     served_models,
     staging,
 )
-from imgpipe.components.trainer import datasets, devices, export, fitting, resume, warm_start
+from imgpipe.components.trainer import (
+    candidate_audit,
+    datasets,
+    devices,
+    export,
+    fitting,
+    resume,
+    warm_start,
+)
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer import summary as summary_lib
@@ -170,14 +178,6 @@ def _train(
         keras.mixed_precision.set_global_policy(devices.FLOAT32)
 
 
-def _export_through_local_folder(
-    model: keras.Model, folder: str, *args: Any, **kwargs: Any
-) -> None:
-    """export_serving_model into `folder`, through a local copy on an object store."""
-    with staging.local_folder(folder, "imgpipe-export-") as local:
-        export.export_serving_model(model, local, *args, **kwargs)
-
-
 @dataclasses.dataclass(frozen=True)
 class Sources:
     """What training reads beside its config: the splits, the statistics artifact, the
@@ -266,7 +266,9 @@ def _train_and_export(
         lambda log_dir, stopping, backup: _callbacks(config, log_dir, stopping, backup),
         datasets.sample_callbacks(config, sources.train, fn_args.model_run_dir, common, host_norm),
     )
-    _export(fn_args, model, config, labels, crop_fraction, host_norm, sources.statistics_uri)
+    audit = _export(
+        fn_args, model, config, labels, crop_fraction, host_norm, sources.statistics_uri
+    )
     accuracies = [p.val_accuracy for p in progress if p.val_accuracy is not None]
     summary_lib.write(
         fn_args.model_run_dir,
@@ -280,6 +282,7 @@ def _train_and_export(
             phases=resume.summary_phases(phases, progress),
             val_accuracy=accuracies[-1] if accuracies else None,
             resume=found.resumption(),
+            label_audit=audit,
         ),
     )
     resume.remove(folder)
@@ -346,27 +349,37 @@ def _export(
     crop_fraction: float,
     host_norm: tuple[list[float], list[float]] | None,
     statistics_uri: str | None,
-) -> None:
-    """Publishes the serving model into the model artifact.
+) -> image_stats.LabelAudit | None:
+    """Publishes the serving model into the model artifact; returns the candidate's label
+    audit on the eval split (candidate_audit.py), run on the export.
 
     TFX's model artifact holds Format-Serving/ (fn_args.serving_model_dir) only. It is
     exported aside, then moved into place, so a retried Trainer never mixes exports.
     """
     model_dir, serving_subdir = os.path.split(fn_args.serving_model_dir.rstrip("/"))
-    outputs.publish_folder(
-        model_dir,
-        serving_subdir,
-        lambda folder: _export_through_local_folder(
-            model,
-            folder,
-            labels,
-            config.input_size,
-            crop_fraction,
-            host_norm,
-            config.feature_key_map,
-            statistics_uri=statistics_uri,
-        ),
-    )
+    examples_uri, eval_split = examples_uri_and_split(fn_args.eval_files[0])
+    audits: list[image_stats.LabelAudit] = []  # the audit of the attempt published
+
+    def export_and_audit(folder: str) -> None:
+        with staging.local_folder(folder, "imgpipe-export-") as local:
+            export.export_serving_model(
+                model,
+                local,
+                labels,
+                config.input_size,
+                crop_fraction,
+                host_norm,
+                config.feature_key_map,
+                statistics_uri=statistics_uri,
+            )
+            audits.append(
+                candidate_audit.audit_candidate(
+                    local, labels, examples_uri, eval_split, config.feature_key_map
+                )
+            )
+
+    outputs.publish_folder(model_dir, serving_subdir, export_and_audit)
+    return audits[-1] if audits else None
 
 
 def _schedule(
