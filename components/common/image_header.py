@@ -115,21 +115,34 @@ def check_complete(data: bytes, header: ImageHeader) -> None:
     Raises:
       ImageHeaderError: the file is too short, or the end marker is missing.
     """
+    check_bounded(data, header)
     fmt = header.format
-    if len(data) < header.min_bytes:
-        raise ImageHeaderError(
-            f"truncated or corrupt {fmt}: {len(data)} bytes cannot hold the "
-            f"{header.width}x{header.height} image its header claims "
-            f"(at least {header.min_bytes} bytes)"
-        )
     if fmt == JPEG:
         # Some encoders pad after EOI; allow a little trailing data.
         if b"\xff\xd9" not in data[-64:]:
             raise ImageHeaderError("truncated jpeg: no end-of-image marker")
-        check_jpeg_decodable(data, header)
     elif fmt == PNG:
         if b"IEND" not in data[-32:]:
             raise ImageHeaderError("truncated png: no IEND chunk")
+
+
+def check_bounded(data: bytes, header: ImageHeader) -> None:
+    """Checks that decoding the file costs bounded work: it is long enough for the size
+    its header claims (min_bytes_note), and a JPEG is of a coding TensorFlow decodes with
+    at most MAX_JPEG_SCANS scans. Every stage that decodes bytes it did not check itself
+    asks this (a truncated end is left to the decoder, which names it).
+
+    Raises:
+      ImageHeaderError: the reason.
+    """
+    if len(data) < header.min_bytes:
+        raise ImageHeaderError(
+            f"truncated or corrupt {header.format}: {len(data)} bytes cannot hold the "
+            f"{header.width}x{header.height} image its header claims "
+            f"(at least {header.min_bytes} bytes)"
+        )
+    if header.format == JPEG:
+        check_jpeg_decodable(data, header)
 
 
 def check_jpeg_decodable(data: bytes, header: ImageHeader) -> None:

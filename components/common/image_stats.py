@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from imgpipe.components.common import config_loader, fileio
+from imgpipe.components.common import config_loader
 from imgpipe.components.common.layout import IMAGE_STATS_FILE, TRAIN_SPLIT
 
 SCHEMA_VERSION = 3
@@ -376,6 +376,8 @@ def write(folder: str, stats: ImageStats) -> str:
 def write_file(path: str, stats: ImageStats) -> str:
     """Writes the statistics to `path` (any name, local or remote), whole or not at all;
     returns it."""
+    from imgpipe.components.common import fileio  # TensorFlow: the schema alone needs none
+
     fileio.write_atomic(path, to_json_text(stats).encode())
     return path
 
@@ -387,6 +389,8 @@ def read(folder: str) -> ImageStats:
       FileNotFoundError: no image_stats.json in the folder.
       ValueError: the file does not fit the schema.
     """
+    from imgpipe.components.common import fileio
+
     path = os.path.join(folder, IMAGE_STATS_FILE)
     if not fileio.exists(path):
         raise FileNotFoundError(f"{path} not found: is {folder} an ImageStatistics artifact?")

@@ -493,7 +493,7 @@ def analyze_batch(
             header = image_header.read_header(image.encoded)
             # Bounded work for any record, converted here or not: bombs and JPEG codings
             # TensorFlow cannot decode are failures, as at conversion.
-            image_header.check_complete(image.encoded, header)
+            image_header.check_bounded(image.encoded, header)
             parsed.append((image, header))
         except image_header.ImageHeaderError as e:
             accumulator.add_failure(image.path, str(e))
