@@ -119,6 +119,11 @@ chroot_exec() {
     set -e
     rootfs="$1" repo="$2" cwd="$3"; shift 3
     for fs in proc dev sys; do mount --rbind "/$fs" "$rootfs/$fs"; done
+    # The Docker engine socket, where the container tier finds it (the rootfs keeps its
+    # own /run, so only the socket is bound).
+    if [ -S /run/docker.sock ] && { [ -e "$rootfs/run/docker.sock" ] || touch "$rootfs/run/docker.sock"; }; then
+      mount --bind /run/docker.sock "$rootfs/run/docker.sock"
+    fi
     # The top folder of every absolute path among the arguments (PATH or --flag=PATH)
     # first, so an output named outside /tmp and the repository is not written into the
     # rootfs instead of where it was named.
