@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 DEMO_DIR ?=
 
 .PHONY: env test test-fast lint typecheck format demo bench lock image pin-images clean-env \
-	engines-fetch engines
+	engines-fetch engines flink-image
 
 # pytest exits 5 when it collected nothing: a broken set-up, never a pass.
 define run_pytest
@@ -31,7 +31,7 @@ typecheck: env
 	$(IN_ENV) mypy
 
 # Every tier (unit, component, pipeline), after the static checks: what CI runs.
-test: lint typecheck engines-fetch
+test: lint typecheck engines-fetch flink-image
 	$(call run_pytest,)
 
 # The unit tier alone: under half a minute once the environment exists.
@@ -41,6 +41,11 @@ test-fast: env
 # The engine tier's artifacts, fetched once into the artifact cache (bin/fetch-engines).
 engines-fetch: env
 	bin/fetch-engines
+
+# The container tier's Flink image, built without a registry from the engines' jars
+# (bin/flink-image; docs/flink-containers.md). Without a Docker engine it only says so.
+flink-image: engines-fetch
+	bin/flink-image
 
 # A Flink session cluster and the Beam worker pool on this machine, until Ctrl-C.
 engines: engines-fetch

@@ -1,0 +1,182 @@
+"""The Beam steps on Flink in containers, laid out as k8s/flink-deployment.yaml lays it out
+(pipelines/engines/flink_containers.py): a JobManager, two TaskManagers each with its own
+address and its SDK worker pool sidecar, Beam's job server, all on a Docker network of
+the test's own. `imgpipe convert` gives the DirectRunner's bytes there, and survives a
+TaskManager killed mid-job (Flink's restart strategy reruns the job on the slots left).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from imgpipe.components.common import manifest
+from imgpipe.pipelines.engines import artifacts, flink, flink_containers, flink_image
+from tests import imagegen, outputs
+
+pytestmark = pytest.mark.container
+
+# The project image (`make image` tags it) whose Python runs the SDK worker pools.
+TEST_IMAGE_ENV = "IMGPIPE_TEST_IMAGE"
+DEFAULT_TEST_IMAGE = "tfx-image-pipeline:dev"
+# A few hundred tiny images: the job's length is Flink's and Beam's overhead, not data.
+LABELS = {"cat": 100, "dog": 100}
+IMAGE_SIZE = (24, 32)
+JOB_TIMEOUT_SECONDS = 900
+# The Flink task states of a subtask that is deployed and not yet finished.
+_DEPLOYED = ("DEPLOYING", "INITIALIZING", "RUNNING")
+
+
+def _skip_reason() -> str | None:
+    if problem := flink_containers.engine_problem():
+        return problem
+    try:
+        flink.flink_lib()
+        flink.job_server_lib()
+        image = flink_image.image_tag()
+    except artifacts.MissingArtifact as missing:
+        return str(missing)
+    if not flink_containers.image_exists(image):
+        return f"the Flink image {image} is not built: build it with 'make flink-image'"
+    worker = os.environ.get(TEST_IMAGE_ENV, DEFAULT_TEST_IMAGE)
+    if not flink_containers.image_exists(worker):
+        return f"the project image {worker} ({TEST_IMAGE_ENV}) is not built: 'make image' builds it"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if reason := _skip_reason():
+        pytest.skip(reason)
+    with flink_containers.container_cluster(
+        flink_image.image_tag(), os.environ.get(TEST_IMAGE_ENV, DEFAULT_TEST_IMAGE)
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def converted(cluster):
+    """The input folder on the shared folder, and the DirectRunner's conversion of it."""
+    src = os.path.join(cluster.shared_dir, "src")
+    imagegen.make_image_folder(src, LABELS, size=IMAGE_SIZE)
+    direct = os.path.join(cluster.shared_dir, "direct")
+    _imgpipe(*_convert(src, direct))
+    return src, outputs.tree(direct)
+
+
+def _convert(src: str, out: str) -> list[str]:
+    return ["convert", src, out, "--resize", "16", "--shards", "2", "--no-progress"]
+
+
+def _command(*argv: str) -> list[str]:
+    # umask 0: the SDK workers (the project image's user) write into the folders this
+    # process (root) makes, as the pods' users share a ReadWriteMany claim.
+    return [
+        "sh",
+        "-c",
+        'umask 0 && exec "$@"',
+        "sh",
+        sys.executable,
+        "-m",
+        "imgpipe.pipelines.cli",
+        *argv,
+    ]
+
+
+def _imgpipe(*argv: str) -> None:
+    result = subprocess.run(
+        _command("--debug", *argv), capture_output=True, text=True, timeout=JOB_TIMEOUT_SECONDS
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_convert_in_containers_matches_the_direct_runner(cluster, converted):
+    src, direct = converted
+    out = os.path.join(cluster.shared_dir, "flink")
+    finished_before = cluster.overview()["jobs-finished"]
+    _imgpipe(*_convert(src, out), "--", *cluster.beam_args())
+
+    on_flink = outputs.tree(out)
+    assert sorted(on_flink) == sorted(direct)
+    assert any("-of-" in name for name in direct)
+    assert on_flink == direct
+    # It ran as a Flink job, on both TaskManagers' slots.
+    assert cluster.overview()["jobs-finished"] == finished_before + 1
+    (job,) = [j for j in cluster.rest("/jobs/overview")["jobs"] if j["state"] == "FINISHED"][-1:]
+    assert _taskmanagers_of(cluster, job["jid"]) == {"taskmanager-1", "taskmanager-2"}
+
+
+def _subtasks(cluster, jid: str) -> list[dict]:
+    vertices = cluster.rest(f"/jobs/{jid}")["vertices"]
+    return [
+        subtask
+        for vertex in vertices
+        for subtask in cluster.rest(f"/jobs/{jid}/vertices/{vertex['id']}")["subtasks"]
+    ]
+
+
+def _taskmanagers_of(cluster, jid: str) -> set[str]:
+    return {subtask["taskmanager-id"] for subtask in _subtasks(cluster, jid)}
+
+
+def _running_job(cluster, process: subprocess.Popen) -> str:
+    """The id of the job `process` submitted, once Flink runs it."""
+    deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        running = [j for j in cluster.rest("/jobs/overview")["jobs"] if j["state"] == "RUNNING"]
+        if running:
+            return running[0]["jid"]
+        time.sleep(0.5)
+    raise AssertionError("the job did not start")
+
+
+def _wait_deployed_on(cluster, jid: str, taskmanager: str, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        if any(
+            s["taskmanager-id"] == taskmanager and s["status"] in _DEPLOYED
+            for s in _subtasks(cluster, jid)
+        ):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no task of job {jid} was deployed on {taskmanager}")
+
+
+def test_a_taskmanager_killed_mid_job_is_survived_with_the_same_output(cluster, converted):
+    """Runs last in this module: it leaves the cluster one TaskManager short."""
+    src, direct = converted
+    out = os.path.join(cluster.shared_dir, "flink-killed")
+    victim, its_pool = cluster.taskmanagers[-1], cluster.worker_pools[-1]
+    victim_id = f"{flink_image.TASKMANAGER_PREFIX}{len(cluster.taskmanagers)}"
+    # Its worker pool frozen, the victim's share of the job cannot finish: the kill
+    # below lands mid-job, whatever the machine's speed.
+    flink_containers.docker("pause", its_pool)
+    process = subprocess.Popen(
+        _command("--debug", *_convert(src, out), "--", *cluster.beam_args()),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        jid = _running_job(cluster, process)
+        _wait_deployed_on(cluster, jid, victim_id, process)
+        flink_containers.docker("kill", victim)
+        _, stderr = process.communicate(timeout=JOB_TIMEOUT_SECONDS)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, stderr[-3000:]
+    assert outputs.tree(out) == direct
+    manifest.verify(out)
+    # The job failed over (the lost TaskManager is in its exception history) and
+    # finished on the TaskManager left.
+    assert cluster.rest(f"/jobs/{jid}")["state"] == "FINISHED"
+    assert victim_id in str(cluster.rest(f"/jobs/{jid}/exceptions"))
+    assert _taskmanagers_of(cluster, jid) == {f"{flink_image.TASKMANAGER_PREFIX}1"}
