@@ -36,7 +36,15 @@ def _convert(src: str, out: str, beam_args: list[str]) -> float:
     argv = ["convert", src, out, "--resize", "16", "--shards", "2", "--no-progress"]
     if beam_args:
         argv += ["--", *beam_args]
-    command = ["sh", "-c", 'umask 0 && exec "$@"', "sh", sys.executable, "-m", "imgpipe.pipelines.cli"]
+    command = [
+        "sh",
+        "-c",
+        'umask 0 && exec "$@"',
+        "sh",
+        sys.executable,
+        "-m",
+        "imgpipe.pipelines.cli",
+    ]
     start = time.monotonic()
     result = subprocess.run([*command, *argv], capture_output=True, text=True, check=False)
     elapsed = time.monotonic() - start
@@ -57,8 +65,14 @@ def _build_seconds() -> float:
         flink_image.write_context(context)
         start = time.monotonic()
         flink_containers.docker(
-            "build", "-q", "--no-cache", f"--build-arg=BASE={flink_image.base_tag()}",
-            "-t", tag, context, timeout=1800,
+            "build",
+            "-q",
+            "--no-cache",
+            f"--build-arg=BASE={flink_image.base_tag()}",
+            "-t",
+            tag,
+            context,
+            timeout=1800,
         )
         return time.monotonic() - start
     finally:
@@ -114,7 +128,9 @@ def main(argv: list[str] | None = None) -> None:
                         out = os.path.join(containers.shared_dir, f"{name}-{repeat}")
                         times.append(_convert(src, out, cluster.beam_args()))
                         if outputs.tree(out) != expected:
-                            sys.exit(f"imgpipe: error: the {name} output differs from the DirectRunner's")
+                            sys.exit(
+                                f"imgpipe: error: the {name} output differs from the DirectRunner's"
+                            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results["containers_convert_s"] = [round(t, 1) for t in container_s]
@@ -122,7 +138,9 @@ def main(argv: list[str] | None = None) -> None:
     results["ratio_best"] = round(min(container_s) / min(local_s), 2)
     results["load_average"] = os.getloadavg()
     print(f"{'':28}{'containers':>12}{'local':>10}")
-    print(f"{'start-up, s':28}{results['containers_startup_s']:>12}{results['local_startup_s']:>10}")
+    print(
+        f"{'start-up, s':28}{results['containers_startup_s']:>12}{results['local_startup_s']:>10}"
+    )
     print(f"{'imgpipe convert (best), s':28}{min(container_s):>12.1f}{min(local_s):>10.1f}")
     print(f"containers / local: {results['ratio_best']}x; outputs identical to the DirectRunner's")
     print(json.dumps(results))

@@ -132,7 +132,9 @@ class ContainerCluster:
         return (result.stdout + result.stderr).strip()
 
     def containers(self) -> list[str]:
-        return docker("ps", "-a", "--filter", f"label={LABEL}={self.name}", "--format", "{{.Names}}").split()
+        return docker(
+            "ps", "-a", "--filter", f"label={LABEL}={self.name}", "--format", "{{.Names}}"
+        ).split()
 
     def check_running(self, expected: tuple[str, ...] | None = None) -> None:
         """Raises ServerFailed, with its log's end, if a container (of `expected`, or any)
@@ -215,7 +217,7 @@ def remove_orphans() -> list[str]:
 def _job_server_ready(port: int) -> bool:
     # The published port accepts connections before the job server listens (Docker's
     # proxy does): only a gRPC handshake says the server is there.
-    import grpc
+    import grpc  # type: ignore[import-untyped]
 
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
@@ -257,9 +259,7 @@ def _wait_ready(cluster: ContainerCluster, timeout: float) -> None:
         ):
             return
         if time.monotonic() > deadline:
-            tails = "\n".join(
-                f"--- {name}:\n{cluster.logs(name)}" for name in cluster.containers()
-            )
+            tails = "\n".join(f"--- {name}:\n{cluster.logs(name)}" for name in cluster.containers())
             raise processes.ServerFailed(
                 f"the Flink containers were not ready after {timeout:.0f} s; the logs end:\n{tails}"
             )

@@ -137,7 +137,10 @@ def write_context(context: str) -> None:
     for name, text in _conf_files().items():
         with open(os.path.join(context, "conf", name), "w") as f:
             f.write(text)
-    for lib, target in ((flink.flink_lib(), "flink-lib"), (flink.job_server_lib(), "job-server-lib")):
+    for lib, target in (
+        (flink.flink_lib(), "flink-lib"),
+        (flink.job_server_lib(), "job-server-lib"),
+    ):
         shutil.copytree(lib, os.path.join(context, target), dirs_exist_ok=True)
 
 
