@@ -2,7 +2,9 @@
 (pipelines/engines/flink_containers.py): a JobManager, two TaskManagers each with its own
 address and its SDK worker pool sidecar, Beam's job server, all on a Docker network of
 the test's own. `imgpipe convert` gives the DirectRunner's bytes there, and survives a
-TaskManager killed mid-job (Flink's restart strategy reruns the job on the slots left).
+TaskManager killed mid-job: Flink's restart strategy (flink_image.RESTART_STRATEGY)
+reruns the job on the slots left. Without one, the run fails with a one-line error and
+publishes nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ DEFAULT_TEST_IMAGE = "tfx-image-pipeline:dev"
 LABELS = {"cat": 100, "dog": 100}
 IMAGE_SIZE = (24, 32)
 JOB_TIMEOUT_SECONDS = 900
+# The TaskManager the kill tests kill: the last one.
+VICTIM_ID = f"{flink_image.TASKMANAGER_PREFIX}{flink_containers.TASKMANAGERS}"
 # The Flink task states of a subtask that is deployed and not yet finished.
 _DEPLOYED = ("DEPLOYING", "INITIALIZING", "RUNNING")
 
@@ -94,22 +98,6 @@ def _imgpipe(*argv: str) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def test_convert_in_containers_matches_the_direct_runner(cluster, converted):
-    src, direct = converted
-    out = os.path.join(cluster.shared_dir, "flink")
-    finished_before = cluster.overview()["jobs-finished"]
-    _imgpipe(*_convert(src, out), "--", *cluster.beam_args())
-
-    on_flink = outputs.tree(out)
-    assert sorted(on_flink) == sorted(direct)
-    assert any("-of-" in name for name in direct)
-    assert on_flink == direct
-    # It ran as a Flink job, on both TaskManagers' slots.
-    assert cluster.overview()["jobs-finished"] == finished_before + 1
-    (job,) = [j for j in cluster.rest("/jobs/overview")["jobs"] if j["state"] == "FINISHED"][-1:]
-    assert _taskmanagers_of(cluster, job["jid"]) == {"taskmanager-1", "taskmanager-2"}
-
-
 def _subtasks(cluster, jid: str) -> list[dict]:
     vertices = cluster.rest(f"/jobs/{jid}")["vertices"]
     return [
@@ -148,35 +136,80 @@ def _wait_deployed_on(cluster, jid: str, taskmanager: str, process: subprocess.P
     raise AssertionError(f"no task of job {jid} was deployed on {taskmanager}")
 
 
-def test_a_taskmanager_killed_mid_job_is_survived_with_the_same_output(cluster, converted):
-    """Runs last in this module: it leaves the cluster one TaskManager short."""
-    src, direct = converted
-    out = os.path.join(cluster.shared_dir, "flink-killed")
+def _kill_mid_job(cluster, src: str, out: str, *flags: str) -> tuple[str, int, str]:
+    """Runs `imgpipe convert` on the cluster and kills its last TaskManager mid-job;
+    returns the job's id, the command's exit code and its standard error."""
     victim, its_pool = cluster.taskmanagers[-1], cluster.worker_pools[-1]
-    victim_id = f"{flink_image.TASKMANAGER_PREFIX}{len(cluster.taskmanagers)}"
     # Its worker pool frozen, the victim's share of the job cannot finish: the kill
-    # below lands mid-job, whatever the machine's speed.
+    # lands mid-job, whatever the machine's speed.
     flink_containers.docker("pause", its_pool)
     process = subprocess.Popen(
-        _command("--debug", *_convert(src, out), "--", *cluster.beam_args()),
+        _command(*flags, *_convert(src, out), "--", *cluster.beam_args()),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         jid = _running_job(cluster, process)
-        _wait_deployed_on(cluster, jid, victim_id, process)
+        _wait_deployed_on(cluster, jid, VICTIM_ID, process)
         flink_containers.docker("kill", victim)
         _, stderr = process.communicate(timeout=JOB_TIMEOUT_SECONDS)
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
-    assert process.returncode == 0, stderr[-3000:]
+    return jid, process.returncode, stderr
+
+
+def test_without_restarts_a_killed_taskmanager_fails_the_run_and_publishes_nothing():
+    """Flink's default when checkpointing is off, as in Beam's batch jobs. Runs first in
+    this module, on a cluster of its own, before the module's cluster starts."""
+    if reason := _skip_reason():
+        pytest.skip(reason)
+    with flink_containers.container_cluster(
+        flink_image.image_tag(),
+        os.environ.get(TEST_IMAGE_ENV, DEFAULT_TEST_IMAGE),
+        jobmanager_properties={"restart-strategy.type": "none"},
+    ) as cluster:
+        src = os.path.join(cluster.shared_dir, "src")
+        imagegen.make_image_folder(src, LABELS, size=IMAGE_SIZE)
+        out = os.path.join(cluster.shared_dir, "flink-killed")
+        jid, returncode, stderr = _kill_mid_job(cluster, src, out)
+        assert cluster.rest(f"/jobs/{jid}")["state"] == "FAILED"
+        with pytest.raises(manifest.IncompleteOutputError):
+            manifest.verify(out)
+    assert returncode == 1, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("imgpipe: error: "), stderr[-3000:]
+    assert "Traceback" not in stderr
+
+
+def test_convert_in_containers_matches_the_direct_runner(cluster, converted):
+    src, direct = converted
+    out = os.path.join(cluster.shared_dir, "flink")
+    finished_before = cluster.overview()["jobs-finished"]
+    _imgpipe(*_convert(src, out), "--", *cluster.beam_args())
+
+    on_flink = outputs.tree(out)
+    assert sorted(on_flink) == sorted(direct)
+    assert any("-of-" in name for name in direct)
+    assert on_flink == direct
+    # It ran as a Flink job, on both TaskManagers' slots.
+    assert cluster.overview()["jobs-finished"] == finished_before + 1
+    (job,) = [j for j in cluster.rest("/jobs/overview")["jobs"] if j["state"] == "FINISHED"][-1:]
+    assert _taskmanagers_of(cluster, job["jid"]) == {"taskmanager-1", "taskmanager-2"}
+
+
+def test_a_taskmanager_killed_mid_job_is_survived_with_the_same_output(cluster, converted):
+    """Runs last in this module: it leaves the cluster one TaskManager short."""
+    src, direct = converted
+    out = os.path.join(cluster.shared_dir, "flink-killed")
+    jid, returncode, stderr = _kill_mid_job(cluster, src, out, "--debug")
+    assert returncode == 0, stderr[-3000:]
     assert outputs.tree(out) == direct
     manifest.verify(out)
     # The job failed over (the lost TaskManager is in its exception history) and
     # finished on the TaskManager left.
     assert cluster.rest(f"/jobs/{jid}")["state"] == "FINISHED"
-    assert victim_id in str(cluster.rest(f"/jobs/{jid}/exceptions"))
+    assert VICTIM_ID in str(cluster.rest(f"/jobs/{jid}/exceptions"))
     assert _taskmanagers_of(cluster, jid) == {f"{flink_image.TASKMANAGER_PREFIX}1"}
