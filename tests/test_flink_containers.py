@@ -180,7 +180,8 @@ def test_without_restarts_a_killed_taskmanager_fails_the_run_and_publishes_nothi
             manifest.verify(out)
     assert returncode == 1, stderr[-3000:]
     last = stderr.strip().splitlines()[-1]
-    assert last.startswith("imgpipe: error: "), stderr[-3000:]
+    assert last.startswith("imgpipe: error: the Beam job failed on the runner (FAILED): "), last
+    assert VICTIM_ID in last and "Nothing was published" in last
     assert "Traceback" not in stderr
 
 
