@@ -136,11 +136,13 @@ class ContainerCluster:
             "ps", "-a", "--filter", f"label={LABEL}={self.name}", "--format", "{{.Names}}"
         ).split()
 
-    def check_running(self, expected: tuple[str, ...] | None = None) -> None:
-        """Raises ServerFailed, with its log's end, if a container (of `expected`, or any)
-        is not running."""
-        for container in expected or tuple(self.containers()):
-            state = docker("inspect", "--format", "{{.State.Status}}", container)
+    def check_running(self) -> None:
+        """Raises ServerFailed, with its log's end, if a container of the cluster is not
+        running (a paused one is)."""
+        names = self.containers()
+        states = docker("inspect", "--format", "{{.Name}} {{.State.Status}}", *names).splitlines()
+        for line in states:
+            container, state = line.lstrip("/").split()
             if state not in ("running", "paused"):
                 raise processes.ServerFailed(
                     f"container {container} is {state}; its log ends:\n{self.logs(container)}"
