@@ -5,8 +5,8 @@ PYTEST_ARGS ?=
 # Empty: the demo's own default folder (imgpipe demo --help).
 DEMO_DIR ?=
 
-.PHONY: env test test-fast lint typecheck format demo bench lock image pin-images clean-env \
-	engines-fetch engines flink-image
+.PHONY: env test test-fast lint typecheck format demo bench lock image image-gpu image-for-tests \
+	docker-engine k8s-images pin-images clean-env engines-fetch engines flink-image
 
 # pytest exits 5 when it collected nothing: a broken set-up, never a pass.
 define run_pytest
@@ -30,8 +30,9 @@ format: env
 typecheck: env
 	$(IN_ENV) mypy
 
-# Every tier (unit, component, pipeline), after the static checks: what CI runs.
-test: lint typecheck engines-fetch flink-image
+# Every tier, after the static checks: what CI runs. The container tier's images are built
+# first where a Docker engine answers; where none does, that tier is skipped, loudly.
+test: lint typecheck engines-fetch image-for-tests flink-image
 	$(call run_pytest,)
 
 # The unit tier alone: under half a minute once the environment exists.
@@ -62,9 +63,29 @@ bench: env
 lock:
 	bin/setup-env --relock
 
-# The Kubeflow runtime image; needs a Docker engine (none on the project's build machines).
-image:
-	docker build -t $$($(IN_ENV) python -c 'from imgpipe.pipelines.images import RUNTIME_IMAGE; print(RUNTIME_IMAGE)') .
+# The production image (bin/build-image; docs/image.md), tagged with its content tag
+# (imgpipe.pipelines.images) and, for the CPU variant, tfx-image-pipeline:dev. Needs a
+# Docker engine (make docker-engine). VARIANT=gpu: the whole lock, CUDA included.
+# IMGPIPE_IMAGE_BASE=registry|debian|auto chooses the base images.
+VARIANT ?= cpu
+image: env
+	bin/build-image --variant $(VARIANT)
+
+image-gpu: env
+	bin/build-image --variant gpu
+
+# make test's: the CPU image where an engine answers, else a loud warning and no build.
+image-for-tests: env
+	bin/build-image --if-engine
+
+# Debian's docker.io, installed and started when no Docker engine answers (CI).
+docker-engine:
+	bin/docker-engine
+
+# Point k8s/'s manifests at this checkout's image tags (or, after a push, at digests:
+# bin/k8s-images --help).
+k8s-images:
+	bin/k8s-images
 
 # Pin the Dockerfile's base images to the digests their tags name now (needs the
 # registry; no Docker engine).

@@ -40,7 +40,9 @@ def machine() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--images", type=int, default=3000)
-    parser.add_argument("--only", choices=["convert", "stats", "input", "scale"], action="append")
+    parser.add_argument(
+        "--only", choices=["convert", "stats", "input", "scale", "cli"], action="append"
+    )
     parser.add_argument(
         "--scale",
         type=_sizes,
@@ -61,7 +63,7 @@ def main() -> None:
     )
     parser.add_argument("--out", default="bench-results/latest.json")
     args = parser.parse_args()
-    selected = set(args.only or ["convert", "stats", "input", "scale"])
+    selected = set(args.only or ["convert", "stats", "input", "scale", "cli"])
 
     # Whatever the benchmarks or the libraries they call leave in the temporary folder
     # (Beam's runners leave empty folders there) goes with this one.
@@ -84,6 +86,10 @@ def _run(args: argparse.Namespace, selected: set[str]) -> None:
         "dataset": {"folder": photos, "images": args.images},
     }
     start = time.time()
+    if "cli" in selected:
+        from benchmarks import cli_start
+
+        results["cli_start"] = cli_start.run()
     if "convert" in selected:
         from benchmarks import convert_bench
 

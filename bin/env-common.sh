@@ -55,19 +55,6 @@ artifact_cache_host() {
   if [ "$(env_mode)" = rootfs ]; then echo "$(rootfs_dir)/opt/imgpipe-artifacts"; else echo "$ENV_CACHE/artifacts"; fi
 }
 
-# The checkout's import root: imgpipe.components and imgpipe.pipelines are links to the
-# top-level folders, as pyproject.toml's package-dir maps them in an installed
-# distribution. Made on first use; build/ is ignored by git.
-namespace_root() {
-  local root="$REPO_ROOT/build/namespace"
-  if [ ! -L "$root/imgpipe/components" ] || [ ! -L "$root/imgpipe/pipelines" ]; then
-    mkdir -p "$root/imgpipe"
-    ln -sfn ../../../components "$root/imgpipe/components"
-    ln -sfn ../../../pipelines "$root/imgpipe/pipelines"
-  fi
-  echo "$root"
-}
-
 die() {
   echo "imgpipe env: $*" >&2
   exit 1
@@ -110,18 +97,36 @@ is_system_dir() {
 # same inside and out: a tmpfs under /tmp is the same tmpfs in the chroot. The mounts live in their own mount namespace, a slave of
 # the host's: they vanish when the command ends, however it ends, and neither they nor
 # their unmounting reach the host, while the host's later mounts still show inside.
+#
+# Every step execs the next (env, unshare without --fork, bash, chroot, bash, CMD), so
+# CMD keeps the process id chroot_exec ran in: chroot_exec_replace (bin/in-env) execs
+# the whole chain, and a signal sent to that id reaches CMD itself, with no wrapper
+# left to die alone or swallow it.
 chroot_exec() {
+  _chroot_command "$@"
+  "${CHROOT_COMMAND[@]}"
+}
+
+# chroot_exec_replace ROOTFS CMD...: chroot_exec in place of the calling shell.
+chroot_exec_replace() {
+  _chroot_command "$@"
+  exec "${CHROOT_COMMAND[@]}"
+}
+
+# Sets CHROOT_COMMAND to chroot_exec's command line.
+_chroot_command() {
   local rootfs="$1"; shift
   [ "$(id -u)" = 0 ] || die "the Debian 13 rootfs is entered with chroot, which needs root: run as root (sudo)"
   # The host's pip settings point at host-only paths; the rootfs has its own.
-  env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PYTHONHOME -u LD_LIBRARY_PATH \
+  CHROOT_COMMAND=(env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PYTHONHOME -u LD_LIBRARY_PATH
   unshare --mount --propagation slave -- bash -c '
     set -e
     rootfs="$1" repo="$2" cwd="$3"; shift 3
     for fs in proc dev sys; do mount --rbind "/$fs" "$rootfs/$fs"; done
-    # The Docker engine socket, where the container tier finds it (the rootfs keeps its
-    # own /run, so only the socket is bound).
-    if [ -S /run/docker.sock ] && { [ -e "$rootfs/run/docker.sock" ] || touch "$rootfs/run/docker.sock"; }; then
+    # The Docker engine'"'"'s socket, when one runs: `imgpipe kfp run-local` and the
+    # container tests talk to it from inside.
+    if [ -S /run/docker.sock ] && [ -d "$rootfs/run" ]; then
+      [ -e "$rootfs/run/docker.sock" ] || : > "$rootfs/run/docker.sock"
       mount --bind /run/docker.sock "$rootfs/run/docker.sock"
     fi
     # The top folder of every absolute path among the arguments (PATH or --flag=PATH)
@@ -159,6 +164,6 @@ chroot_exec() {
       fi
     done
     exec chroot "$rootfs" /bin/bash -c "cd \"\$0\" 2>/dev/null || cd /; exec \"\$@\"" "$cwd" "$@"
-  ' chroot_exec "$rootfs" "$REPO_ROOT" "$PWD" "$@"
+  ' chroot_exec "$rootfs" "$REPO_ROOT" "$PWD" "$@")
 }
 export -f is_system_dir

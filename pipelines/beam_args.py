@@ -29,6 +29,8 @@ def unknown_beam_args(args: Sequence[str]) -> list[str]:
     Raises:
       ValueError: an option Beam knows, with a value it refuses.
     """
+    if not args:  # the common case, without loading Beam (seconds)
+        return []
     import argparse
 
     from apache_beam.options import pipeline_options

@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import getpass
 import os
+import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,6 +49,21 @@ from imgpipe.components.trainer.config import TrainerConfig
 from imgpipe.pipelines.kubeflow.config import KubeflowConfig
 
 # Keys of the first release's config, and where each went.
+
+
+def _user_work_dir() -> str:
+    """A temporary folder of this user's own: on a shared machine, one user's runs never
+    land in, or are refused by, another's folders."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # a container's uid with no passwd entry
+        user = str(os.getuid())
+    return os.path.join(tempfile.gettempdir(), "imgpipe-" + re.sub(r"[^\w.-]", "_", user))
+
+
+# Where local runs and the demo work unless told otherwise.
+DEFAULT_WORK_DIR = _user_work_dir()
+
 MOVED_KEYS = {
     "model": "trainer (backbone, image_size, epochs, batch_size, train_steps, eval_steps, "
     "mixed_precision) and evaluator (accuracy_threshold)",
@@ -80,8 +98,8 @@ class PipelineConfig:
 
     pipeline_name: str = "image-classifier"
     data_root: str = ""
-    pipeline_root: str = "/tmp/imgpipe/pipeline-root"
-    serving_dir: str = "/tmp/imgpipe/serving"
+    pipeline_root: str = os.path.join(DEFAULT_WORK_DIR, "pipeline-root")
+    serving_dir: str = os.path.join(DEFAULT_WORK_DIR, "serving")
     metadata_path: str | None = None
     enable_cache: bool = True
     beam_args: tuple[str, ...] = ()
@@ -161,17 +179,14 @@ def apply_settings(values: dict[str, Any], settings: Sequence[str]) -> dict[str,
     Raises:
       ValueError: a setting that is not KEY=VALUE, or a value that is not YAML.
     """
-    import yaml
+    from imgpipe.pipelines import bounded_yaml
 
     merged = copy.deepcopy(values)
     for setting in settings:
         key, sep, text = setting.partition("=")
         if not sep or not key or any(not part for part in key.split(".")):
             raise ValueError(f"--set takes section.key=VALUE, got {setting!r}")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ValueError(f"--set {key}: {text!r} is not YAML: {e}") from None
+        value = bounded_yaml.load(text, f"--set {key}")
         *parents, last = key.split(".")
         node = merged
         for part in parents:
@@ -193,19 +208,15 @@ def load(path: str | None, settings: Sequence[str] = (), **overrides: Any) -> Pi
     Example:
       load("pipeline.yaml", ["evaluator.tolerance=0.02"], data_root="/data/flowers")
     """
-    import yaml
-
     from imgpipe.components.common import fileio
+    from imgpipe.pipelines import bounded_yaml
 
     values: dict[str, Any] = {}
     if path:
         if not fileio.exists(path):
             raise ValueError(f"config file {path} does not exist")
         with fileio.open_file(path, "r") as f:
-            try:
-                loaded = yaml.safe_load(f.read())
-            except yaml.YAMLError as e:
-                raise ValueError(f"{path}: {yaml_problem(e)}") from None
+            loaded = bounded_yaml.load(f.read(), path)
         if loaded is not None and not isinstance(loaded, dict):
             raise ValueError(
                 f"{path}: the top level must be a mapping, got {type(loaded).__name__}"
@@ -218,10 +229,9 @@ def load(path: str | None, settings: Sequence[str] = (), **overrides: Any) -> Pi
 
 def yaml_problem(error: Exception) -> str:
     """'not valid YAML: line N, column M: <problem>' of a YAML error, on one line."""
-    mark = getattr(error, "problem_mark", None)
-    problem = getattr(error, "problem", None) or str(error)
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    return f"not valid YAML: {where}{' '.join(problem.split())}"
+    from imgpipe.pipelines import bounded_yaml
+
+    return bounded_yaml.problem(error)
 
 
 def to_dict(config: PipelineConfig) -> dict[str, Any]:

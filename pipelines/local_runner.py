@@ -163,6 +163,9 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         if pushed and pushed.properties.get(PUSHED)
         else None
     )
+    # The Pusher's refusal (components/common/serving_lock.py REFUSED_PROPERTY), if any.
+    refused = pushed.properties.get("refused") if pushed else None
+    not_pushed = refused or f"not pushed (see {config.serving_dir})"
     examples = result.artifact(ids.EXAMPLE_GEN, keys.EXAMPLES_KEY)
     span = examples.properties.get(SPAN) if examples else None
     lines = [
@@ -170,9 +173,10 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         + (f" (span {span})" if span is not None else ""),
         f"model (trained)      {result.uri(ids.TRAINER, keys.MODEL_KEY) or 'not produced'}",
         *drift_lines(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)),
+        *label_audit_lines(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)),
         *training_lines(result.uri(ids.TRAINER, keys.MODEL_RUN_KEY)),
         *evaluation_lines(result.uri(ids.EVALUATOR, keys.EVALUATION_KEY)),
-        f"model (served)       {pushed_to or f'not pushed (see {config.serving_dir})'}",
+        f"model (served)       {pushed_to or not_pushed}",
         f"image report         {report_in(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY))}",
         f"statistics (TFDV)    {result.uri(ids.STATISTICS_GEN, keys.STATISTICS_KEY)}",
         f"statistics (images)  {result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)}",
@@ -198,11 +202,22 @@ def training_lines(model_run_uri: str | None) -> list[str]:
         f"{p.name} {p.epochs_run}/{p.epochs} epochs at {p.peak_learning_rate:g}"
         for p in trained.phases
     )
-    return [
+    from imgpipe.components.common import label_audit
+
+    audited = (
+        [f"label audit (eval)   {label_audit.describe(trained.label_audit)}"]
+        if trained.label_audit is not None
+        else []
+    )
+    lines = [
         f"training             {trained.backbone} at {trained.image_size} px, weights "
         f"{trained.weights or 'none (from scratch)'}; {phases}",
         f"warm start           {trained.warm_start}: {trained.warm_start_note}",
+        *audited,
     ]
+    if trained.resume.status == summary.RESUMED:
+        lines.append(f"preemption           {trained.resume.note}")
+    return lines
 
 
 def evaluation_lines(evaluation_uri: str | None) -> list[str]:
@@ -214,7 +229,9 @@ def evaluation_lines(evaluation_uri: str | None) -> list[str]:
         return [f"evaluation           {evaluation_uri or 'not produced'}"]
     champion = result.champion
     if champion.metrics is not None:
-        against = f"champion {champion.version}: {champion.metrics.accuracy:.4f}"
+        against = f"champion {champion.version}: {champion.metrics.accuracy:.4f}" + (
+            f" ({champion.note})" if champion.note else ""
+        )
     else:
         against = f"no comparison ({champion.note})"
     return [
@@ -223,6 +240,18 @@ def evaluation_lines(evaluation_uri: str | None) -> list[str]:
         f"blessing             {result.decision.reason}",
         f"evaluation           {evaluation_uri}",
     ]
+
+
+def label_audit_lines(statistics_uri: str | None) -> list[str]:
+    """The champion's label audit of this data before training: the flagged fraction,
+    the gate and the decision, from image_stats.json."""
+    from imgpipe.components.common import fileio, image_stats, label_audit
+    from imgpipe.components.common.layout import IMAGE_STATS_FILE
+
+    if not statistics_uri or not fileio.exists(os.path.join(statistics_uri, IMAGE_STATS_FILE)):
+        return []
+    audited = image_stats.read(statistics_uri).label_audit
+    return [] if audited is None else [f"label audit          {label_audit.describe(audited)}"]
 
 
 def drift_lines(statistics_uri: str | None) -> list[str]:
@@ -239,7 +268,8 @@ def drift_lines(statistics_uri: str | None) -> list[str]:
         return [f"drift                not checked: {drift.reason}"]
     drifted = [c for c in drift.checks if c.drifted]
     changed = [f"+{c}" for c in drift.classes_added] + [f"-{c}" for c in drift.classes_removed]
+    notes = f" ({drift.reason})" if drift.reason else ""
     if not drifted and not changed:
-        return [f"drift                none against {drift.baseline_uri}"]
+        return [f"drift                none against {drift.baseline_uri}{notes}"]
     found = [f"{c.metric} {c.distance:.3g} > {c.threshold:g} ({c.subject})" for c in drifted]
-    return [f"drift                {'; '.join(found + changed)}"]
+    return [f"drift                {'; '.join(found + changed)}{notes}"]

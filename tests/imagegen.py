@@ -155,3 +155,35 @@ def animated_bytes(fmt: str, size: int = 8, later: tuple[int, int] | None = None
             size_bytes = [(value - 1).to_bytes(3, "little") for value in later]
             data[second + 14 : second + 20] = b"".join(size_bytes)
     return bytes(data)
+
+
+def marked(height: int, width: int) -> np.ndarray:
+    """A dark RGB image with a bright red square at its top-left corner: its rotation
+    shows in which corner the square lands."""
+    pixels = np.full((height, width, 3), 30, np.uint8)
+    pixels[: height // 4, : width // 4] = (250, 20, 20)
+    return pixels
+
+
+def stored_for(upright: np.ndarray, orientation: int) -> np.ndarray:
+    """The pixels a camera stores, with EXIF `orientation`, for an image seen as
+    `upright`: the inverse of the orientation's transform."""
+    inverse = {
+        1: lambda p: p,
+        2: lambda p: p[:, ::-1],
+        3: lambda p: p[::-1, ::-1],
+        4: lambda p: p[::-1],
+        5: lambda p: p.swapaxes(0, 1),
+        6: lambda p: np.rot90(p, 1),
+        7: lambda p: np.rot90(p, 1)[:, ::-1],
+        8: lambda p: np.rot90(p, -1),
+    }[orientation]
+    return np.ascontiguousarray(inverse(upright))
+
+
+def half_transparent_png(height: int, width: int) -> bytes:
+    """RGBA: the top half opaque red, the bottom half fully transparent with black
+    behind the transparency (what most editors store)."""
+    rgba = np.zeros((height, width, 4), np.uint8)
+    rgba[: height // 2] = (255, 0, 0, 255)
+    return png_bytes(rgba)

@@ -97,3 +97,34 @@ def test_the_wheel_installs_under_the_imgpipe_namespace_only(tmp_path):
     assert (
         "imgpipe = imgpipe.pipelines.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
     )
+
+
+FRONT_DOORS = {
+    "imgpipe.components.image_example_gen": {"ImageExampleGen", "ImageOptions", "OutputOptions"},
+    "imgpipe.components.image_statistics": {"ImageStatistics", "StatisticsConfig"},
+    "imgpipe.components.trainer": {"ImageTrainer", "TrainerConfig"},
+    "imgpipe.components.evaluator": {"ImageEvaluator", "EvaluatorConfig"},
+    "imgpipe.components.pusher": {"ImagePusher"},
+}
+
+
+def test_each_component_package_is_its_own_front_door_and_loads_tfx_only_when_asked():
+    """`from imgpipe.components.trainer import TrainerConfig` neither needs the file layout
+    nor loads TFX; the component class, when asked for, is the one its module defines."""
+    code = (
+        "import importlib, sys\n"
+        f"doors = {FRONT_DOORS!r}\n"
+        "for package, names in doors.items():\n"
+        "    module = importlib.import_module(package)\n"
+        "    assert names <= set(module.__all__), (package, module.__all__)\n"
+        "    config = [n for n in names if not n.startswith('Image') or 'Options' in n]\n"
+        "    [getattr(module, n) for n in config]\n"
+        "print(sorted({'tfx', 'tensorflow'} & set(sys.modules)))\n"
+        "from imgpipe.components.trainer import ImageTrainer\n"
+        "from imgpipe.components.trainer.component import ImageTrainer as defined\n"
+        "print(ImageTrainer is defined)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert result.stdout.split() == ["[]", "True"], result.stderr

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from imgpipe.pipelines import cli
-from imgpipe.pipelines.cli import errors
+from imgpipe.pipelines.cli import chatter, errors
 from tests import imagegen
 from tests.outputs import tree
 
@@ -203,6 +203,30 @@ USER_ERRORS = {
         "imgpipe: error: --data nowhere: no such folder; give the image folder "
         "(root/<label>/... or root/<split>/<label>/...)",
     ),
+    "a span pattern whose parent does not exist (run local)": (
+        ["run", "local", "--data", "nowhere/span-{SPAN}"],
+        1,
+        "imgpipe: error: --data nowhere/span-{SPAN}: nowhere, the folder that holds the "
+        "spans, does not exist; create it and put each span in it (span-1, ...)",
+    ),
+    "a span pattern that matches no folder (run local)": (
+        ["run", "local", "--data", "src/span-{SPAN}"],
+        1,
+        "imgpipe: error: --data src/span-{SPAN}: no folder in src matches span-{SPAN}; put "
+        "each span in a folder of src named as the pattern says (span-1, ...)",
+    ),
+    "no data at all (run local)": (
+        ["run", "local"],
+        1,
+        "imgpipe: error: no image folder: give --data DIR, or set data_root in the config "
+        "(--config FILE)",
+    ),
+    "a dataset of one class (run local)": (
+        ["run", "local", "--data", "src"],
+        1,
+        "imgpipe: error: --data src: the dataset has 1 class with images ('a'), and a "
+        "classifier needs at least 2: add a folder <label>/ of images for each other class",
+    ),
     "an Examples folder that does not exist": (
         ["stats", "nowhere"],
         1,
@@ -386,3 +410,129 @@ def test_convert_takes_beam_options_after_the_separator(tmp_path, capsys):
     argv = ["convert", src, str(out), "--no-progress", "--shards", "1", "--"]
     assert cli.main([*argv, *IN_PROCESS]) == 0
     assert "images written   2" in capsys.readouterr().out
+
+
+@pytest.mark.component
+def test_a_run_prints_its_summary_without_the_libraries_chatter_unless_verbose(tmp_path):
+    """TensorFlow's C++ notes (oneDNN, CUDA, absl's banner) are dropped on their way to
+    stderr, from this process and its Beam workers; --verbose shows them."""
+    src = str(tmp_path / "src")
+    imagegen.make_image_folder(src, {"a": 3, "b": 3})
+    stderr = {}
+    for flags in ([], ["--verbose"]):
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "imgpipe.pipelines.cli",
+                *flags,
+                "convert",
+                src,
+                str(tmp_path / f"out{len(flags)}"),
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "images written   6" in result.stdout
+        stderr[bool(flags)] = result.stderr.splitlines()
+    chatty = [line for line in stderr[True] if chatter.is_chatter(line.encode())]
+    assert chatty, "nothing to filter: the test shows nothing"
+    assert not [line for line in stderr[False] if chatter.is_chatter(line.encode())]
+    assert not [line for line in stderr[False] if not line.startswith("warning: ")]
+
+
+@pytest.mark.unit
+def test_chatter_is_told_from_what_the_user_reads():
+    assert chatter.is_chatter(
+        b"I0000 00:00:1795635749.416393   29778 port.cc:153] oneDNN custom operations are on."
+    )
+    assert chatter.is_chatter(
+        b"E0000 00:00:1795635749.4 29778 cuda_executor.cc:1228] failed call to cuInit: x"
+    )
+    assert chatter.is_chatter(
+        b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+    )
+    assert not chatter.is_chatter(b"F0000 00:00:17.1 29778 a.cc:1] Check failed: x")
+    assert not chatter.is_chatter(b"imgpipe: error: /x: no such folder")
+    assert not chatter.is_chatter(b"warning: class 'a' lost every file")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["convert", "no-such-folder", "out"],
+        ["stats", "no-such-folder"],
+        ["stats", ".", "--baseline", "no-such-file"],
+    ],
+)
+def test_a_path_error_comes_before_tensorflow_and_beam_load(tmp_path, argv):
+    code = (
+        "import sys\n"
+        "from imgpipe.pipelines import cli\n"
+        f"code = cli.main({argv!r})\n"
+        "heavy = sorted({'tensorflow', 'apache_beam'} & set(sys.modules))\n"
+        "print(code, heavy)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.split("\n")[0] == "1 []", result.stderr
+    assert "no such" in result.stderr or "does not exist" in result.stderr
+
+
+@pytest.mark.unit
+def test_default_work_folders_are_the_users_own():
+    from imgpipe.pipelines import config as cfg
+
+    assert os.path.basename(cfg.DEFAULT_WORK_DIR).startswith("imgpipe-")
+    assert os.path.basename(cfg.DEFAULT_WORK_DIR) != "imgpipe-"
+    config = cfg.PipelineConfig()
+    for folder in (config.pipeline_root, config.serving_dir):
+        assert folder.startswith(cfg.DEFAULT_WORK_DIR + os.sep)
+
+
+@pytest.mark.unit
+def test_every_statistics_setting_is_a_stats_flag_with_its_docstring():
+    """A new StatisticsConfig field is a flag with no other edit: named after it (or as an
+    earlier release named it), typed, with its default and its docstring's first sentence."""
+    import argparse
+    import dataclasses
+
+    from imgpipe.components.image_statistics.config import StatisticsConfig
+    from imgpipe.pipelines.cli import dataclass_flags, stats
+
+    parser = argparse.ArgumentParser()
+    stats.register(parser.add_subparsers())
+    (command,) = parser._subparsers._group_actions[0].choices.values()
+    flags = command.get_default("statistics_flags")
+    assert {flag.field for flag in flags} == {f.name for f in dataclasses.fields(StatisticsConfig)}
+    docs = dataclass_flags.field_docs(StatisticsConfig)
+    text = command.format_help()
+    for flag in flags:
+        assert flag.option in text
+        assert flag.option == "--" + stats.FLAG_NAMES.get(flag.field, flag.field).replace("_", "-")
+        assert dataclass_flags.first_sentence(docs[flag.field])[:30] in " ".join(text.split())
+    args = command.parse_args([".", "--leakage-threshold", "0.2", "--no-verify-images"])
+    values = dataclass_flags.values(args, flags)
+    assert values["leakage_threshold"] == 0.2 and values["verify_images"] is False
+    assert values["drift_std_ratio"] == StatisticsConfig().drift_std_ratio
+
+
+@pytest.mark.component
+def test_convert_warns_of_a_class_that_lost_every_file_and_of_one_class(tmp_path, capsys):
+    """A folder name with a leading space loses all its files; the one class left
+    converts, with a warning line for each, and exit 0."""
+    imagegen.make_image_folder(str(tmp_path / "src"), {"dog": 3, " cat": 3})
+    out = str(tmp_path / "out")
+    assert cli.main(["convert", str(tmp_path / "src"), out, "--no-progress"]) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "warning:" in line]
+    assert warnings == [
+        "warning: class folder ' cat' lost every file: it has white space at an end, which "
+        "labels.txt cannot keep; rename the folder",
+        "warning: the dataset has 1 class with images ('dog'), and a classifier needs at "
+        "least 2: add a folder <label>/ of images for each other class",
+    ]

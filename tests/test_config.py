@@ -265,21 +265,10 @@ def test_the_cli_takes_its_defaults_from_the_types():
         eval_split="holdout",
     )
     stats_args = parser.parse_args(["stats", "examples"])
-    defaults = StatisticsConfig()
-    assert (
-        stats_args.thumbnails,
-        stats_args.native,
-        stats_args.leakage_threshold,
-        stats_args.min_supported_fraction,
-        stats_args.fail_on_anomalies,
-        stats_args.verify_images,
-    ) == (
-        defaults.sample_thumbnails,
-        defaults.native_resolution,
-        defaults.leakage_threshold,
-        defaults.min_supported_fraction,
-        defaults.fail_on_anomalies,
-        defaults.verify_images,
+    from imgpipe.pipelines.cli import dataclass_flags
+
+    assert dataclass_flags.values(stats_args, stats_args.statistics_flags) == dataclasses.asdict(
+        StatisticsConfig()
     )
     assert stats_args.image_size == TrainerConfig().input_size
 
@@ -349,3 +338,41 @@ def test_set_flags_reach_any_section_with_yaml_types(tmp_path):
         cfg.load(None, ["evaluator.tolerence=0.1"])
     with pytest.raises(ValueError, match="--set trainer.epochs.x: epochs is a value"):
         cfg.load(str(config_file), ["trainer.epochs.x=1"])
+
+
+def _alias_bomb(levels: int) -> str:
+    """A few hundred bytes of YAML whose value has 9**levels leaves."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for level in range(1, levels):
+        refs = ", ".join([f"*a{level - 1}"] * 9)
+        lines.append(f"a{level}: &a{level} [{refs}]")
+    return "\n".join(lines) + f"\ntrainer:\n  mean: *a{levels - 1}\n"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        # 9**9 = 387 million leaves: 4 GB and a 157 MB error line before the limit.
+        (_alias_bomb(9), r"pipeline.yaml: not valid YAML: line \d+: expands to more than"),
+        ("trainer: {mean: " + "[" * 20_000 + "]" * 20_000 + "}\n", r"nested more than 64"),
+        ("a: &a [*a]\n", r"refers to a value that contains it"),
+    ],
+)
+def test_yaml_bombs_are_refused_in_one_short_line(tmp_path, text, message):
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(text)
+    assert len(text) < 200_000
+    with pytest.raises(ValueError, match=message) as raised:
+        cfg.load(str(path))
+    assert "\n" not in str(raised.value) and len(str(raised.value)) < 300
+
+
+def test_a_large_wrong_value_is_shown_cut_short(tmp_path):
+    # Within the limits, but far too long to print: the message shows its start.
+    path = tmp_path / "pipeline.yaml"
+    path.write_text("trainer:\n  mean: [" + ", ".join(["0.5"] * 50_000) + "]\n")
+    with pytest.raises(ValueError, match=r"trainer\.mean needs 3 values, got \[0\.5, ") as raised:
+        cfg.load(str(path))
+    assert len(str(raised.value)) < 300
+    with pytest.raises(ValueError, match=r"--set trainer\.mean: not valid YAML: .*nested"):
+        cfg.apply_settings({}, ["trainer.mean=" + "[" * 100 + "]" * 100])

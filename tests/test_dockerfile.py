@@ -1,7 +1,7 @@
 """The Dockerfile installs the environment's pins and builds a small, non-root image.
 
-No Docker engine exists on the build machines, so these tests read the Dockerfile;
-`make image` builds it where an engine exists.
+These tests read the Dockerfile; tests/test_image.py (the container tier) runs the
+image `make image` built.
 """
 
 from __future__ import annotations
@@ -47,22 +47,56 @@ def instructions(text: str) -> list[tuple[str, str]]:
 
 
 def stages(text: str) -> list[list[tuple[str, str]]]:
+    """The stages' instructions, each from its FROM on; the ARGs before the first FROM
+    are global_args'."""
     result: list[list[tuple[str, str]]] = []
     for keyword, rest in instructions(text):
         if keyword == "FROM":
             result.append([])
-        result[-1].append((keyword, rest))
+        if result:
+            result[-1].append((keyword, rest))
     return result
 
 
+def global_args(text: str) -> dict[str, str]:
+    """The ARGs declared before the first FROM, with their defaults."""
+    args = {}
+    for keyword, rest in instructions(text):
+        if keyword == "FROM":
+            break
+        assert keyword == "ARG", f"{keyword} before the first FROM"
+        name, _, default = rest.partition("=")
+        args[name] = default
+    return args
+
+
 DOCKERFILE = read("Dockerfile")
-BUILD, RUNTIME = stages(DOCKERFILE)
+DEPS, PROJECT, RUNTIME = stages(DOCKERFILE)
+# The two stages before the runtime's: the lock's venv (deps), then the project (build).
+BUILD = DEPS + PROJECT
 
 
-def test_debian_13_and_python_3_13_in_both_stages_pinned_by_digest():
-    for stage in (BUILD, RUNTIME):
-        base = stage[0][1].split()[0]
-        assert re.fullmatch(r"python:3\.13(-slim)?-trixie@sha256:[0-9a-f]{64}", base), base
+def test_the_bases_are_args_whose_defaults_are_debian_13_and_python_3_13_pinned_by_digest():
+    bases = global_args(DOCKERFILE)
+    assert DEPS[0] == ("FROM", "${BUILD_BASE} AS deps")
+    assert PROJECT[0] == ("FROM", "deps AS build")
+    assert RUNTIME[0] == ("FROM", "${RUNTIME_BASE}")
+    assert re.fullmatch(r"python:3\.13-trixie@sha256:[0-9a-f]{64}", bases["BUILD_BASE"])
+    assert re.fullmatch(r"python:3\.13-slim-trixie@sha256:[0-9a-f]{64}", bases["RUNTIME_BASE"])
+
+
+def test_nothing_names_where_python_is():
+    # The official images' Python is /usr/local/bin/python3, Debian's /usr/bin/python3.
+    code = " ".join(f"{keyword} {rest}" for keyword, rest in instructions(DOCKERFILE))
+    assert "/usr/local/bin" not in code and "/usr/bin/python" not in code
+    assert ("RUN", "python3 -m venv /opt/venv") in BUILD
+
+
+def test_no_buildkit_only_syntax():
+    # The legacy builder (docker.io's, or a client without buildx) must build it.
+    code = " ".join(f"{keyword} {rest}" for keyword, rest in instructions(DOCKERFILE))
+    assert "--mount" not in code and "<<" not in code
+    assert not DOCKERFILE.startswith("# syntax=")
 
 
 SCOPE = "repository:library/python:pull"
@@ -132,24 +166,33 @@ def test_pin_base_images_rewrites_the_from_lines_to_what_the_tags_name(tmp_path)
     finally:
         server.shutdown()
     assert (checked.returncode, checked.stdout) == (0, "")
-    build, runtime = stages(dockerfile.read_text())
-    assert build[0] == ("FROM", f"python:3.13-trixie@sha256:{'a' * 64} AS build")
-    assert runtime[0] == ("FROM", f"python:3.13-slim-trixie@sha256:{'b' * 64}")
+    bases = global_args(dockerfile.read_text())
+    assert bases["BUILD_BASE"] == f"python:3.13-trixie@sha256:{'a' * 64}"
+    assert bases["RUNTIME_BASE"] == f"python:3.13-slim-trixie@sha256:{'b' * 64}"
     # Nothing else changed.
-    assert [i for i in instructions(dockerfile.read_text()) if i[0] != "FROM"] == [
-        i for i in instructions(DOCKERFILE) if i[0] != "FROM"
-    ]
+    old, new = DOCKERFILE.splitlines(), dockerfile.read_text().splitlines()
+    changed = [line for line, was in zip(new, old, strict=True) if line != was]
+    assert [line.split("=")[0] for line in changed] == ["ARG BUILD_BASE", "ARG RUNTIME_BASE"]
 
 
-def test_installs_the_whole_lock_with_its_hashes():
+def test_installs_the_variants_lock_with_its_hashes_from_the_wheels_only():
     copies = [rest for keyword, rest in BUILD if keyword == "COPY"]
     assert "requirements.lock /tmp/requirements.lock" in copies
+    assert "wheels /tmp/wheels" in copies  # the build context's, never the runtime's
     runs = " ".join(rest for keyword, rest in BUILD if keyword == "RUN")
-    assert (
-        "pip install --require-virtualenv --require-hashes --no-deps -r /tmp/requirements.lock"
-        in runs
-    )
+    installs = re.findall(r"pip install [^;&]*", runs)
+    from_lock = [i for i in installs if " -r " in i]
+    assert len(from_lock) == 2  # the lock's build tools, then the variant's lock
+    for install in from_lock:
+        assert "--require-hashes --no-deps" in install
+        assert "--no-index --find-links /tmp/wheels" in install
+    assert from_lock[-1].rstrip().endswith("-r image.lock")
     assert "pip check" in runs
+    # CPU: the lock up to the CUDA section line, which bin/build-image passes from
+    # bin/env-common.sh; GPU: the whole lock.
+    assert """cpu) awk -v stop="$LOCK_CUDA_SECTION" '$0 == stop { exit } { print }'""" in runs
+    assert "gpu) cp requirements.lock image.lock" in runs
+    assert "$0 == stop { exit } { print }" in read("bin/env-common.sh")
     # The lock is the environment's: bin/env-common.sh keys the venv by its hash.
     assert 'LOCK_FILE="$REPO_ROOT/requirements.lock"' in read("bin/env-common.sh")
 
@@ -244,7 +287,9 @@ def test_runtime_stage_is_small_and_non_root():
     keywords = [keyword for keyword, _ in RUNTIME]
     runs = " ".join(rest for keyword, rest in RUNTIME if keyword == "RUN")
     assert "apt-get" not in runs and "pip install" not in runs  # build tools stay behind
-    assert ("COPY", "--from=build /opt/venv /opt/venv") in RUNTIME
+    assert not [rest for keyword, rest in RUNTIME if keyword == "COPY" and "wheels" in rest]
+    copies = [rest for keyword, rest in RUNTIME if keyword == "COPY"]
+    assert copies == ["--from=deps /opt/venv /opt/venv", "--from=build /opt/project/ /"]
     users = [rest for keyword, rest in RUNTIME if keyword == "USER"]
     assert users and users[-1].split(":")[0] not in ("0", "root")
     assert keywords.index("USER") > keywords.index("COPY")
@@ -258,18 +303,31 @@ def test_the_runtime_user_is_the_one_the_compiled_steps_run_as():
     assert users[-1] == f"{images.RUNTIME_UID}:{images.RUNTIME_GID}"  # numeric: kubelet checks
 
 
-def test_dockerignore_sends_only_what_the_build_copies():
+def test_a_bare_docker_build_of_the_checkout_sends_nothing():
+    # make image stages its own context (bin/build-image): exactly images.IMAGE_INPUTS.
     lines = [
         line for line in read(".dockerignore").splitlines() if line and not line.startswith("#")
     ]
-    assert lines[0] == "*"
-    assert {"!requirements.lock", "!pyproject.toml", "!components/", "!pipelines/"} <= set(lines)
+    assert lines == ["*"]
+
+
+def test_every_file_the_build_copies_is_an_input_of_the_tag():
+    copied = set()
+    for keyword, rest in BUILD:
+        if keyword == "COPY":
+            copied.update(rest.split()[:-1])
+    copied.discard("wheels")  # keyed by the lock's hash, which is an input
+    inputs = images.IMAGE_INPUTS
+    assert all(any(c == i or c.startswith(i + "/") for i in inputs) for c in copied), copied
 
 
 def test_the_image_tag_is_set_in_one_place():
     assert images.RUNTIME_IMAGE.endswith(":" + images.TAG)
+    assert images.GPU_IMAGE == images.RUNTIME_IMAGE + "-gpu"
     assert images.TAG not in DOCKERFILE
-    assert "imgpipe.pipelines.images import RUNTIME_IMAGE" in read("Makefile")
+    assert "IMAGE_TAG" in DOCKERFILE
+    assert 'os.path.join(ROOT, "pipelines", "images.py")' in read("bin/build-image")
+    assert "bin/build-image" in read("Makefile")
 
 
 def load_lock_hashes():
@@ -310,8 +368,20 @@ def test_the_image_builds_the_strict_jpeg_decoder_with_the_libjpeg_it_links():
     build_runs = " ".join(rest for keyword, rest in BUILD if keyword == "RUN")
     build_step = (
         "python /src/components/image_statistics/strict_jpeg_build.py --bundle-libjpeg"
-        " --out /src/components/image_statistics"
+        " --out /tmp/strict-jpeg"
     )
     assert "libjpeg62-turbo-dev" in build_runs and build_step in build_runs
+    assert "cp /tmp/strict-jpeg/* /src/components/image_statistics/" in build_runs
     install = "pip install --require-virtualenv --no-deps --no-build-isolation /src"
     assert build_runs.index(build_step) < build_runs.index(install)
+    recipe = read("docker/base.recipe")
+    assert "libjpeg62-turbo-dev" in recipe and ",g++," in recipe  # the Debian build base
+
+
+def test_the_tag_is_baked_into_the_package_before_it_is_installed():
+    build_runs = " ".join(rest for keyword, rest in BUILD if keyword == "RUN")
+    bake = build_runs.index(f"> /src/pipelines/{images.BAKED_MODULE}")
+    assert bake < build_runs.index(
+        "pip install --require-virtualenv --no-deps --no-build-isolation /src"
+    )
+    assert 'TAG = "%s"' in DOCKERFILE and images.BAKED_MODULE in read(".gitignore")

@@ -14,7 +14,7 @@ import pytest
 from tfx import types
 from tfx.types import artifact_utils, standard_artifacts
 
-from imgpipe.components.common import served_models
+from imgpipe.components.common import served_models, serving_lock
 from imgpipe.components.evaluator import blessing
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator.config import EvaluatorConfig
@@ -185,7 +185,8 @@ def test_pushes_are_whole_ordered_and_idempotent(tmp_path):
     os.makedirs(os.path.join(serving, f"{STAGING_PREFIX}1001", "variables"))
     _fake_model(os.path.join(serving, "5000"))
     assert served_models.latest(serving).version == 1000
-    # Two pushes in the same second still get increasing versions.
+    # Two pushes in the same second still get increasing versions, above the interrupted
+    # one, which the next push removes.
     second = publish(_fake_model(str(tmp_path / "m2"), ("a", "b", "c")), serving, now=1000)
     assert os.path.basename(second) == "5001"
     assert not glob.glob(os.path.join(serving, STAGING_PREFIX + "*"))
@@ -193,7 +194,12 @@ def test_pushes_are_whole_ordered_and_idempotent(tmp_path):
     assert latest.version == 5001 and latest.labels == ("a", "b", "c")
     # A retried push of the same model returns the version it already made.
     assert publish(str(tmp_path / "m2"), serving, now=9999) == second
-    assert sorted(os.listdir(serving)) == ["1000", "5000", "5001"]
+    assert sorted(os.listdir(serving)) == [
+        "1000",
+        "5001",
+        "kserve-models.config",
+        "models.config",
+    ]
 
 
 # --- the executor on real models ----------------------------------------------------------
@@ -265,6 +271,8 @@ def _evaluate(tmp_path, name, examples, model_dir, serving_dir, **config):
         {"evaluation": [evaluation], "blessing": [blessed]},
         component.exec_properties,
     )
+    if blessed.has_custom_property(serving_lock.LEASE_PROPERTY):  # as the Pusher would
+        serving_lock.release(serving_dir, blessed.get_string_custom_property("serving_lease"))
     return ev.read(evaluation.uri), blessed
 
 

@@ -80,6 +80,34 @@ def test_ctrl_c_stops_the_cluster_command_and_leaves_no_process(tmp_path):
     assert command.stdout.read().splitlines()[-1] == "Flink cluster stopped."
 
 
+def test_ctrl_c_while_the_cluster_starts_stops_it_the_same_way(tmp_path):
+    """Ctrl-C before the cluster is up (its first process has started) ends as Ctrl-C
+    while it serves: everything stopped, the last line, exit 0."""
+    command = subprocess.Popen(
+        [sys.executable, "-m", "imgpipe.pipelines.cli", "engine", "flink"]
+        + ["--workdir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    started: list[int] = []
+    try:
+        while command.poll() is None and not (started := procfs.children(command.pid)):
+            time.sleep(0.01)
+        os.killpg(command.pid, signal.SIGINT)
+        output, _ = command.communicate(timeout=60)
+    finally:
+        if command.poll() is None:
+            os.killpg(command.pid, signal.SIGKILL)
+            command.wait()
+    time.sleep(0.5)
+    assert started and procfs.living(started) == []
+    assert command.returncode == 0, output
+    assert output.splitlines()[-1] == "Flink cluster stopped."
+    assert "Flink 1" not in output  # it never served
+
+
 def test_a_supervisor_killed_outright_leaves_no_server(tmp_path):
     script = (
         "import sys, time; from imgpipe.pipelines.engines import processes\n"

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from imgpipe.components.common import fileio
+from imgpipe.components.common import disk_full, fileio
 from imgpipe.components.image_example_gen import free_space
 from imgpipe.pipelines import cli
 from tests import imagegen
@@ -24,9 +24,9 @@ def test_enospc_is_recognised_as_raised_and_as_beam_wraps_it():
         with open("/dev/full", "wb") as f:
             f.write(b"x")
     assert full.value.errno == errno.ENOSPC
-    assert free_space.is_out_of_space(full.value)
-    assert free_space.is_out_of_space(RuntimeError(f"OSError: {full.value} [while running 'X']"))
-    assert not free_space.is_out_of_space(RuntimeError("other"))
+    assert disk_full.is_out_of_space(full.value)
+    assert disk_full.is_out_of_space(RuntimeError(f"OSError: {full.value} [while running 'X']"))
+    assert not disk_full.is_out_of_space(RuntimeError("other"))
     message = str(free_space.out_of_space("/out", 100 * 2**20))
     assert message.startswith("no space left on the filesystem of /out: a conversion needs")
     assert "(about 202.0 MB for output the size of its input)" in message
@@ -83,3 +83,44 @@ def test_a_full_disk_ends_in_one_line_and_leaves_nothing(tmp_path, small_filesys
     )
     assert "\n" not in error
     assert os.listdir(out) == []
+
+
+@pytest.mark.component
+def test_stats_on_a_full_disk_names_what_and_where_and_leaves_nothing(
+    tmp_path, small_filesystem, capsys
+):
+    src, shards = str(tmp_path / "src"), str(tmp_path / "shards")
+    imagegen.make_image_folder(src, {"a": 20, "b": 20}, size=(96, 96))
+    assert cli.main(["convert", src, shards, *IN_PROCESS]) == 0
+    capsys.readouterr()
+    # A tmpfs of 256 KB, less what a filler takes: room for the statistics, not the report.
+    with open(os.path.join(small_filesystem, "filler"), "wb") as f:
+        f.write(b"\0" * (256 - 24) * 1024)
+    report = os.path.join(small_filesystem, "r.html")
+    argv = ["stats", shards, "--json", os.path.join(small_filesystem, "s.json")]
+    assert cli.main([*argv, "--html", report, *IN_PROCESS[:2]]) == 1
+
+    error = capsys.readouterr().err.strip()
+    assert error == (
+        f"imgpipe: error: imgpipe stats: no space left on the filesystem of {report}; free some "
+        "space there, or point the output (--pipeline-root, the output folder) at a larger "
+        "filesystem"
+    )
+    assert sorted(os.listdir(small_filesystem)) == ["filler"]
+
+
+@pytest.mark.unit
+def test_a_failed_atomic_write_leaves_no_temporary_file_and_names_its_file(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    target = str(folder / "x.json")
+    os.symlink("/dev/full", target + fileio.ATOMIC_TEMP_SUFFIX)
+    with pytest.raises(OSError) as raised:
+        fileio.write_atomic(target, b"data")
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == target
+    assert os.listdir(folder) == []
+    assert (
+        disk_full.explain(raised.value, "Pusher", "/serving")
+        .args[0]
+        .startswith(f"Pusher: no space left on the filesystem of {target}; ")
+    )

@@ -28,7 +28,7 @@ from imgpipe.components.image_statistics import anomalies
 from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.produce import produce
-from tests import imagegen
+from tests import imagegen, jpeg_tools
 from tests.trees import make_deep, touch
 
 pytestmark = pytest.mark.component
@@ -107,6 +107,12 @@ def hostile(tmp_path_factory, make_pipeline):
         "cat/animated.gif": imagegen.gif_bytes((1, 1), [(0, 0, 1, 1), (0, 0, 20000, 20000)]),
         "dog/animated.png": imagegen.animated_bytes("PNG", later=(20000, 20000)),
         "dog/animated.webp": imagegen.animated_bytes("WEBP", later=(16000, 16000)),
+        # JPEG codings no Python encoder writes, made by libjpeg-turbo's jpegtran.
+        "cat/arithmetic-bomb.jpg": jpeg_tools.arithmetic_bomb(4000),
+        "cat/scan-bomb.jpg": jpeg_tools.progressive_with_scans(2000),
+        "cat/lossless.jpg": jpeg_tools.lossless_grey(),
+        "dog/arithmetic.jpg": jpeg_tools.arithmetic_photo(),
+        "dog/progressive-64-scans.jpg": jpeg_tools.progressive_with_scans(0),
         " owl/a.jpg": good,
         "stray.jpg": good,
         "notes.txt": b"not an image\n",
@@ -176,6 +182,9 @@ def test_every_entry_is_written_skipped_or_ignored_with_its_reason(hostile):
         "cat/truncated.gif": "truncated gif",
         "cat/truncated.webp": "truncated or corrupt webp",
         "cat/lying.jpg": "truncated or corrupt jpeg",
+        "cat/arithmetic-bomb.jpg": "truncated or corrupt jpeg",
+        "cat/scan-bomb.jpg": "progressive jpeg with more than 100 scans",
+        "cat/lossless.jpg": "lossless jpeg",
         "cat/frame-bomb.gif": "decompression bomb",
         "cat/animated.gif": "decompression bomb",
         "dog/animated.png": "decompression bomb",
@@ -201,8 +210,8 @@ def test_every_entry_is_written_skipped_or_ignored_with_its_reason(hostile):
 
     summary = conversion_summary.read(out)
     # 12 generated + the ESC, newline and spaced names + inside.jpg (a link) + the two
-    # corrupt images that only a decode can find.
-    assert (summary.written, summary.skipped, summary.ignored) == (18, 19, 6)
+    # corrupt images that only a decode can find + the arithmetic and 64-scan JPEGs.
+    assert (summary.written, summary.skipped, summary.ignored) == (20, 22, 6)
     assert summary.files_seen == summary.written + summary.skipped + summary.ignored
     names = {
         r.features.feature[fk.FILENAME_KEY].bytes_list.value[0].decode() for r in read_records(out)

@@ -64,10 +64,27 @@ def test_rgba_png_to_jpeg_composites_onto_the_background_never_black():
     assert abs(int(_decode_rgb(grey_bg.data)[8, 5, 0]) - 128) < 8
 
 
-def test_rgba_png_kept_as_png_keeps_alpha():
-    rgba = np.full((6, 6, 4), 100, np.uint8)
-    image, _ = image_codec.convert_image(imagegen.png_bytes(rgba), ImageOptions(resize=3))
-    assert (image.format, image.channels) == ("png", 4)
+@pytest.mark.parametrize(
+    "options", [ImageOptions(), ImageOptions(resize=3)], ids=["kept", "resized"]
+)
+def test_transparency_is_composited_onto_white_even_passed_through(options):
+    """The README's promise, without --rgb: a transparent pixel is white, not black."""
+    image, _ = image_codec.convert_image(imagegen.half_transparent_png(6, 6), options)
+    assert (image.format, image.channels, image.reencoded, image.composited) == (
+        "png",
+        3,
+        True,
+        True,
+    )
+    pixels = _decode_rgb(image.data)
+    assert pixels[-1].min() >= 250  # the transparent half: white
+    assert pixels[0, 0, 0] > 200 and pixels[0, 0, 1] < 60
+
+
+def test_an_opaque_alpha_channel_is_dropped_but_not_counted_as_composited():
+    rgba = np.full((4, 4, 4), 255, np.uint8)
+    image, _ = image_codec.convert_image(imagegen.png_bytes(rgba), ImageOptions())
+    assert image.channels == 3 and not image.composited
 
 
 def test_grayscale_keeps_one_channel_unless_rgb_is_asked():
@@ -101,6 +118,25 @@ def test_exif_orientation_is_applied_when_pixels_are_reencoded(orientation):
     expected = np.asarray(ImageOps.exif_transpose(Image.open(__import__("io").BytesIO(data))))
     assert (image.height, image.width) == expected.shape[:2]
     assert np.abs(_decode_rgb(image.data).astype(int) - expected).mean() < 6
+
+
+@pytest.mark.parametrize("orientation", range(2, 9))
+def test_a_rotated_jpeg_is_stored_upright_even_passed_through(orientation):
+    upright = imagegen.marked(24, 40)
+    data = imagegen.exif_jpeg_bytes(imagegen.stored_for(upright, orientation), orientation)
+    image, _ = image_codec.convert_image(data, ImageOptions())
+    assert image.reencoded and image.rotated and not image.composited
+    assert hdr.read_header(image.data).exif_orientation == 1  # not rotated twice
+    pixels = _decode_rgb(image.data)
+    assert pixels.shape[:2] == (24, 40)
+    assert np.abs(pixels.astype(int) - upright).mean() < 6
+    assert pixels[2, 2, 0] > 200 and pixels[-3, -3, 0] < 80  # the marker at top-left
+
+
+def test_an_upright_jpeg_is_kept_byte_for_byte():
+    data = imagegen.exif_jpeg_bytes(imagegen.marked(24, 40), 1)
+    image, _ = image_codec.convert_image(data, ImageOptions())
+    assert image.data is data and not image.reencoded and not image.rotated
 
 
 def test_resize_shorter_side_and_center_crop():

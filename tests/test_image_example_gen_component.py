@@ -124,3 +124,22 @@ def test_input_base_is_split_into_base_and_pattern():
         "gs://b/imgs",
         "span-{SPAN}/v{VERSION}",
     )
+
+
+@pytest.mark.component
+def test_the_executor_stops_a_pipeline_on_a_dataset_of_one_class(tmp_path):
+    """The first step says so, naming the fix, rather than the Trainer 48 s later."""
+    imagegen.make_image_folder(str(tmp_path / "data"), {"cat": 4})
+    component = ImageExampleGen(input_base=str(tmp_path / "data"), output_options=OUTPUT_OPTIONS)
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path / "out")
+    exec_properties = dict(component.exec_properties)
+    exec_properties["beam_pipeline_args"] = ["--direct_num_workers=1"]
+
+    with pytest.raises(ValueError) as raised:
+        Executor().Do({}, {spec.EXAMPLES_KEY: [examples]}, exec_properties)
+
+    assert str(raised.value) == (
+        f"{tmp_path}/data: the dataset has 1 class with images ('cat'), and a classifier "
+        "needs at least 2: add a folder <label>/ of images for each other class"
+    )

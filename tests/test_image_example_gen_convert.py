@@ -506,3 +506,38 @@ def test_a_summary_of_the_first_schema_version_still_reads(converted, tmp_path):
     (tmp_path / layout.SUMMARY_FILE).write_text(json.dumps({**document, "version": 1}))
     old = conversion_summary.read(str(tmp_path))
     assert old.splits == result.summary.splits and old.warnings == ()
+
+
+def test_rotated_and_transparent_images_are_stored_as_seen_and_counted(tmp_path):
+    """A phone's rotated JPEG is stored upright and a transparent PNG opaque on white,
+    each counted in the summary; every other file keeps its bytes."""
+    root = str(tmp_path / "images")
+    imagegen.make_image_folder(root, {"cat": 3, "dog": 3})
+    upright = imagegen.marked(24, 40)
+    imagegen.write(
+        os.path.join(root, "cat", "phone.jpg"),
+        imagegen.exif_jpeg_bytes(imagegen.stored_for(upright, 6), 6),
+    )
+    imagegen.write(os.path.join(root, "dog", "logo.png"), imagegen.half_transparent_png(8, 8))
+    out = str(tmp_path / "out")
+    options = OutputOptions(num_shards=1, splits=(("train", 1.0),))
+
+    summary = run_conversion(root, out, ImageOptions(), options, in_process).summary
+
+    train = summary.splits["train"]
+    assert (train.rotated, train.composited, train.reencoded) == (1, 1, 2)
+    assert conversion_summary.read(out).splits["train"].rotated == 1
+    for example in read_split(out, "train"):
+        rel = feature(example, fk.FILENAME_KEY).decode()
+        stored = feature(example, fk.IMAGE_ENCODED_KEY)
+        with open(os.path.join(root, rel), "rb") as f:
+            source = f.read()
+        pixels = tf.io.decode_image(stored, channels=3).numpy()  # EXIF-blind, as TF is
+        if rel == "cat/phone.jpg":
+            assert (feature(example, fk.IMAGE_HEIGHT_KEY), pixels.shape[:2]) == (24, (24, 40))
+            assert pixels[2, 2, 0] > 200 and pixels[-3, -3, 0] < 80  # marker top-left
+        elif rel == "dog/logo.png":
+            assert feature(example, fk.IMAGE_CHANNELS_KEY) == 3
+            assert (pixels[-1] == 255).all()
+        else:
+            assert stored == source

@@ -134,3 +134,47 @@ def test_frames_are_read_from_every_animated_format():
         assert [(f.width, f.height) for f in hdr.frames(data, header)] == [(8, 8), (6, 7)]
     with pytest.raises(hdr.ImageHeaderError, match="truncated gif"):
         list(hdr.frames(gif[:20], hdr.read_header(gif)))
+
+
+def test_the_byte_floor_covers_arithmetic_coding():
+    from tests import jpeg_tools
+
+    bomb = jpeg_tools.arithmetic_bomb(4000)
+    header = hdr.read_header(bomb)
+    assert len(bomb) < 1000 and header.min_bytes == 250_000 // hdr.ARITHMETIC_BLOCKS_PER_BYTE
+    with pytest.raises(hdr.ImageHeaderError, match=r"cannot hold the 4000x4000 image"):
+        hdr.check_complete(bomb, header)
+    photo = jpeg_tools.arithmetic_photo()
+    hdr.check_complete(photo, hdr.read_header(photo))  # an ordinary arithmetic file passes
+
+
+def test_scans_are_counted_and_a_scan_bomb_is_refused():
+    from tests import jpeg_tools
+
+    progressive = jpeg_tools.progressive_with_scans(0)
+    assert hdr.count_jpeg_scans(progressive, stop_after=1000) == 64
+    header = hdr.read_header(progressive)
+    assert header.jpeg_coding == hdr.JPEG_PROGRESSIVE
+    hdr.check_complete(progressive, header)
+    bomb = jpeg_tools.progressive_with_scans(2000)
+    assert hdr.count_jpeg_scans(bomb, stop_after=10_000) == 2064
+    assert hdr.count_jpeg_scans(bomb, stop_after=hdr.MAX_JPEG_SCANS) == hdr.MAX_JPEG_SCANS + 1
+    with pytest.raises(hdr.ImageHeaderError, match=r"more than 100 scans"):
+        hdr.check_complete(bomb, hdr.read_header(bomb))
+    # A baseline JPEG holds one scan, and EXIF's thumbnail scans are not counted.
+    assert hdr.count_jpeg_scans(imagegen.jpeg_bytes(imagegen.photo_like(16, 16)), 10) == 1
+
+
+def test_codings_tensorflow_cannot_decode_are_refused_by_name():
+    from tests import jpeg_tools
+
+    lossless = jpeg_tools.lossless_grey()
+    header = hdr.read_header(lossless)
+    assert header.jpeg_coding == hdr.JPEG_LOSSLESS
+    with pytest.raises(hdr.ImageHeaderError, match="lossless jpeg: TensorFlow cannot decode it"):
+        hdr.check_complete(lossless, header)
+    twelve_bit = bytearray(imagegen.jpeg_bytes(imagegen.photo_like(16, 16)))
+    sof = twelve_bit.index(b"\xff\xc0")
+    twelve_bit[sof + 4] = 12  # the frame header's sample precision
+    with pytest.raises(hdr.ImageHeaderError, match="12-bit jpeg"):
+        hdr.check_complete(bytes(twelve_bit), hdr.read_header(bytes(twelve_bit)))

@@ -24,6 +24,49 @@ MANIFEST_FILES = sorted(
     if name.endswith(".yaml") and os.path.join(K8S_DIR, name) != PIPELINE_CONFIG
 )
 
+
+def assert_names_the_image(reference: str, variant: str) -> None:
+    """The project's image of that variant, by a content tag of this version (make
+    k8s-images writes the checkout's; a tag names one content, so it is never stale)."""
+    version = images.TAG.split("-")[0]
+    suffix = images.VARIANT_SUFFIXES[variant]
+    pattern = rf"{images.REGISTRY}/{images.IMAGE_NAME}:{re.escape(version)}-[0-9a-f]{{12}}"
+    assert re.fullmatch(pattern + re.escape(suffix), reference), reference
+
+
+def test_the_manifests_name_one_build_and_make_k8s_images_names_this_checkouts(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    marked = re.compile(r"image: (\S+)\s+# imgpipe-image: (cpu|gpu)$")
+    found = [m.groups() for path in MANIFEST_FILES for m in map(marked.search, open(path)) if m]
+    assert sorted(variant for _, variant in found) == ["cpu", "gpu"]
+    for reference, variant in found:
+        assert_names_the_image(reference, variant)
+    assert len({reference.removesuffix("-gpu") for reference, _ in found}) == 1
+    # Every image of the project's repository is marked, so the script finds it.
+    for path in MANIFEST_FILES:
+        for line in open(path):
+            if f"{images.REGISTRY}/{images.IMAGE_NAME}" in line:
+                assert marked.search(line.rstrip()), f"{path}: {line}"
+
+    for path in MANIFEST_FILES:
+        shutil.copy(path, tmp_path)
+    script = os.path.join(os.path.dirname(K8S_DIR), "bin", "k8s-images")
+    subprocess.run([sys.executable, script, str(tmp_path)], check=True, capture_output=True)
+    rewritten = [
+        m.groups() for p in tmp_path.glob("*.yaml") for m in map(marked.search, open(p)) if m
+    ]
+    assert sorted(rewritten) == sorted([(images.RUNTIME_IMAGE, "cpu"), (images.GPU_IMAGE, "gpu")])
+    check = [sys.executable, script, "--check", str(tmp_path)]
+    assert subprocess.run(check, capture_output=True).returncode == 0
+    digest = "registry.example/imgpipe@sha256:" + "c" * 64
+    subprocess.run([sys.executable, script, "--cpu", digest, str(tmp_path)], check=True)
+    assert digest in (tmp_path / "flink-deployment.yaml").read_text()
+    assert subprocess.run(check, capture_output=True).returncode == 1
+
+
 _LIST = re.compile(r"^list\[(.+)\]$")
 _DICT = re.compile(r"^dict\(([^,]+), (.+)\)$")
 _PRIMITIVES = {"str": str, "int": int, "bool": bool, "float": (int, float), "object": object}
@@ -143,7 +186,7 @@ def test_the_gpu_example_matches_what_the_compiler_writes():
         {"key": t.key, "operator": t.operator, "effect": t.effect} for t in gpu.tolerations
     ]
     (container,) = pod["spec"]["containers"]
-    assert container["image"] == images.RUNTIME_IMAGE
+    assert_names_the_image(container["image"], "gpu")  # TensorFlow's CUDA libraries
     assert container["resources"]["limits"] == {gpu.accelerator: "1"}
 
 
@@ -240,7 +283,7 @@ def test_the_flink_deployment_matches_the_local_cluster_and_runs_the_worker_pool
         assert spec["flinkConfiguration"][key] == str(value), key
     containers = spec["taskManager"]["podTemplate"]["spec"]["containers"]
     (pool,) = [c for c in containers if c["name"] == "beam-worker-pool"]
-    assert pool["image"] == images.RUNTIME_IMAGE
+    assert_names_the_image(pool["image"], "cpu")
     assert pool["command"][-1] == "apache_beam.runners.worker.worker_pool_main"
     assert pool["args"] == [f"--service_port={flink.WORKER_POOL_PORT}"]
     assert pool["securityContext"]["runAsUser"] == images.RUNTIME_UID

@@ -228,6 +228,11 @@ def test_warnings_name_empty_and_small_classes_empty_splits_and_conflicts():
             "class 'cat' has no image in split(s) ['eval'] (train 3, eval 0)",
         ),
         (conversion_summary.EMPTY_SPLIT, "split 'eval' has no image"),
+        (
+            conversion_summary.FEW_CLASSES,
+            "the dataset has 1 class with images ('cat'), and a classifier needs at least 2: "
+            "add a folder <label>/ of images for each other class",
+        ),
     ]
 
 
@@ -356,3 +361,26 @@ def test_a_label_map_file_is_refused_with_the_reason(tmp_path):
     (tmp_path / "latin.txt").write_bytes(b"caf\xe9\n")
     with pytest.raises(ValueError, match="not UTF-8"):
         label_map.read(str(tmp_path / "latin.txt"))
+
+
+def test_warnings_name_a_refused_class_folder_and_too_few_classes():
+    found = data_warnings.conversion_warnings(
+        split_labels={"train": {"dog": 4}, "eval": {"dog": 1}},
+        listed_by_label={"dog": 5},
+        class_folders=["dog"],
+        given_splits=False,
+        conflicts=[],
+        refused_folders=[(" cat", "it has white space at an end, which labels.txt cannot keep")],
+    )
+    assert [(w.code, w.message) for w in found] == [
+        (
+            conversion_summary.EMPTY_CLASS,
+            "class folder ' cat' lost every file: it has white space at an end, which "
+            "labels.txt cannot keep; rename the folder",
+        ),
+        (
+            conversion_summary.FEW_CLASSES,
+            "the dataset has 1 class with images ('dog'), and a classifier needs at least 2: "
+            "add a folder <label>/ of images for each other class",
+        ),
+    ]

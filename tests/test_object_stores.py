@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from imgpipe.components.common import fileio, manifest, object_store
+from imgpipe.components.common import fileio, manifest, object_store, served_models
 from imgpipe.pipelines import cli
 from tests import imagegen, object_stores
 
@@ -171,9 +171,13 @@ def test_a_local_pipeline_reads_and_writes_only_the_store(s3_store, tmp_path, ca
     manifest.verify(model)
     assert fileio.exists(f"{model}/Format-Serving/saved_model.pb")
     # The Pusher published a whole version: its marker, and the SavedModel beside it.
-    versions = fileio.list_dir(serving)
-    assert len(versions) == 1 and versions[0].isdigit()
+    versions = [name for name in fileio.list_dir(serving) if name.isdigit()]
+    assert len(versions) == 1
     pushed = f"{serving}/{versions[0]}"
+    # ... named to model servers only once whole (docs/serving-folder.md).
+    config = fileio.read_bytes(f"{serving}/models.config").decode()
+    assert f"versions: {versions[0]}" in config and f'base_path: "{serving}"' in config
+    assert served_models.find(serving, checksums=True).model.path == pushed
     assert fileio.read_bytes(f"{pushed}/PUSH_COMPLETE").decode() == f"{model}/Format-Serving"
     assert fileio.exists(f"{pushed}/saved_model.pb")
     assert not [n for n in fileio.list_files(serving) if ".push-" in n]

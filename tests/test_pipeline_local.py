@@ -175,5 +175,6 @@ def test_a_validation_folder_is_evaluated_and_the_data_gate_advice_can_be_follow
     assert (evaluation.eval_split, evaluation.candidate.examples) == ("eval", 7)
     # Two training steps: whether the floor blesses them is the Evaluator's call, tested
     # elsewhere; here the Pusher ran and followed it.
-    pushed = os.listdir(tmp_path / "serving") if (tmp_path / "serving").exists() else []
+    serving = tmp_path / "serving"
+    pushed = [n for n in os.listdir(serving) if n.isdigit()] if serving.exists() else []
     assert len(pushed) == int(evaluation.decision.blessed)

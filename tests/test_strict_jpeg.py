@@ -78,6 +78,10 @@ def test_the_strict_decode_gives_tensorflows_eval_pixels_bit_for_bit():
     assert lib is not None
     kinds = _kinds()
     for name, data in kinds.items():
+        if name == "exif-rotated.jpg":
+            # TensorFlow's eval decode turns it upright (upright.py); the analysis leaves
+            # it to TensorFlow, and its statistics below must still agree.
+            continue
         height, width = tf.image.extract_jpeg_shape(data).numpy()[:2]
         window = decoder.crop_windows([(height, width)])[0]
         pixels = np.empty((IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)

@@ -21,7 +21,7 @@ from tfx.components.trainer.fn_args_utils import FnArgs
 
 from imgpipe.components.common import artifacts, fileio, layout, manifest, preprocessing
 from imgpipe.components.common.features import TFDS_KEY_MAP
-from imgpipe.components.trainer import devices, export, memory, task
+from imgpipe.components.trainer import backbones, datasets, devices, export, memory, task
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer.config import TrainerConfig, from_custom_config
@@ -66,7 +66,8 @@ def fn_args(data, out: str, train_steps: int, **custom) -> FnArgs:
         train_steps=train_steps,
         eval_steps=None,
         serving_model_dir=os.path.join(out, "model", "Format-Serving"),
-        model_run_dir=os.path.join(out, "run"),
+        # LocalDagRunner's layout, which puts the backups in <out>/Trainer/.backups.
+        model_run_dir=os.path.join(out, "Trainer", "model_run", "1"),
         custom_config=config,
     )
 
@@ -351,23 +352,14 @@ def test_missing_split_names_the_pattern(data):
 
 
 @pytest.mark.component
-@pytest.mark.parametrize("backbone", ["mobilenet_v3_small", "efficientnet_v2_b0", "resnet50"])
-def test_keras_applications_backbones_build_offline(backbone):
-    config = TrainerConfig(backbone=backbone, image_size=SIZE)
-    model = model_lib.build_model(config, num_classes=5, normalization=(MEAN, STD))
-    out = model(np.zeros((2, SIZE, SIZE, 3), np.uint8))
-    assert out.shape == (2, 5) and out.dtype == "float32"
-    np.testing.assert_allclose(np.sum(out, axis=-1), 1.0, rtol=1e-5)
-
-
-@pytest.mark.component
 @pytest.mark.parametrize("scheme", ["", "file://"])
 def test_backbone_weights_from_a_local_or_remote_file(tmp_path, monkeypatch, scheme):
     temp = tmp_path / "temp"  # where a remote file's local copy goes, for the build only
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     config = TrainerConfig(backbone="mobilenet_v3_small", image_size=SIZE, width_multiplier=0.75)
-    source = model_lib.BACKBONES[config.backbone]((SIZE, SIZE, 3), None, config)
+    # A weights file of the backbone as pretrained weights lay it out.
+    source = backbones.BACKBONES[config.backbone].build((SIZE, SIZE, 3), None, config, True)
     path = str(tmp_path / "notop.weights.h5")
     source.save_weights(path)
     loaded = model_lib.build_model(
@@ -458,12 +450,20 @@ def test_run_fn_learns_separable_classes_into_a_dirty_model_folder(data, tmp_pat
     ]
     accuracy = np.mean(np.argmax(out[export.PROBABILITIES].numpy(), axis=-1) == truth)
     assert accuracy > 0.9, accuracy
+    # The label audit of the eval split by the trained model, out of sample: in the
+    # summary, and in the push as the next span's reference (candidate_audit.py).
+    from imgpipe.components.trainer import summary as summary_lib
+
+    audited = summary_lib.read_if_present(args.model_run_dir).label_audit
+    assert audited.checked and audited.audited == len(records), audited
+    assert audited.flagged_fraction < 0.1 and audited.model_version is None
+    assert "Format-Serving/assets.extra/label_audit.json" in files
     assert keras.mixed_precision.global_policy().name == "float32"
-    if task.tensorboard_available():
+    if datasets.tensorboard_available():
         assert glob.glob(os.path.join(args.model_run_dir, "full", "train", "events.out.*"))
-        assert glob.glob(os.path.join(args.model_run_dir, task.SAMPLES_SUBDIR, "events.*"))
-    # The backup is removed once training completes.
-    assert not os.path.exists(os.path.join(args.model_run_dir, task.BACKUP_SUBDIR))
+        assert glob.glob(os.path.join(args.model_run_dir, datasets.SAMPLES_SUBDIR, "events.*"))
+    # The backups are removed once the model is exported.
+    assert os.listdir(os.path.join(str(tmp_path), "Trainer")) == ["model_run"]
 
 
 @pytest.mark.unit
@@ -487,6 +487,8 @@ class _Preempted(Exception):
 
 @pytest.mark.component
 def test_preempted_run_resumes_from_its_checkpoint(data, tmp_path, monkeypatch):
+    from imgpipe.components.trainer import summary
+
     checkpoint_dir = str(tmp_path / "ckpt")
     seen: dict[str, list] = {"epochs": [], "start_weights": []}
     saved_at_preemption = []
@@ -522,7 +524,9 @@ def test_preempted_run_resumes_from_its_checkpoint(data, tmp_path, monkeypatch):
     with pytest.raises(_Preempted):
         task.run_fn(run_args("first"))
     assert keras.mixed_precision.global_policy().name == "float32"
-    assert os.path.exists(os.path.join(checkpoint_dir, "full", "training_metadata.json"))
+    # One backup, of the epoch before the preemption, in the training's folder.
+    (backup,) = glob.glob(os.path.join(checkpoint_dir, "*", "*", layout.MANIFEST_FILE))
+    assert os.path.basename(os.path.dirname(backup)) == "00-0000000008"  # 2 epochs x 4
 
     monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Record()])
     second = run_args("second")
@@ -531,6 +535,14 @@ def test_preempted_run_resumes_from_its_checkpoint(data, tmp_path, monkeypatch):
     for restored, saved in zip(seen["start_weights"], saved_at_preemption, strict=True):
         np.testing.assert_array_equal(restored, saved)
     assert os.path.exists(os.path.join(second.serving_model_dir, "saved_model.pb"))
+    resumed = summary.read_if_present(second.model_run_dir).resume
+    assert (resumed.status, resumed.epoch, resumed.step, resumed.optimizer_steps) == (
+        "resumed",
+        2,
+        0,
+        8,
+    )
+    assert os.listdir(checkpoint_dir) == []
 
 
 MIRRORED_SCRIPT = textwrap.dedent("""
@@ -589,7 +601,7 @@ def test_auto_backbone_and_size_follow_the_weights():
     pretrained = TrainerConfig(weights="imagenet").resolved()
     assert (pretrained.backbone, pretrained.image_size) == ("mobilenet_v3_small", 224)
     assert TrainerConfig(backbone="resnet50", image_size=160).resolved().image_size == 160
-    with pytest.raises(ValueError, match="tiny_cnn has no ImageNet weights"):
+    with pytest.raises(ValueError, match="backbone with ImageNet weights; tiny_cnn has none"):
         TrainerConfig(backbone="tiny_cnn", weights="imagenet").validate()
 
 
@@ -684,7 +696,7 @@ def test_run_fn_fine_tunes_from_a_weights_file_then_warm_starts(data, tmp_path, 
     of the rate. The second run warm-starts from the first one's push."""
     from imgpipe.components.trainer import summary
 
-    source = model_lib.BACKBONES["tiny_cnn"]((SIZE, SIZE, 3), None, TrainerConfig())
+    source = backbones.BACKBONES["tiny_cnn"].build((SIZE, SIZE, 3), None, TrainerConfig(), True)
     weights_file = str(tmp_path / "tiny.weights.h5")
     source.save_weights(weights_file)
     backbone_at: dict[str, list] = {}

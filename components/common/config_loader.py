@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import reprlib
 import types
 import typing
 from collections.abc import Mapping
@@ -82,7 +83,7 @@ def from_document(cls: type[T], text: str, where: str, version: int | tuple[int,
     readable = version if isinstance(version, tuple) else (version,)
     if found not in readable:
         raise ValueError(
-            f"{where} has schema version {found!r}; this release reads version "
+            f"{where} has schema version {shown(found)}; this release reads version "
             f"{' or '.join(str(v) for v in readable)}"
         )
     try:
@@ -103,13 +104,22 @@ def field_default(cls: type, name: str) -> Any:
     raise ValueError(f"{cls.__name__} has no field {name!r}")
 
 
+_SHOWN = reprlib.Repr(maxlevel=2, maxlist=4, maxdict=4, maxstring=60, maxother=60)
+
+
+def shown(value: Any) -> str:
+    """`value` as a message shows it: cut short, however large it is (a YAML alias chain can
+    describe a value of gigabytes)."""
+    return _SHOWN.repr(value)
+
+
 def _name(where: str) -> str:
     return where.rstrip(".") or "the top level"
 
 
 def _build(cls: type[T], values: Any, where: str) -> T:
     if not isinstance(values, Mapping):
-        raise ValueError(f"{_name(where)} must be a mapping, got {values!r}")
+        raise ValueError(f"{_name(where)} must be a mapping, got {shown(values)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(str(k) for k in set(values) - fields)
@@ -145,7 +155,7 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         if len(choices) > 1:  # scalars only, e.g. int | float: kept as they are
             if type(value) not in choices and not (float in choices and type(value) is int):
                 raise ValueError(
-                    f"{where} must be one of {[c.__name__ for c in choices]}, got {value!r}"
+                    f"{where} must be one of {[c.__name__ for c in choices]}, got {shown(value)}"
                 )
             return value
         return _coerce(choices[0], value, where)
@@ -153,22 +163,22 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         return _build(hint, value, f"{where}.")  # type: ignore[arg-type]
     if origin is tuple:
         if not isinstance(value, list | tuple):
-            raise ValueError(f"{where} must be a list, got {value!r}")
+            raise ValueError(f"{where} must be a list, got {shown(value)}")
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
         if len(value) != len(args):
-            raise ValueError(f"{where} needs {len(args)} values, got {value!r}")
+            raise ValueError(f"{where} needs {len(args)} values, got {shown(value)}")
         return tuple(
             _coerce(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
         )
     if origin in (Mapping, dict):
         if not isinstance(value, Mapping):
-            raise ValueError(f"{where} must be a mapping, got {value!r}")
+            raise ValueError(f"{where} must be a mapping, got {shown(value)}")
         return {str(k): _coerce(args[1], v, f"{where}.{k}") for k, v in value.items()}
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint is str and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)  # YAML reads `cpu_request: 2` as a number
     if hint in (int, float, str, bool) and type(value) is not hint:
-        raise ValueError(f"{where} must be {hint.__name__}, got {value!r}")
+        raise ValueError(f"{where} must be {hint.__name__}, got {shown(value)}")
     return value

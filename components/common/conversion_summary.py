@@ -33,6 +33,7 @@ EMPTY_SPLIT = "empty_split"
 LABEL_CONFLICT = "label_conflict"
 SPLIT_FOLDERS = "split_folders"
 NO_DALI_INDEX = "no_dali_index"
+FEW_CLASSES = "few_classes"
 
 MAX_LISTED_PATHS = 10
 
@@ -45,6 +46,11 @@ class SplitSummary:
     reencoded: int
     num_shards: int
     labels: dict[str, int]  # label name -> records
+    # Of the re-encoded: JPEGs stored upright by their EXIF orientation (2..8), and
+    # images whose transparency was composited onto the background. Added in place:
+    # a summary without them reads as 0.
+    rotated: int = 0
+    composited: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

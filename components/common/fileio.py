@@ -10,10 +10,12 @@ local paths take the direct route. Behaviour is the same either way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import shutil
 import stat as stat_module
+import threading
 from collections.abc import Iterable
 from typing import IO, Any
 
@@ -280,11 +282,43 @@ def write_atomic(path: str, data: bytes) -> None:
         return
     local = local_path(path)
     temporary = local + ATOMIC_TEMP_SUFFIX
+    try:
+        with open(temporary, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, local)
+    except OSError as e:
+        # Nothing half-written stays behind, and the error names the file it was for.
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise OSError(e.errno, e.strerror, path) from e
+
+
+def create_new(path: str, data: bytes) -> bool:
+    """Writes a file only if there is none at `path`, atomically: of two writers racing
+    for one path exactly one gets True; the other writes nothing and gets False.
+
+    Locally the bytes go to a temporary file that is then hard-linked into place (a link
+    fails when the name exists); on object stores a conditional write does it.
+    """
+    if object_store.is_object_store(path):
+        return object_store.create_new(path, data)
+    if not is_local(path):
+        raise ValueError(f"{path}: only local paths, s3:// and gs:// can be created exclusively")
+    local = local_path(path)
+    temporary = f"{local}.{os.getpid()}.{threading.get_ident()}{ATOMIC_TEMP_SUFFIX}"
     with open(temporary, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(temporary, local)
+    try:
+        os.link(temporary, local)
+    except FileExistsError:
+        return False
+    finally:
+        os.remove(temporary)
+    return True
 
 
 def free_bytes(path: str) -> int | None:

@@ -43,6 +43,8 @@ class ImageHeader:
     # is truncated, or its header lies about the size (see min_bytes_note).
     min_bytes: int = 0
     animated: bool = False  # an APNG or animated WebP: more frames than the first
+    # A JPEG's coding, from its frame header: one of the JPEG_* codings below.
+    jpeg_coding: str = ""
 
     @property
     def pixels(self) -> int:
@@ -124,14 +126,113 @@ def check_complete(data: bytes, header: ImageHeader) -> None:
         # Some encoders pad after EOI; allow a little trailing data.
         if b"\xff\xd9" not in data[-64:]:
             raise ImageHeaderError("truncated jpeg: no end-of-image marker")
+        check_jpeg_decodable(data, header)
     elif fmt == PNG:
         if b"IEND" not in data[-32:]:
             raise ImageHeaderError("truncated png: no IEND chunk")
 
 
+def check_jpeg_decodable(data: bytes, header: ImageHeader) -> None:
+    """Refuses a JPEG that TensorFlow cannot decode, or that would cost unbounded time
+    at every decode: lossless, hierarchical or 12-bit coding, and more than
+    MAX_JPEG_SCANS progressive scans. Pure and cheap: sequential files are not scanned.
+
+    Raises:
+      ImageHeaderError: the reason, and what to do.
+    """
+    if header.jpeg_coding in (JPEG_LOSSLESS, JPEG_HIERARCHICAL):
+        raise ImageHeaderError(
+            f"{header.jpeg_coding} jpeg: TensorFlow cannot decode it; convert it to PNG"
+        )
+    if header.bit_depth != 8:
+        raise ImageHeaderError(
+            f"{header.bit_depth}-bit jpeg: TensorFlow decodes 8-bit JPEG only; convert it to "
+            "PNG or an 8-bit JPEG"
+        )
+    if header.jpeg_coding == JPEG_PROGRESSIVE:
+        scans = count_jpeg_scans(data, stop_after=MAX_JPEG_SCANS)
+        if scans > MAX_JPEG_SCANS:
+            raise ImageHeaderError(
+                f"progressive jpeg with more than {MAX_JPEG_SCANS} scans: each scan is a pass "
+                "over the whole image at every decode (encoders write at most 10); "
+                "re-encode it"
+            )
+
+
+def count_jpeg_scans(data: bytes, stop_after: int) -> int:
+    """The JPEG's start-of-scan markers, counted up to stop_after + 1.
+
+    Inside entropy-coded data a 0xFF byte is followed by 0x00 (stuffing), a restart
+    marker or another 0xFF; any other marker ends the scan. So every FF DA is a scan
+    (an embedded EXIF thumbnail's are skipped with their APP segment).
+    """
+    scans = 0
+    pos = 2
+    size = len(data)
+    in_scan = False
+    while pos < size:
+        if in_scan:
+            pos = data.find(b"\xff", pos)
+            if pos < 0 or pos + 1 >= size:
+                break
+        elif data[pos] != 0xFF:
+            break  # not at a marker: the header parser reports corrupt files
+        marker = data[pos + 1] if pos + 1 < size else 0
+        if marker in (0x00, 0xFF) or 0xD0 <= marker <= 0xD7 or marker == 0x01:
+            pos += 1 if marker == 0xFF else 2
+            continue
+        if marker == 0xD9:
+            break
+        if pos + 4 > size:
+            break
+        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+        if marker == 0xDA:
+            scans += 1
+            if scans > stop_after:
+                break
+            in_scan = True
+        pos += 2 + length
+    return scans
+
+
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _HUFFMAN_DCT_SOF = frozenset({0xC0, 0xC1, 0xC2})
 _HUFFMAN_LOSSLESS_SOF = 0xC3
+# JPEG codings, by frame header (SOFn). TensorFlow's decoder (libjpeg-turbo's 8-bit API)
+# reads the sequential and progressive DCT codings, Huffman or arithmetic; it refuses
+# lossless and hierarchical (differential) JPEG.
+JPEG_SEQUENTIAL = "sequential"
+JPEG_PROGRESSIVE = "progressive"
+JPEG_LOSSLESS = "lossless"
+JPEG_HIERARCHICAL = "hierarchical"
+_JPEG_CODINGS = {
+    0xC0: JPEG_SEQUENTIAL,
+    0xC1: JPEG_SEQUENTIAL,
+    0xC2: JPEG_PROGRESSIVE,
+    0xC3: JPEG_LOSSLESS,
+    0xC5: JPEG_HIERARCHICAL,
+    0xC6: JPEG_HIERARCHICAL,
+    0xC7: JPEG_HIERARCHICAL,
+    0xC9: JPEG_SEQUENTIAL,
+    0xCA: JPEG_PROGRESSIVE,
+    0xCB: JPEG_LOSSLESS,
+    0xCD: JPEG_HIERARCHICAL,
+    0xCE: JPEG_HIERARCHICAL,
+    0xCF: JPEG_HIERARCHICAL,
+}
+_ARITHMETIC_SOF = frozenset({0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+# Arithmetic coding has no floor of its own (an adaptive coder codes a run of certain
+# decisions in almost no bits): 208 bytes "of" 9000x9000 decoded to 243 MB. Its floor is
+# a policy, 1 byte per 64 blocks, an eighth of the Huffman floor's 1 bit per block;
+# real arithmetic-coded photos are within 10% of their Huffman size.
+ARITHMETIC_BLOCKS_PER_BYTE = 64
+# Each progressive scan is a pass over the whole image: 2,090 scans cost 18 s of CPU per
+# decode. Encoders write 10 at most (libjpeg's and mozjpeg's scripts); libjpeg-turbo's
+# own scan limit (TJPARAM_SCANLIMIT, djpeg -maxscans) exists for the same reason.
+MAX_JPEG_SCANS = 100
+# The largest image, in pixels, the conversion takes (ImageOptions.max_pixels) and the
+# served model decodes (serving_limits), unless set otherwise.
+DEFAULT_MAX_PIXELS = 100_000_000
 # min_bytes_note: the lower bounds behind ImageHeader.min_bytes, each a property of the
 # coding, so no valid file falls below them:
 #   Huffman-coded JPEG: each 8x8 block of the full-resolution component takes at least
@@ -142,7 +243,7 @@ _HUFFMAN_LOSSLESS_SOF = 0xC3
 #     stands for fewer than 4096 (2730, in fact).
 #   uncompressed BMP: every row, padded to 4 bytes, is stored; RLE has no floor.
 #   WebP: the RIFF header gives the file's length.
-_DEFLATE_MAX_RATIO = 1032
+DEFLATE_MAX_RATIO = 1032
 LZW_MAX_PIXELS_PER_BYTE = 4096
 
 
@@ -172,10 +273,13 @@ def _jpeg_header(data: bytes) -> ImageHeader:
             adobe_transform = segment[11]
         elif marker in _SOF_MARKERS:
             precision, height, width, components = struct.unpack(">BHHB", segment[:6])
+            blocks = -(-width // 8) * -(-height // 8)
             if marker in _HUFFMAN_DCT_SOF:
-                min_bytes = (-(-width // 8) * -(-height // 8)) // 8
+                min_bytes = blocks // 8
             elif marker == _HUFFMAN_LOSSLESS_SOF:
                 min_bytes = width * height // 8
+            elif marker in _ARITHMETIC_SOF:
+                min_bytes = blocks // ARITHMETIC_BLOCKS_PER_BYTE
             else:
                 min_bytes = 0
             if components == 1:
@@ -188,7 +292,15 @@ def _jpeg_header(data: bytes) -> ImageHeader:
             else:
                 raise ImageHeaderError(f"unsupported jpeg with {components} components")
             return ImageHeader(
-                JPEG, width, height, channels, mode, precision, orientation, min_bytes
+                JPEG,
+                width,
+                height,
+                channels,
+                mode,
+                precision,
+                orientation,
+                min_bytes,
+                jpeg_coding=_JPEG_CODINGS[marker],
             )
         pos += length
     raise ImageHeaderError("truncated jpeg: no frame header (SOF) found")
@@ -246,7 +358,7 @@ def _png_header(data: bytes) -> ImageHeader:
         channels,
         mode,
         bit_depth,
-        min_bytes=height * raw_row // _DEFLATE_MAX_RATIO,
+        min_bytes=height * raw_row // DEFLATE_MAX_RATIO,
         animated=b"acTL" in before_idat,
     )
 

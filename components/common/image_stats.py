@@ -18,10 +18,11 @@ import os
 from imgpipe.components.common import config_loader, fileio
 from imgpipe.components.common.layout import IMAGE_STATS_FILE, TRAIN_SPLIT
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Version 2 added fields with defaults (SplitStats.class_means, ImageStats.drift), so a
-# version 1 file still reads, with those fields empty.
-READABLE_VERSIONS = (1, 2)
+# version 1 file still reads, with those fields empty; version 3 likewise added
+# ImageStats.label_audit.
+READABLE_VERSIONS = (1, 2, 3)
 EXACT = "exact"
 NEAR = "near"
 
@@ -243,6 +244,67 @@ class Drift:
 
 
 @dataclasses.dataclass(frozen=True)
+class LabelIssue:
+    """An image the auditing model believes is filed under the wrong class.
+
+    Attributes:
+      split: its split.
+      path: its file (the Example's image/filename; its SHA-256 when it has none).
+      given: the class it is filed under.
+      suggested: the class the model gives it the highest probability.
+      confidence: that probability.
+      given_confidence: the probability of the given class (its self-confidence).
+    """
+
+    split: str
+    path: str
+    given: str
+    suggested: str
+    confidence: float
+    given_confidence: float
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelAudit:
+    """Confident learning's verdict on the labels (components/image_statistics/label_audit.py).
+
+    Attributes:
+      checked: whether the audit ran; if not, `reason` says why.
+      reason: why it did not run, or notes ("" if none).
+      model: the SavedModel that scored the images (the champion before training, the
+        candidate after).
+      model_version: its version in the serving directory (None for a candidate).
+      images: the images offered to the audit (all of the audited splits).
+      audited: the images scored and audited (at most the configured cap).
+      not_sampled: images left out by the cap.
+      unknown_class: images of classes the model does not know, left out.
+      flagged: images confident learning flags as likely label errors.
+      flagged_fraction: flagged / audited.
+      reference_fraction: the same audit's rate on the model's own (held-out) data,
+        recorded when it was trained; None when the push carries none.
+      threshold: the gate, max(statistics.max_label_issue_fraction,
+        statistics.label_issue_reference_factor x reference_fraction).
+      exceeded: flagged_fraction > threshold.
+      issues: the flagged images, least self-confident first (at most a listed cap).
+    """
+
+    checked: bool
+    reason: str = ""
+    model: str = ""
+    model_version: int | None = None
+    images: int = 0
+    audited: int = 0
+    not_sampled: int = 0
+    unknown_class: int = 0
+    flagged: int = 0
+    flagged_fraction: float = 0.0
+    reference_fraction: float | None = None
+    threshold: float = 0.0
+    exceeded: bool = False
+    issues: tuple[LabelIssue, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Normalization:
     """What the Trainer takes from the statistics."""
 
@@ -265,6 +327,7 @@ class ImageStats:
     leakage: Leakage
     anomalies: tuple[Anomaly, ...] = ()
     drift: Drift | None = None  # version 2; None when no comparison was asked for
+    label_audit: LabelAudit | None = None  # version 3; None when no audit was asked for
 
     def normalization(self, split: str = TRAIN_SPLIT) -> Normalization:
         """The Trainer's normalization constants, from `split`'s pixels.

@@ -57,3 +57,6 @@ TRAIN_SPLIT = "train"
 EVAL_SPLIT = "eval"
 # A pre-split folder's held-out split (test/, testing/); it stands in for a missing eval.
 TEST_SPLIT = "test"
+
+# The Evaluator's scores and decision, in its evaluation artifact and beside its blessing.
+EVALUATION_FILE = "evaluation.json"

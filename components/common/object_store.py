@@ -103,6 +103,10 @@ class _Store:
     def copy(self, bucket: str, key: str, target_bucket: str, target_key: str) -> None:
         raise NotImplementedError
 
+    def create(self, bucket: str, key: str, data: bytes) -> bool:
+        """Writes the object only if there is none yet; False when there was one."""
+        raise NotImplementedError
+
 
 class _S3(_Store):
     def __init__(self) -> None:
@@ -142,6 +146,16 @@ class _S3(_Store):
     def copy(self, bucket: str, key: str, target_bucket: str, target_key: str) -> None:
         source = {"Bucket": bucket, "Key": key}
         self._client.copy(source, target_bucket, target_key)
+
+    def create(self, bucket: str, key: str, data: bytes) -> bool:
+        try:  # S3's conditional write (moto 5.2.5 honours it too)
+            self._client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        except self._missing as e:
+            code = e.response.get("Error", {}).get("Code")
+            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                return False
+            raise
+        return True
 
 
 class _GCS(_Store):
@@ -186,6 +200,16 @@ class _GCS(_Store):
     def copy(self, bucket: str, key: str, target_bucket: str, target_key: str) -> None:
         source = self._client.bucket(bucket)
         source.copy_blob(source.blob(key), self._client.bucket(target_bucket), target_key)
+
+    def create(self, bucket: str, key: str, data: bytes) -> bool:
+        from google.api_core import exceptions
+
+        # Generation 0: only if there is no live object (gcp-storage-emulator ignores it).
+        try:
+            self._client.bucket(bucket).blob(key).upload_from_string(data, if_generation_match=0)
+        except exceptions.PreconditionFailed:
+            return False
+        return True
 
 
 # What a client is made from: a client is made again when they change.
@@ -411,6 +435,13 @@ def remove(path: str) -> None:
     if _calling(path, store.info, bucket, key) is None:
         raise FileNotFoundError(f"{path}: no such object")
     _calling(path, store.delete, bucket, [key])
+
+
+def create_new(path: str, data: bytes) -> bool:
+    """Writes an object only if there is none at `path` (one conditional request);
+    returns False, writing nothing, when there is one."""
+    store, bucket, key = _store(path)
+    return bool(_calling(path, store.create, bucket, key, data))
 
 
 def rmtree(path: str) -> None:

@@ -7,6 +7,11 @@ the normalization constants match what the model is fed.
 Both it and `train_images` work on whole batches: the crop windows are computed for the
 batch at once, and format branches are taken per batch, because inside `tf.map_fn` each
 small op, and above all each `tf.cond`, costs a noticeable share of a 256 px decode.
+
+Pixels are those the user sees (upright.py): a batch of JPEGs with no EXIF rotation,
+the common case, takes the crop-while-decoding path; any other batch decodes each
+rotated JPEG or other format with `upright.decode_upright` (EXIF orientation applied,
+transparency composited onto white), and each plain JPEG as before.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from imgpipe.components.common import upright
 from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
 
 # Training decodes JPEGs with libjpeg's fast integer IDCT: measured 20-30% cheaper than
@@ -56,7 +62,7 @@ def eval_images(
     Returns:
       A uint8 tensor [B, image_size, image_size, 3].
     """
-    all_jpeg = tf.reduce_all(tf.io.is_jpeg(encoded))
+    all_jpeg = all_plain_jpeg(encoded)
     windows = center_crop_windows(image_shapes(encoded, all_jpeg), crop_fraction)
     # A batch whose crops are all at the output size skips the resize (a same-size
     # bilinear resize is the identity): shards stored at the crop size decode about
@@ -102,20 +108,32 @@ def _map_to_images(fn: Callable, elements: tuple, image_size: int) -> tf.Tensor:
     )
 
 
+def all_plain_jpeg(encoded: tf.Tensor) -> tf.Tensor:
+    """Whether every image of `encoded` [B] is a JPEG with no EXIF rotation: the batch
+    can take the crop-while-decoding path (a bool scalar)."""
+    return tf.reduce_all(tf.io.is_jpeg(encoded)) & tf.logical_not(upright.needs_upright(encoded))
+
+
 def _crop_decoder(jpeg_only: bool, dct_method: str = "") -> Callable:
-    """fn(encoded, window) -> the window of the image as uint8 [h, w, 3]. `jpeg_only`
-    leaves out the per-image format branch (a tf.cond per image costs about as much as
-    the arithmetic of a whole batch)."""
+    """fn(encoded, window) -> the window of the upright image as uint8 [h, w, 3].
+    `jpeg_only` (every image a plain JPEG: all_plain_jpeg) leaves out the per-image
+    format branch (a tf.cond per image costs about as much as the arithmetic of a whole
+    batch)."""
 
     def jpeg(e: tf.Tensor, window: tf.Tensor) -> tf.Tensor:
         return tf.image.decode_and_crop_jpeg(e, window, channels=3, dct_method=dct_method)
 
     def any_format(e: tf.Tensor, window: tf.Tensor) -> tf.Tensor:
         def other() -> tf.Tensor:
-            image = tf.io.decode_image(e, channels=3, expand_animations=False)
-            return tf.slice(image, [window[0], window[1], 0], [window[2], window[3], 3])
+            image = upright.decode_upright(e, dct_method)
+            # Kept inside the image: windows from shapes stored before the rotation.
+            shape = tf.shape(image)[:2]
+            start = tf.minimum(window[:2], shape - 1)
+            size = tf.maximum(tf.minimum(window[2:], shape - start), 1)
+            return tf.slice(image, [start[0], start[1], 0], [size[0], size[1], 3])
 
-        return tf.cond(tf.io.is_jpeg(e), lambda: jpeg(e, window), other)
+        plain = tf.io.is_jpeg(e) & tf.equal(upright.exif_orientation(e), 1)
+        return tf.cond(plain, lambda: jpeg(e, window), other)
 
     return jpeg if jpeg_only else any_format
 
@@ -159,17 +177,23 @@ def random_crop_windows(
 
 
 def image_shapes(encoded: tf.Tensor, all_jpeg: tf.Tensor | None = None) -> tf.Tensor:
-    """[height, width] int32 [B, 2] of each encoded image in `encoded` [B], from the
-    headers: JPEG's frame header, PNG's IHDR; other formats are decoded.
+    """[height, width] int32 [B, 2] of each upright image in `encoded` [B], from the
+    headers: JPEG's frame header (swapped by an EXIF orientation of 5..8), PNG's IHDR;
+    other formats are decoded.
 
     Args:
-      all_jpeg: whether every image is a JPEG, when the caller already knows.
+      all_jpeg: whether every image is a JPEG with no EXIF rotation (all_plain_jpeg),
+        when the caller already knows.
     """
 
     def jpeg(e: tf.Tensor) -> tf.Tensor:
         return tf.image.extract_jpeg_shape(e)[:2]
 
     def any_format(e: tf.Tensor) -> tf.Tensor:
+        def rotated_jpeg() -> tf.Tensor:
+            shape = jpeg(e)
+            return tf.where(upright.exif_orientation(e) >= 5, tf.reverse(shape, [0]), shape)
+
         def png() -> tf.Tensor:  # IHDR: big-endian width, then height, at byte 16
             width_height = tf.io.decode_raw(
                 tf.strings.substr(e, 16, 8), tf.int32, little_endian=False
@@ -181,7 +205,7 @@ def image_shapes(encoded: tf.Tensor, all_jpeg: tf.Tensor | None = None) -> tf.Te
 
         return tf.case(
             [
-                (tf.io.is_jpeg(e), lambda: jpeg(e)),
+                (tf.io.is_jpeg(e), rotated_jpeg),
                 (tf.strings.substr(e, 0, 8) == _PNG_SIGNATURE, png),
             ],
             default=other,
@@ -189,7 +213,7 @@ def image_shapes(encoded: tf.Tensor, all_jpeg: tf.Tensor | None = None) -> tf.Te
         )
 
     if all_jpeg is None:
-        all_jpeg = tf.reduce_all(tf.io.is_jpeg(encoded))
+        all_jpeg = all_plain_jpeg(encoded)
     signature = tf.TensorSpec([2], tf.int32)
     return tf.cond(
         all_jpeg,
@@ -217,7 +241,7 @@ def train_images(
     Returns:
       A uint8 tensor [B, image_size, image_size, 3].
     """
-    all_jpeg = tf.reduce_all(tf.io.is_jpeg(encoded))
+    all_jpeg = all_plain_jpeg(encoded)
     if shapes is None:
         shapes = image_shapes(encoded, all_jpeg)
     windows = random_crop_windows(tf.cast(shapes, tf.int32), area_range, aspect_ratio_range)

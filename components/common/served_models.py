@@ -1,11 +1,26 @@
 """The serving directory's contract: what a pushed model holds, and which one is served.
 
 The Pusher copies a Trainer's serving model to <serving_dir>/<version>/, version being
-an integer (seconds since the epoch), and writes PUSH_COMPLETE_FILE last; a version
-folder without it is an interrupted push and is never read. The newest complete push
-is the champion: the model a new candidate must not be worse than (the Evaluator), the
-weights a warm start begins from (the Trainer), and the data the next run's statistics
-are compared with (drift, in ImageStatistics).
+an integer (seconds since the epoch), then writes manifest.json (every file's size and
+CRC-32C, manifest.py's format) and PUSH_COMPLETE_FILE last. A version folder without
+PUSH_COMPLETE is an interrupted push and is never read.
+
+`find` is the one way to the champion: the newest *sound* push. The model a new
+candidate must not be worse than (the Evaluator), the weights a warm start begins from
+(the Trainer), the data the next run's statistics are compared with (drift), the labels
+the label audit reads: each calls `find` and puts `Lookup.note` in its summary line, so
+damage degrades the same way everywhere. A push whose files differ from its manifest,
+or whose labels cannot be read, is damaged: it is named in one line
+(`serving/123: damaged (saved_model.pb: size 10 != 12345); using 122`) and passed over
+for the next older sound push. A complete push without a manifest comes from a release
+before manifests: it is a legacy push, used when its labels read, and said so.
+
+What is checked: always every file's presence and size, and the CRC-32C of the small
+files (up to manifest.CHECKSUMMED_ON_READ_BYTES: labels, statistics, weight shapes),
+which costs one listing, a request per file on object stores and a few KB read. With
+`checksums=True` every byte is checksummed too; callers that load the whole model and
+act on it (the Evaluator, which blesses against it, and a warm start, which trains from
+its weights) ask for it, since they read every byte anyway.
 
 Beside the SavedModel, a serving model holds in ASSETS_EXTRA_DIR:
   labels.txt        class names in id order (layout.LABELS_TXT_FILE)
@@ -23,12 +38,17 @@ import dataclasses
 import json
 import posixpath
 
-from imgpipe.components.common import fileio, label_map, layout
+from imgpipe.components.common import fileio, label_map, layout, manifest
 
 ASSETS_EXTRA_DIR = "assets.extra"
 WEIGHTS_FILE = "model.weights.h5"
 WEIGHT_SHAPES_FILE = "weight_shapes.json"
 PUSH_COMPLETE_FILE = "PUSH_COMPLETE"
+MANIFEST_FILE = layout.MANIFEST_FILE
+
+# Statuses of a push that `find` passed over or took with a caveat.
+DAMAGED = "damaged"
+LEGACY = "legacy"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,12 +87,57 @@ class ServedModel:
             return json.load(f)["shapes"]
 
 
-def _versions(serving_dir: str) -> list[int]:
+@dataclasses.dataclass(frozen=True)
+class Passed:
+    """A complete push `find` passed over (DAMAGED) or took unverified (LEGACY)."""
 
+    path: str
+    version: int
+    status: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Lookup:
+    """What `find` found.
+
+    Attributes:
+      model: the newest sound push; None when there is none.
+      passed: damaged pushes newer than it, newest first, and a legacy `model`'s entry.
+      head: the newest complete version (sound or not), None when nothing was pushed:
+        the Pusher pushes only while it is still the one the Evaluator saw.
+      serving_dir: where it looked.
+    """
+
+    model: ServedModel | None
+    passed: tuple[Passed, ...] = ()
+    head: int | None = None
+    serving_dir: str = ""
+
+    @property
+    def note(self) -> str:
+        """One line for a summary: each push passed over, and what is used instead;
+        "" when the newest push was sound and verified."""
+        if not self.passed:
+            return ""
+        parts = [f"{p.path}: {p.status} ({p.reason})" for p in self.passed]
+        if self.model is None:
+            parts.append("no sound push left")
+        elif any(p.status == DAMAGED for p in self.passed):
+            parts.append(f"using {self.model.version}")
+        return "; ".join(parts)
+
+
+def complete_versions(serving_dir: str) -> list[int]:
+    """Versions with PUSH_COMPLETE, newest first."""
     if not serving_dir or not fileio.isdir(serving_dir):
         return []
-    names = fileio.list_dir(serving_dir)
-    return sorted((int(name) for name in names if name.isdigit()), reverse=True)
+    names = [n for n in fileio.list_dir(serving_dir) if n.isdigit()]
+    return [
+        v
+        for v in sorted((int(n) for n in names), reverse=True)
+        if fileio.exists(posixpath.join(serving_dir, str(v), PUSH_COMPLETE_FILE))
+    ]
 
 
 def read_labels(model_dir: str) -> tuple[str, ...]:
@@ -84,12 +149,73 @@ def read_labels(model_dir: str) -> tuple[str, ...]:
     return label_map.read(path).labels
 
 
-def latest(serving_dir: str | None) -> ServedModel | None:
-    """The newest complete push in serving_dir, or None when nothing was pushed yet."""
-    if not serving_dir:
-        return None
-    for version in _versions(serving_dir):
-        path = posixpath.join(serving_dir, str(version))
-        if fileio.exists(posixpath.join(path, PUSH_COMPLETE_FILE)):
-            return ServedModel(path=path, version=version, labels=read_labels(path))
+def damage(version_dir: str, checksums: bool = False) -> str | None:
+    """Why a pushed version differs from its manifest ("saved_model.pb: size 10 !=
+    12345"), or None when it matches. PUSH_COMPLETE, written after it, is not listed."""
+    listed = manifest.read(version_dir)
+    found = set(fileio.list_files(version_dir)) - {MANIFEST_FILE, PUSH_COMPLETE_FILE}
+    missing = sorted(set(listed.files) - found)
+    if missing:
+        return f"{missing[0]}: missing" + (f" (and {len(missing) - 1} more)" if missing[1:] else "")
+    extra = sorted(found - set(listed.files))
+    if extra:
+        return f"{extra[0]}: not in {MANIFEST_FILE}"
+    for relpath, entry in listed.files.items():
+        size = fileio.size(posixpath.join(version_dir, relpath))
+        if size != entry.size:
+            return f"{relpath}: size {size} != {entry.size}"
+    for relpath, entry in listed.files.items():
+        if checksums or entry.size <= manifest.CHECKSUMMED_ON_READ_BYTES:
+            crc = manifest.describe(version_dir, [relpath])[relpath].crc32c
+            if crc != entry.crc32c:
+                return f"{relpath}: CRC-32C {crc} != {entry.crc32c}"
     return None
+
+
+# What reading a damaged push can raise: unreadable or missing files (local, object
+# store), and files that do not fit their schema.
+_DAMAGE_ERRORS = (OSError, ValueError, KeyError)
+
+
+def _inspect(path: str, version: int, checksums: bool) -> tuple[ServedModel | None, Passed | None]:
+    legacy = not fileio.exists(posixpath.join(path, MANIFEST_FILE))
+    try:
+        problem = None if legacy else damage(path, checksums)
+        if problem is None:
+            model = ServedModel(path=path, version=version, labels=read_labels(path))
+            if legacy:
+                reason = f"no {MANIFEST_FILE}, pushed by an earlier release: not verified"
+                return model, Passed(path, version, LEGACY, reason)
+            return model, None
+    except _DAMAGE_ERRORS as e:
+        problem = " ".join(str(e).split()) or type(e).__name__
+    return None, Passed(path, version, DAMAGED, problem)
+
+
+def find(serving_dir: str | None, checksums: bool = False) -> Lookup:
+    """The newest sound push in serving_dir, and the damaged ones passed over.
+
+    Args:
+      serving_dir: the serving directory; None or "" for none.
+      checksums: checksum every byte of each push inspected (see the module docstring).
+
+    Raises:
+      OSError: the folder itself cannot be listed (a store that cannot be reached).
+    """
+    if not serving_dir:
+        return Lookup(None)
+    versions = complete_versions(serving_dir)
+    passed: list[Passed] = []
+    for version in versions:
+        path = posixpath.join(serving_dir, str(version))
+        model, problem = _inspect(path, version, checksums)
+        if problem is not None:
+            passed.append(problem)
+        if model is not None:
+            return Lookup(model, tuple(passed), versions[0], serving_dir)
+    return Lookup(None, tuple(passed), versions[0] if versions else None, serving_dir)
+
+
+def latest(serving_dir: str | None) -> ServedModel | None:
+    """`find(serving_dir).model`: the newest sound push, or None."""
+    return find(serving_dir).model

@@ -123,6 +123,7 @@ def decide(
         return ev.Decision(False, f"not blessed: {failed[0].detail}", tuple(checks))
     against = (
         f"not worse than champion {champion.version}"
+        + (f" ({champion.note})" if champion.note else "")
         if champion.status == ev.COMPARED
         else f"floor alone: {champion.note}"
     )

@@ -23,6 +23,7 @@ from imgpipe.components.common import (
     fileio,
     manifest,
     served_models,
+    serving_lock,
     staging,
 )
 from imgpipe.components.common.features import DEFAULT_KEY_MAP
@@ -95,25 +96,46 @@ def metrics_from_confusion(labels: list[str], matrix: np.ndarray) -> ev.ModelMet
     )
 
 
-def find_champion(config: EvaluatorConfig, serving_dir: str, labels: list[str]) -> ev.Champion:
-    """The champion to compare with, or why there is none (metrics are filled later)."""
+def find_champion(
+    config: EvaluatorConfig, lookup: served_models.Lookup, labels: list[str]
+) -> ev.Champion:
+    """The champion to compare with, or why there is none (metrics are filled later);
+    its note names every damaged push passed over (served_models.Lookup.note)."""
     if not config.compare_with_champion:
         return ev.Champion(ev.NOT_COMPARED, "evaluator.compare_with_champion is false")
-    try:
-        served = served_models.latest(serving_dir)
-    except (OSError, ValueError, KeyError, tf.errors.OpError) as e:
-        return ev.Champion(ev.UNREADABLE, f"the serving directory {serving_dir} is unreadable: {e}")
+    served = lookup.model
     if served is None:
-        return ev.Champion(ev.NO_CHAMPION, f"no complete push in {serving_dir or '(none set)'} yet")
+        if lookup.passed:
+            return ev.Champion(ev.UNREADABLE, lookup.note)
+        return ev.Champion(
+            ev.NO_CHAMPION, f"no complete push in {lookup.serving_dir or '(none set)'} yet"
+        )
     if list(served.labels) != labels:
         return ev.Champion(
             ev.LABELS_DIFFER,
-            f"the champion has labels {list(served.labels)}, the candidate {labels}: "
-            "not comparable",
+            "; ".join(
+                filter(
+                    None,
+                    [
+                        lookup.note,
+                        f"the champion has labels {list(served.labels)}, the candidate "
+                        f"{labels}: not comparable",
+                    ],
+                )
+            ),
             served.path,
             served.version,
         )
-    return ev.Champion(ev.COMPARED, "", served.path, served.version)
+    return ev.Champion(ev.COMPARED, lookup.note, served.path, served.version)
+
+
+def look_up(serving_dir: str, checksums: bool) -> served_models.Lookup | ev.Champion:
+    """The serving directory's pushes, every byte checksummed when the blessing rests on
+    them; an unreadable directory as the champion's status."""
+    try:
+        return served_models.find(serving_dir, checksums=checksums)
+    except (OSError, ValueError, KeyError, tf.errors.OpError) as e:
+        return ev.Champion(ev.UNREADABLE, f"the serving directory {serving_dir} is unreadable: {e}")
 
 
 class Executor(base_executor.BaseExecutor):
@@ -151,14 +173,54 @@ class Executor(base_executor.BaseExecutor):
                 f"the examples {examples.uri} have {labels}"
             )
 
-        champion = find_champion(config, serving_dir, labels)
+        lease = serving_lock.acquire(serving_dir, model.uri) if serving_dir else None
+        try:
+            self._decide(
+                config,
+                examples.uri,
+                eval_split,
+                shards,
+                labels,
+                candidate_dir,
+                serving_dir,
+                lease,
+                evaluation_out,
+                blessing_out,
+            )
+        except BaseException:
+            if lease is not None:
+                serving_lock.release(serving_dir, lease.token)
+            raise
+
+    def _decide(
+        self,
+        config: EvaluatorConfig,
+        examples_uri: str,
+        eval_split: str,
+        shards: list[str],
+        labels: list[str],
+        candidate_dir: str,
+        serving_dir: str,
+        lease: serving_lock.Lease | None,
+        evaluation_out: types.Artifact,
+        blessing_out: types.Artifact,
+    ) -> None:
+        """Picks the champion, evaluates both, writes the decision; gives the lease back
+        unless the Pusher is to push (it gives it back then)."""
+        lookup = look_up(serving_dir, checksums=config.compare_with_champion)
+        head = None
+        if isinstance(lookup, ev.Champion):
+            champion = lookup
+        else:
+            champion = find_champion(config, lookup, labels)
+            head = lookup.head
         with contextlib.ExitStack() as local:
             # TensorFlow reads these: object-store copies are made local first.
             shards = list(
                 staging.stage_files(
                     shards,
                     local.enter_context(tempfile.TemporaryDirectory(prefix="imgpipe-eval-")),
-                    f"{examples.uri} split {eval_split!r}",
+                    f"{examples_uri} split {eval_split!r}",
                 )
             )
             predictors = [_predictor(local.enter_context(staging.local_copy(candidate_dir)))]
@@ -195,6 +257,16 @@ class Executor(base_executor.BaseExecutor):
         blessing_out.set_string_custom_property(spec.REASON_PROPERTY, decision.reason)
         if champion.version is not None:
             blessing_out.set_int_custom_property(spec.CHAMPION_PROPERTY, champion.version)
+        if lease is not None:
+            if not isinstance(lookup, ev.Champion):  # the Pusher's compare-and-swap
+                blessing_out.set_int_custom_property(
+                    serving_lock.SERVING_HEAD_PROPERTY,
+                    serving_lock.NO_HEAD if head is None else head,
+                )
+            if decision.blessed:
+                blessing_out.set_string_custom_property(serving_lock.LEASE_PROPERTY, lease.token)
+            else:
+                serving_lock.release(serving_dir, lease.token)
         logging.info("ImageEvaluator: %s", decision.reason)
         if champion.note:
             logging.info("ImageEvaluator: champion: %s", champion.note)

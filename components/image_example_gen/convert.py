@@ -28,6 +28,7 @@ from imgpipe.components.common import (
     artifacts,
     config_loader,
     conversion_summary,
+    disk_full,
     fileio,
     label_map,
     layout,
@@ -233,7 +234,7 @@ def run_conversion(
                 progress_dir,
             )
         except Exception as e:
-            if free_space.is_out_of_space(e):
+            if disk_full.is_out_of_space(e):
                 raise free_space.out_of_space(output_dir, plan.source_bytes) from e
             raise
         phases.reached(phases.PUBLISHED)
@@ -384,6 +385,7 @@ def _convert_and_publish(
                     given_splits=plan.given is not None,
                     conflicts=conflicts,
                     split_notes=plan.given.notes if plan.given is not None else (),
+                    refused_folders=listing_lib.refused_class_folders(plan.listing),
                 )
             )
             + _index_warnings(output_options),
@@ -469,6 +471,8 @@ def _summarize(
             bytes_in=sum(result.bytes_in for result in results),
             bytes_out=sum(result.bytes_out for result in results),
             reencoded=sum(result.reencoded for result in results),
+            rotated=sum(result.rotated for result in results),
+            composited=sum(result.composited for result in results),
             num_shards=max([result.num_shards for result in results], default=1),
             labels=dict(sorted(label_counts.items())),
         )

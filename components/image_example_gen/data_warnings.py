@@ -1,5 +1,6 @@
-"""What a conversion warns about, by name: empty class folders, classes too small to
-appear in every split, empty splits, label conflicts, and how split folders were read.
+"""What a conversion warns about, by name: empty class folders (a folder whose name
+cannot be a class too), classes too small to appear in every split, fewer than two
+classes, empty splits, label conflicts, and how split folders were read.
 
 None of these stops a conversion: each is logged, kept in the conversion summary's
 `warnings`, and printed by `imgpipe convert`, so a user knows which class or split to
@@ -13,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from imgpipe.components.common.conversion_summary import (
     EMPTY_CLASS,
     EMPTY_SPLIT,
+    FEW_CLASSES,
     LABEL_CONFLICT,
     MAX_LISTED_PATHS,
     SMALL_CLASS,
@@ -20,6 +22,19 @@ from imgpipe.components.common.conversion_summary import (
     ConversionWarning,
     LabelConflict,
 )
+
+# What a classifier, and so the pipeline, needs at least.
+MIN_CLASSES = 2
+
+
+def too_few_classes_message(classes: Sequence[str]) -> str:
+    """The one line for a dataset with fewer than MIN_CLASSES classes holding images."""
+    named = f" ({', '.join(repr(c) for c in classes)})" if classes else ""
+    return (
+        f"the dataset has {len(classes)} class{'' if len(classes) == 1 else 'es'} with "
+        f"images{named}, and a classifier needs at least {MIN_CLASSES}: add a folder "
+        "<label>/ of images for each other class"
+    )
 
 
 def _counts(label: str, split_labels: Mapping[str, Mapping[str, int]]) -> str:
@@ -34,6 +49,7 @@ def conversion_warnings(
     given_splits: bool,
     conflicts: Sequence[LabelConflict],
     split_notes: Sequence[str] = (),
+    refused_folders: Sequence[tuple[str, str]] = (),
 ) -> list[ConversionWarning]:
     """The warnings of one conversion, in a fixed order.
 
@@ -44,6 +60,8 @@ def conversion_warnings(
       given_splits: the splits came from the folders (a split layout).
       conflicts: the label conflicts found.
       split_notes: how the split folders were mapped (split_names.GivenSplits.notes).
+      refused_folders: (label, why) of the class folders whose name cannot be a class
+        (listing.refused_class_folders): every file in them was skipped.
     """
     found = [ConversionWarning(SPLIT_FOLDERS, note) for note in split_notes]
     written = {
@@ -63,6 +81,13 @@ def conversion_warnings(
                 "files were skipped (see skipped.json)",
             )
         )
+    for label, problem in refused_folders:
+        found.append(
+            ConversionWarning(
+                EMPTY_CLASS,
+                f"class folder {label!r} lost every file: {problem}; rename the folder",
+            )
+        )
     for label, count in written.items():
         missing = [split for split, labels in split_labels.items() if not labels.get(label)]
         if not count or not missing:
@@ -78,6 +103,9 @@ def conversion_warnings(
     for split, labels in split_labels.items():
         if not sum(labels.values()):
             found.append(ConversionWarning(EMPTY_SPLIT, f"split {split!r} has no image"))
+    classes = [label for label, count in written.items() if count]
+    if len(classes) < MIN_CLASSES:
+        found.append(ConversionWarning(FEW_CLASSES, too_few_classes_message(classes)))
     for conflict in conflicts[:MAX_LISTED_PATHS]:
         outcome = "kept in one split" if conflict.kept else "skipped"
         found.append(ConversionWarning(LABEL_CONFLICT, f"{conflict.reason} ({outcome})"))

@@ -36,6 +36,45 @@ def split_input_base(input_base: str) -> tuple[str, str]:
     return path[:slash] or "/", path[slash + 1 :]
 
 
+def resolve_input_root(input_base: str) -> str:
+    """The folder a run reads: `input_base` with {SPAN}/{VERSION} resolved to the latest
+    span (and its latest version), exactly as the driver resolves them; a path without
+    patterns is returned as given.
+
+    Raises:
+      FileNotFoundError: the folder, or the patterns' parent, does not exist, or no
+        folder matches the patterns. The message is one line that names the path.
+    """
+    base, pattern = split_input_base(input_base)
+    if "{" not in pattern:
+        if not fileio.isdir(input_base):
+            raise FileNotFoundError(
+                f"{input_base}: no such folder; give the image folder "
+                "(root/<label>/... or root/<split>/<label>/...)"
+            )
+        return input_base
+    if not fileio.isdir(base):
+        raise FileNotFoundError(
+            f"{input_base}: {base}, the folder that holds the spans, does not exist; "
+            f"create it and put each span in it ({_first(pattern)}, ...)"
+        )
+    split = example_gen_pb2.Input.Split(name="images", pattern=pattern)
+    processor = input_processor.FileBasedInputProcessor(base, [split], None)
+    try:
+        span, version = processor.resolve_span_and_version()
+    except ValueError as e:
+        raise FileNotFoundError(
+            f"{input_base}: no folder in {base} matches {pattern}; put each span in a "
+            f"folder of {base} named as the pattern says ({_first(pattern)}, ...)"
+        ) from e
+    return os.path.join(base, processor.get_pattern_for_span_version(pattern, span, version))
+
+
+def _first(pattern: str) -> str:
+    """The pattern's first span: span-{SPAN}/v{VERSION} -> span-1/v1."""
+    return pattern.replace("{SPAN}", "1").replace("{VERSION}", "1")
+
+
 def tree_fingerprint(root: str) -> str:
     """A digest of every entry below root: each file's relative path, size and mtime,
     and each entry the listing reports (link, special file, bad name) with its reason.

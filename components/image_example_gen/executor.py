@@ -16,8 +16,8 @@ from tfx.utils import proto_utils
 
 from imgpipe.components.common import config_loader
 from imgpipe.components.common.printable import printable
+from imgpipe.components.image_example_gen import data_warnings, spec
 from imgpipe.components.image_example_gen import options as opts
-from imgpipe.components.image_example_gen import spec
 from imgpipe.components.image_example_gen.convert import run_conversion
 from imgpipe.components.image_example_gen.driver import ImageFolderInputProcessor, split_input_base
 
@@ -56,6 +56,12 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             make_pipeline=self._make_beam_pipeline,
         )
 
+        classes = sorted({label for s in result.summary.splits.values() for label in s.labels})
+        if len(classes) < data_warnings.MIN_CLASSES:
+            # A pipeline trains a classifier: stop here, not in the Trainer.
+            raise ValueError(
+                f"{printable(input_root)}: {data_warnings.too_few_classes_message(classes)}"
+            )
         examples.split_names = artifact_utils.encode_split_names(result.split_names)
         examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
         examples_utils.set_file_format(examples, _FILE_FORMAT)

@@ -13,7 +13,6 @@ NotEnoughSpaceError that says how much room is needed.
 
 from __future__ import annotations
 
-import errno
 import math
 import os
 from collections.abc import Iterable
@@ -24,7 +23,6 @@ from imgpipe.components.common import fileio
 COPIES_BEFORE_PUBLISHING = 2
 # The Example around each image's bytes, and the TFRecord framing (1.008 measured).
 RECORD_OVERHEAD = 1.01
-_ENOSPC_TEXT = os.strerror(errno.ENOSPC)  # "No space left on device"
 
 
 class NotEnoughSpaceError(ValueError):
@@ -64,18 +62,6 @@ def check(output_dir: str, needed: int) -> None:
             f"{output_dir} is on a filesystem with {human_size(free)} free, but this conversion "
             f"needs about {human_size(needed)} there: {_WHY}; {_FIX}"
         )
-
-
-def is_out_of_space(error: BaseException | None) -> bool:
-    """Whether an error, or one that caused it (Beam wraps its workers' errors, often as
-    text), is ENOSPC."""
-    while error is not None:
-        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-            return True
-        if _ENOSPC_TEXT in str(error):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
 
 
 def out_of_space(output_dir: str, source_bytes: int | None) -> NotEnoughSpaceError:

@@ -2,8 +2,11 @@
 
 By default JPEG and PNG bytes are kept as they are: only the header is read. Pixels
 are decoded only when they must change: a requested resize or re-encode, a format or
-colour model TensorFlow cannot decode (GIF, BMP, WebP, CMYK/YCCK JPEG, 16-bit PNG), or
-`verify=decode`. All functions are pure: bytes and options in, bytes out.
+colour model TensorFlow cannot decode (GIF, BMP, WebP, CMYK/YCCK JPEG, 16-bit PNG), a
+JPEG with an EXIF orientation of 2..8 (stored upright, as the user sees it: decoders
+ignore EXIF), an image with an alpha channel (composited onto `background`, white by
+default: the model sees no transparency), or `verify=decode`. All functions are pure:
+bytes and options in, bytes out.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ _CV2_REDUCED_COLOR = {
 }
 
 
+_ALPHA_MODES = (hdr.MODE_RGBA, hdr.MODE_GRAY_ALPHA)
+
+
 class ImageDecodeError(ValueError):
     """The image could not be decoded; the message is the reason."""
 
@@ -46,6 +52,8 @@ class EncodedImage:
     width: int
     channels: int
     reencoded: bool
+    rotated: bool = False  # an EXIF orientation of 2..8 was applied
+    composited: bool = False  # an alpha channel was composited onto the background
 
 
 def convert_image(data: bytes, options: ImageOptions) -> tuple[EncodedImage, hdr.ImageHeader]:
@@ -59,12 +67,17 @@ def convert_image(data: bytes, options: ImageOptions) -> tuple[EncodedImage, hdr
     hdr.check_complete(data, header)
     if not needs_pixels(header, options):
         if options.verify == VERIFY_DECODE:
+            # The statistics' policy: libjpeg's strict decode, and what is kept as it is
+            # must decode in TensorFlow, which trains and serves on these bytes.
             decode(data, header, min_side=None)
+            check_tensorflow_decodes(data, header)
         return EncodedImage(
             data, header.format, header.height, header.width, header.channels, reencoded=False
         ), header
     pixels = decode(data, header, min_side=options.resize)
-    pixels = _fit_channels(pixels, header, options)
+    # Counted only where some pixel is see-through: decoders give GIFs an opaque alpha.
+    composited = has_alpha(pixels) and bool((pixels[..., -1] != 255).any())
+    pixels = _fit_channels(pixels, options)
     if options.resize is not None:
         upright = (
             (header.width, header.height)
@@ -76,7 +89,23 @@ def convert_image(data: bytes, options: ImageOptions) -> tuple[EncodedImage, hdr
     encoded = encode(pixels, fmt, options.jpeg_quality)
     height, width = pixels.shape[:2]
     channels = 1 if pixels.ndim == 2 else pixels.shape[2]
-    return EncodedImage(encoded, fmt, height, width, channels, reencoded=True), header
+    rotated = header.exif_orientation != 1
+    return EncodedImage(encoded, fmt, height, width, channels, True, rotated, composited), header
+
+
+def check_tensorflow_decodes(data: bytes, header: hdr.ImageHeader) -> None:
+    """Raises ImageDecodeError, with TensorFlow's own words, when TensorFlow's decoder
+    refuses the JPEG or PNG bytes that training and serving would read."""
+    import tensorflow as tf
+
+    from imgpipe.components.common import tf_errors
+
+    try:
+        tf.io.decode_image(data, channels=0, expand_animations=False)
+    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as e:
+        raise ImageDecodeError(
+            f"undecodable {header.format} for TensorFlow: {tf_errors.op_error_reason(e.message)}"
+        ) from e
 
 
 def check_pixels(data: bytes, header: hdr.ImageHeader, max_pixels: int) -> None:
@@ -129,6 +158,8 @@ def needs_pixels(header: hdr.ImageHeader, options: ImageOptions) -> bool:
     if header.format not in (hdr.JPEG, hdr.PNG):
         return True
     if header.format == hdr.JPEG and header.mode in (hdr.MODE_CMYK, hdr.MODE_YCCK):
+        return True
+    if header.exif_orientation != 1 or header.mode in _ALPHA_MODES:
         return True
     return header.format == hdr.PNG and header.bit_depth == 16
 
@@ -247,10 +278,15 @@ def apply_orientation(pixels: np.ndarray, orientation: int) -> np.ndarray:
     return np.ascontiguousarray(pixels)
 
 
-def _fit_channels(pixels: np.ndarray, header: hdr.ImageHeader, options: ImageOptions) -> np.ndarray:
-    has_alpha = pixels.ndim == 3 and pixels.shape[2] in (2, 4)
-    to_jpeg = target_format(header, options, has_alpha) == OUTPUT_JPEG
-    if has_alpha and (to_jpeg or options.channels == 3):
+def has_alpha(pixels: np.ndarray) -> bool:
+    return pixels.ndim == 3 and pixels.shape[2] in (2, 4)
+
+
+def _fit_channels(pixels: np.ndarray, options: ImageOptions) -> np.ndarray:
+    """Transparency composited onto the background, always (the model sees what a
+    viewer shows on white, and serving does the same: upright.py); gray made RGB for
+    channels=3."""
+    if has_alpha(pixels):
         pixels = composite_alpha(pixels, options.background)
     if options.channels == 3 and pixels.ndim == 2:
         pixels = cv2.cvtColor(pixels, cv2.COLOR_GRAY2RGB)

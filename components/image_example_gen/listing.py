@@ -156,3 +156,17 @@ def class_folders(listing: Listing) -> list[tuple[str | None, str]]:
             continue
         found.append((parts[0] if depth == 2 else None, parts[-1]))
     return found
+
+
+def refused_class_folders(listing: Listing) -> list[tuple[str, str]]:
+    """(label, why) of every class folder whose name cannot be a class: its files are
+    skipped one by one, and the class would vanish with no word of its own."""
+    depth = 1 if listing.layout == LAYOUT_FLAT else 2
+    found = []
+    for folder in listing.folders:
+        parts = folder.split("/")
+        if len(parts) == depth and not is_hidden(folder):
+            problem = class_name_problem(parts[-1])
+            if problem:
+                found.append((parts[-1], problem))
+    return found

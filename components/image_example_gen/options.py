@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from imgpipe.components.common import image_header
 from imgpipe.components.common.layout import EVAL_SPLIT, TRAIN_SPLIT
 
 ON_ERROR_SKIP = "skip"
@@ -36,7 +37,7 @@ LABEL_CONFLICT_FAIL = "fail"
 
 DEFAULT_SHARD_MB = 128.0
 DEFAULT_JPEG_QUALITY = 90
-DEFAULT_MAX_PIXELS = 100_000_000
+DEFAULT_MAX_PIXELS = image_header.DEFAULT_MAX_PIXELS
 # What a file may hold besides its pixels (EXIF, ICC profiles, XMP, thumbnails) before
 # it is too large to be an image within max_pixels.
 MAX_METADATA_BYTES = 64 << 20

@@ -51,6 +51,8 @@ class RecordPointer:
     bytes_in: int
     reencoded: bool
     sha256: str  # of the source bytes
+    rotated: bool = False  # stored upright by its EXIF orientation
+    composited: bool = False  # its transparency composited onto the background
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +77,8 @@ class ShardResult:
     crc32c: str  # of the shard file, for the manifest
     index_size: int | None = None  # bytes of the shard's DALI index file, if written
     index_crc32c: str | None = None
+    rotated: int = 0
+    composited: int = 0
 
     @property
     def manifest_entry(self) -> manifest.FileEntry:
@@ -182,6 +186,8 @@ class WriteShardFn(beam.DoFn):
             written.shard.crc32c,
             written.index.size if written.index is not None else None,
             written.index.crc32c if written.index is not None else None,
+            sum(p.rotated for p in pointers),
+            sum(p.composited for p in pointers),
         )
         artifacts.write_json(
             os.path.join(self._results_dir, result_file_name(split, shard)),

@@ -45,6 +45,8 @@ class _Converted:
     reencoded: bool = False
     sha256: str = ""  # of the source bytes: the content split key
     error: str | None = None
+    rotated: bool = False
+    composited: bool = False
 
 
 def convert_task(root: str, task: ConversionTask, options: ImageOptions) -> _Converted:
@@ -68,7 +70,15 @@ def convert_task(root: str, task: ConversionTask, options: ImageOptions) -> _Con
         return _Converted(task, error=str(e))
     except Exception as e:  # anything else one file can cause is its reason too
         return _Converted(task, error=f"cannot convert: {type(e).__name__}: {e}")
-    return _Converted(task, record, len(data), image.reencoded, sha256)
+    return _Converted(
+        task,
+        record,
+        len(data),
+        image.reencoded,
+        sha256,
+        rotated=image.rotated,
+        composited=image.composited,
+    )
 
 
 class ConvertImageFn(beam.DoFn):
@@ -141,6 +151,8 @@ class ConvertImageFn(beam.DoFn):
                     converted.bytes_in,
                     converted.reencoded,
                     converted.sha256,
+                    converted.rotated,
+                    converted.composited,
                 )
             )
             self._offset += len(record)

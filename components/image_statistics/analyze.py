@@ -34,7 +34,7 @@ import simplejpeg
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
-from imgpipe.components.common import cpu, image_header
+from imgpipe.components.common import cpu, image_header, upright
 from imgpipe.components.common import features as fk
 from imgpipe.components.common.preprocessing import center_crop_windows, eval_images
 from imgpipe.components.common.tf_errors import op_error_reason
@@ -228,7 +228,7 @@ def _decoder_functions(size: int, crop: float) -> tuple[Callable, Callable]:
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
         def native(encoded: tf.Tensor) -> tf.Tensor:
-            return tf.io.decode_image(encoded, channels=3, expand_animations=False)
+            return upright.decode_upright(encoded)  # as the model's inputs decode it
 
         eval_batch.get_concrete_function()  # traced under the lock, once
         _FUNCTIONS[size, crop] = eval_batch, native
@@ -390,6 +390,9 @@ def _decode_strictly(
         if header is not None
         and header.format == image_header.JPEG
         and header.mode not in _TENSORFLOW_CONVERTED_MODES
+        # A rotated JPEG is turned upright by TensorFlow's eval decode (upright.py),
+        # which the strict crop-decode does not do: left to TensorFlow.
+        and header.exif_orientation == 1
     ]
     if lib is None or not candidates:
         return {}, {}
@@ -487,7 +490,11 @@ def analyze_batch(
     for record in records:
         image = parse_record(record)
         try:
-            parsed.append((image, image_header.read_header(image.encoded)))
+            header = image_header.read_header(image.encoded)
+            # Bounded work for any record, converted here or not: bombs and JPEG codings
+            # TensorFlow cannot decode are failures, as at conversion.
+            image_header.check_complete(image.encoded, header)
+            parsed.append((image, header))
         except image_header.ImageHeaderError as e:
             accumulator.add_failure(image.path, str(e))
     headers = {id(image): header for image, header in parsed}

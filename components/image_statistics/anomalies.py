@@ -27,6 +27,7 @@ EMPTY_SPLIT = "empty_split"
 EXAMPLE_VALIDATOR = "example_validator"
 DRIFT = "drift"  # drift.py's: the data moved away from the served model's
 UNUSABLE_IMAGES = "unusable_images"
+LABEL_ISSUES = "label_issues"  # label_audit.py's: the champion finds too many labels wrong
 
 
 class AnomaliesFoundError(RuntimeError):
@@ -214,7 +215,8 @@ def gate_message(anomalies: Sequence[Anomaly], output_uri: str, config: Statisti
             "remove each copy from one of its split folders."
         )
     fixes = []
-    if any(a.code != DRIFT for a in anomalies):
+    # A label-issues line names its own fix; turning the gate off is not one.
+    if any(a.code not in (DRIFT, LABEL_ISSUES) for a in anomalies):
         fixes.append(
             "fix the data, or set statistics.fail_on_anomalies: false (or raise "
             "statistics.leakage_threshold, lower statistics.min_supported_fraction or set "
@@ -228,6 +230,6 @@ def gate_message(anomalies: Sequence[Anomaly], output_uri: str, config: Statisti
         )
     lines.append(
         f"Inspect {os.path.join(output_uri, layout.REPORT_FILE)} and "
-        f"{layout.IMAGE_STATS_FILE}, then {'; '.join(fixes)}."
+        f"{layout.IMAGE_STATS_FILE}" + (f", then {'; '.join(fixes)}." if fixes else ".")
     )
     return "\n".join(lines)

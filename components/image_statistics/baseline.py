@@ -1,10 +1,11 @@
 """Where drift's baseline comes from: the statistics the served model was trained on.
 
-The champion is the newest complete push in the serving directory
-(components/common/served_models.py); its assets.extra/ holds the image_stats.json of
-its training data. Whatever stands in the way of reading it (nothing pushed yet, a
-model pushed without statistics, a file this release cannot read) is not an error: the
-comparison is skipped, and the reason goes into image_stats.json and the report.
+The champion is the newest sound push in the serving directory (served_models.find;
+damaged pushes are passed over and named in `note`); its assets.extra/ holds the
+image_stats.json of its training data. Whatever stands in the way of reading it
+(nothing pushed yet, a model pushed without statistics, a file this release cannot
+read) is not an error: the comparison is skipped, and the reason goes into
+image_stats.json and the report.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ class Baseline:
       stats: the baseline's statistics; None when there is none.
       uri: the image_stats.json read ("" when none was found).
       reason: why there is no baseline ("" when there is one).
+      note: damaged pushes passed over to find it ("" when none).
     """
 
     stats: image_stats.ImageStats | None
     uri: str = ""
     reason: str = ""
+    note: str = ""
 
 
 # What reading a pushed model's files can raise: missing or unreadable files (local,
@@ -55,18 +58,27 @@ def from_serving_dir(serving_dir: str) -> Baseline:
     if not serving_dir:
         return none("no serving_dir is set, so there is no served model to compare with")
     try:
-        champion = served_models.latest(serving_dir)
+        lookup = served_models.find(serving_dir)
     except _READ_ERRORS as e:
-        return none(f"the newest model in {serving_dir} cannot be read: {e}")
+        return none(f"the serving directory {serving_dir} cannot be read: {e}")
+    champion = lookup.model
     if champion is None:
-        return none(f"no model has been pushed to {serving_dir} yet: nothing to compare with")
+        return none(
+            lookup.note or f"no model has been pushed to {serving_dir} yet: nothing to compare with"
+        )
     uri = champion.statistics_uri
     if uri is None:
-        return none(
+        found = none(
             f"the served model {champion.path} (version {champion.version}) carries no "
             f"{served_models.ASSETS_EXTRA_DIR}/{layout.IMAGE_STATS_FILE} of its training data"
         )
-    return read_file(uri)
+    else:
+        found = read_file(uri)
+    if not lookup.note:
+        return found
+    if found.stats is None:
+        return dataclasses.replace(found, reason=f"{lookup.note}; {found.reason}")
+    return dataclasses.replace(found, note=lookup.note)
 
 
 def from_path(path: str) -> Baseline:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from imgpipe.components.common.label_audit import DEFAULT_MAX_IMAGES
+
 
 @dataclasses.dataclass(frozen=True)
 class StatisticsConfig:
@@ -45,6 +47,19 @@ class StatisticsConfig:
         decode), and make any image that is corrupt or undecodable an anomaly that
         names it. False skips the check, and leaves undecodable images to
         min_supported_fraction.
+      label_audit: before training, let the served model (the champion) score this
+        span's images and flag likely label errors by confident learning
+        (label_gate.py, docs/label-audit.md); skipped when nothing is served yet.
+      label_audit_max_images: the most images the audit scores, a deterministic sample
+        (by a hash of each file's name) when the span has more: the champion's
+        inference is the audit's cost.
+      max_label_issue_fraction: the gate's floor: the run stops (under
+        fail_on_anomalies) when the fraction of audited images flagged is above
+        max(this, label_issue_reference_factor x the champion's own rate). 0.1 from
+        benchmarks/label_audit_bench.py: clean and 5%-noisy spans pass, 20% and 40%
+        of labels moved stop.
+      label_issue_reference_factor: how many times the champion's own flagged rate (the
+        same audit on its held-out data, recorded in its push) a span may reach.
     """
 
     sample_thumbnails: int = 8
@@ -59,6 +74,10 @@ class StatisticsConfig:
     drift_label_distance: float = 0.1
     drift_size_distance: float = 0.25
     verify_images: bool = True
+    label_audit: bool = True
+    label_audit_max_images: int = DEFAULT_MAX_IMAGES
+    max_label_issue_fraction: float = 0.1
+    label_issue_reference_factor: float = 1.5
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
@@ -75,6 +94,19 @@ class StatisticsConfig:
                 raise ValueError(f"{name} must be > 0 (baseline std), got {getattr(self, name)}")
         if self.drift_std_ratio <= 1.0:
             raise ValueError(f"drift_std_ratio must be > 1, got {self.drift_std_ratio}")
+        if self.label_audit_max_images < 1:
+            raise ValueError(
+                f"label_audit_max_images must be >= 1, got {self.label_audit_max_images}"
+            )
+        if not 0.0 < self.max_label_issue_fraction < 1.0:
+            raise ValueError(
+                f"max_label_issue_fraction must be in (0, 1), got {self.max_label_issue_fraction}"
+            )
+        if self.label_issue_reference_factor < 1.0:
+            raise ValueError(
+                "label_issue_reference_factor must be >= 1, got "
+                f"{self.label_issue_reference_factor}"
+            )
         for name in ("drift_label_distance", "drift_size_distance"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")

@@ -10,7 +10,15 @@ from tfx import types
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
-from imgpipe.components.common import config_loader, fileio, image_stats, layout, manifest, outputs
+from imgpipe.components.common import (
+    config_loader,
+    fileio,
+    image_stats,
+    label_audit,
+    layout,
+    manifest,
+    outputs,
+)
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
 from imgpipe.components.image_statistics import baseline, spec
 from imgpipe.components.image_statistics.analyze import AnalysisOptions
@@ -52,8 +60,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
     """Keys: inputs `examples` (Examples) and optional `anomalies` (ExampleAnomalies);
     parameters `image_size`, `crop_fraction`, `statistics_config` (StatisticsConfig
     JSON) and `serving_dir` (the served model, whose training statistics drift is
-    checked against; "" for none); output `statistics` (ImageStatistics). Splits are
-    the Examples' split_names."""
+    checked against and which audits the labels, label_gate.py; "" for none); output
+    `statistics` (ImageStatistics). Splits are the Examples' split_names."""
 
     def Do(  # noqa: N802 - TFX's executor interface
         self,
@@ -92,7 +100,12 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             self._make_beam_pipeline,
             validator,
             drift_baseline,
+            audit_serving_dir=exec_properties.get(spec.SERVING_DIR_KEY) or "",
         )
+        if produced.stats.label_audit is not None:
+            logging.info(
+                "ImageStatistics: label audit %s", label_audit.describe(produced.stats.label_audit)
+            )
         _write(output.uri, produced)
         output.set_int_custom_property(spec.ANOMALY_COUNT_PROPERTY, len(produced.anomalies))
         output.set_int_custom_property(spec.IMAGES_PROPERTY, produced.stats.source.images_decoded)

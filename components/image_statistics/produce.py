@@ -10,10 +10,16 @@ from collections.abc import Callable, Sequence
 
 import apache_beam as beam
 
-from imgpipe.components.common import artifacts, conversion_summary, image_stats, manifest
+from imgpipe.components.common import (
+    artifacts,
+    conversion_summary,
+    image_stats,
+    layout,
+    manifest,
+)
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
 from imgpipe.components.image_statistics import drift as drift_lib
-from imgpipe.components.image_statistics import report, summary
+from imgpipe.components.image_statistics import label_audit_report, label_gate, report, summary
 from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.baseline import Baseline
 from imgpipe.components.image_statistics.compute import run_statistics
@@ -39,6 +45,7 @@ def produce(
     make_pipeline: Callable[[], beam.Pipeline],
     extra_anomalies: Sequence[image_stats.Anomaly] = (),
     baseline: Baseline | None = None,
+    audit_serving_dir: str | None = None,
 ) -> Produced:
     """Runs the statistics over the splits and checks them.
 
@@ -53,6 +60,9 @@ def produce(
       extra_anomalies: anomalies found elsewhere (ExampleValidator), listed with ours.
       baseline: the served model's training statistics to check drift against, or
         why there are none; None: no drift check asked for (stats.drift is None).
+      audit_serving_dir: the serving directory whose champion audits the labels
+        (label_audit_io.before_training; "" when none is set); None: no label audit
+        asked for (stats.label_audit is None).
 
     Raises:
       IncompleteOutputError: the Examples are not complete (manifest.verify), before
@@ -93,12 +103,27 @@ def produce(
             if baseline.stats is not None
             else drift_lib.skipped(baseline.reason)
         )
+        if baseline.note:  # damaged pushes passed over to find the baseline
+            drift = dataclasses.replace(
+                drift, reason="; ".join(filter(None, [baseline.note, drift.reason]))
+            )
+    audited = (
+        label_gate.before_training(audit_serving_dir, examples_uri, splits, config)
+        if audit_serving_dir is not None
+        else None
+    )
+    audit = audited.result if audited is not None else None
+    audit_listing = f"{layout.REPORT_FILE} ({label_audit_report.TITLE})"
     stats = dataclasses.replace(
         stats,
         anomalies=tuple(
-            anomaly_lib.check(stats, config) + drift_lib.anomalies(drift) + list(extra_anomalies)
+            anomaly_lib.check(stats, config)
+            + drift_lib.anomalies(drift)
+            + label_gate.anomalies(audit, audit_listing, config)
+            + list(extra_anomalies)
         ),
         drift=drift,
+        label_audit=audit,
     )
     thumbnails = {
         split: {
@@ -107,4 +132,7 @@ def produce(
         }
         for split, accumulator in run.accumulators.items()
     }
-    return Produced(stats, report.render(stats, thumbnails, skipped))
+    return Produced(
+        stats,
+        report.render(stats, thumbnails, skipped, audited.thumbnails if audited else ()),
+    )

@@ -17,6 +17,7 @@ from imgpipe.components.common import image_stats as schema
 from imgpipe.components.common.layout import IMAGE_STATS_FILE
 from imgpipe.components.common.printable import printable
 from imgpipe.components.image_statistics import drift as drift_lib
+from imgpipe.components.image_statistics import label_audit_report
 from imgpipe.components.image_statistics.accumulator import CHANNEL_NAMES
 
 CHANNEL_COLOURS = ("#d62728", "#2ca02c", "#1f77b4")
@@ -331,9 +332,13 @@ def _group_key(group: schema.ExactGroup | schema.NearGroup) -> str:
 
 
 def render(
-    stats: schema.ImageStats, thumbnails: Thumbnails, skipped: Sequence[schema.FileReason]
+    stats: schema.ImageStats,
+    thumbnails: Thumbnails,
+    skipped: Sequence[schema.FileReason],
+    audit_thumbnails: Sequence[tuple[str, bytes]] = (),
 ) -> str:
-    """The report page for the statistics."""
+    """The report page for the statistics; `audit_thumbnails` are (path, JPEG) of the
+    label audit's listed images."""
     leakage = stats.leakage
     prep = stats.preprocessing
     body = [
@@ -353,6 +358,8 @@ def render(
     else:
         body.append('<p class="ok">No anomalies.</p>')
     body.append(_drift_section(stats.drift))
+    if stats.label_audit is not None:
+        body.append(label_audit_report.section(stats.label_audit, audit_thumbnails))
     body.extend(
         _split_section(split, s, thumbnails.get(split, {})) for split, s in stats.splits.items()
     )

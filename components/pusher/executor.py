@@ -1,19 +1,33 @@
-"""ImagePusher's executor: TFX's Pusher, but a push is never seen half-written.
+"""ImagePusher's executor: TFX's Pusher, but a push is never seen half-written, carries
+the proof that it is whole, and never overtakes a push it was not judged against.
 
 TFX's Pusher copies the model straight into <serving_dir>/<seconds>/; a killed copy
 leaves a version folder that a model server or the next run's Evaluator would load.
-Here a local push is copied to a hidden staging folder and renamed into place, and on
-every filesystem PUSH_COMPLETE (served_models.py) is written last: readers take only
-versions that have it. Versions always increase, even two pushes in one second, and a
-retried push of the same model reuses the version it already published.
+Here (served_models.py has the contract):
+- A local push is copied to a hidden staging folder and renamed into place; on object
+  stores, which cannot rename, the version folder is written in place.
+- Every push ends with manifest.json (each file's size and CRC-32C), then PUSH_COMPLETE,
+  then the model-server pointers (MODEL_CONFIG_FILES: TF Serving model config files
+  naming this version alone). A server pointed at a pointer loads only whole versions,
+  on every filesystem; docs/serving-folder.md says how to point TF Serving and KServe.
+- The push happens only if the newest complete push is still the one the Evaluator saw
+  (the blessing's `serving_head`); otherwise it is refused in one line and nothing is
+  pushed. The Evaluator's lease (serving_lock.py) is given back either way.
+- Versions always increase, even two pushes in one second, and a retried push of the
+  same model reuses the version it already published.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import posixpath
+import tempfile
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import yaml
 from absl import logging
 from tfx import types
 from tfx.components.pusher import executor as tfx_pusher
@@ -21,53 +35,261 @@ from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
-from imgpipe.components.common import fileio, served_models
+from imgpipe.components.common import (
+    config_loader,
+    fileio,
+    layout,
+    manifest,
+    phases,
+    served_models,
+    serving_lock,
+)
+from imgpipe.components.pusher import serving_files
+
+# The Pusher's custom_config key of the ServingConfig.
+SERVING_CONFIG_KEY = "serving"
 
 STAGING_PREFIX = ".push-"
+# Written after PUSH_COMPLETE; each is a TF Serving ModelServerConfig naming the newest
+# whole version: one with the serving directory's own URI as base path, for a server
+# reading it directly, one with KServe's local copy (/mnt/models).
+MODEL_CONFIG_FILE = "models.config"
+KSERVE_CONFIG_FILE = "kserve-models.config"
+KSERVE_MODEL_DIR = "/mnt/models"
+# The SavedModel's graph, copied last: a model server takes it as a version's sign.
+_GRAPH_FILE = "saved_model.pb"
 
 
-def _complete_versions(serving_dir: str) -> list[int]:
-    names = fileio.list_dir(serving_dir)
-    return sorted(int(n) for n in names if n.isdigit())
+class ServingHeadMovedError(RuntimeError):
+    """Another push became the newest after the Evaluator judged; nothing was pushed."""
 
 
 def _pushed_from(version_dir: str) -> str | None:
-    marker = os.path.join(version_dir, served_models.PUSH_COMPLETE_FILE)
+    marker = posixpath.join(version_dir, served_models.PUSH_COMPLETE_FILE)
     return fileio.read_bytes(marker).decode() if fileio.exists(marker) else None
 
 
-def publish(model_dir: str, serving_dir: str, now: float | None = None) -> str:
+def model_config(serving_dir: str, base_path: str, version: int) -> str:
+    """A TF Serving model config file serving `version` alone, named after the folder."""
+    name = posixpath.basename(serving_dir.rstrip("/")) or "model"
+    return (
+        "model_config_list {\n"
+        "  config {\n"
+        f'    name: "{name}"\n'
+        f'    base_path: "{base_path}"\n'
+        '    model_platform: "tensorflow"\n'
+        f"    model_version_policy {{ specific {{ versions: {version} }} }}\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+def config_version(text: str) -> int | None:
+    """The version a model config file written by `model_config` names."""
+    marker = "versions:"
+    if marker not in text:
+        return None
+    return int(text.split(marker, 1)[1].split("}", 1)[0].strip())
+
+
+def _write_pointers(serving_dir: str, version: int) -> None:
+    base = serving_dir.rstrip("/")
+    for name, base_path in ((MODEL_CONFIG_FILE, base), (KSERVE_CONFIG_FILE, KSERVE_MODEL_DIR)):
+        fileio.write_atomic(
+            posixpath.join(serving_dir, name),
+            model_config(serving_dir, base_path, version).encode(),
+        )
+
+
+def _copy_files(files: Mapping[str, str], target: str) -> None:
+    """Copies {relpath: source}, the graph last."""
+    order = sorted(files, key=lambda relpath: (relpath == _GRAPH_FILE, relpath))
+    for count, relpath in enumerate(order):
+        destination = posixpath.join(target, relpath)
+        if fileio.is_local(destination):
+            os.makedirs(os.path.dirname(fileio.local_path(destination)), exist_ok=True)
+        fileio.copy(files[relpath], destination, overwrite=True)
+        if count == 0:
+            phases.reached(phases.PUBLISHING)  # the kill tests stop a push mid-copy here
+
+
+def publish(
+    model_dir: str,
+    serving_dir: str,
+    now: float | None = None,
+    expected_head: int | None = None,
+    extras: Mapping[str, str] | None = None,
+    generated: Callable[[int, str], Mapping[str, bytes]] | None = None,
+) -> str:
     """Copies model_dir to a new version folder of serving_dir, completely or not at
     all; returns the version folder.
 
     A version folder whose PUSH_COMPLETE names model_dir is this model's earlier push
     (a retry): it is returned as it is.
+
+    Args:
+      model_dir: the serving model (a SavedModel folder).
+      serving_dir: the serving directory.
+      now: the version to use if it is newer than every push (tests); default the time.
+      expected_head: the newest complete version the Evaluator saw (serving_lock.NO_HEAD: none);
+        None pushes whatever the head.
+      extras: more files to publish with the push, {relpath in the version: source}.
+      generated: fn(version, version folder) -> {relpath in the version: bytes}, files
+        that say which version they belong to (serving_files.py), published the same way.
+
+    Raises:
+      ServingHeadMovedError: the newest complete push is not `expected_head`.
     """
     fileio.makedirs(serving_dir)
-    versions = _complete_versions(serving_dir)
-    for version in reversed(versions):
-        path = os.path.join(serving_dir, str(version))
+    versions = served_models.complete_versions(serving_dir)
+    for version in versions:
+        path = posixpath.join(serving_dir, str(version))
         if _pushed_from(path) == model_dir:
             logging.info("%s was already pushed to %s", model_dir, path)
+            if version == versions[0]:  # killed before the pointers were written
+                _write_pointers(serving_dir, version)
             return path
+    head = versions[0] if versions else serving_lock.NO_HEAD
+    if expected_head is not None and head != expected_head:
+        seen = (
+            "nothing pushed"
+            if expected_head == serving_lock.NO_HEAD
+            else f"version {expected_head}"
+        )
+        raise ServingHeadMovedError(
+            f"not pushed: {serving_dir}/{head} was pushed after this model was judged against "
+            f"{seen}; the next retrain will be judged against it"
+        )
+    # Left by a killed push: a staging folder, or a version folder without PUSH_COMPLETE
+    # (on object stores). Pushes take turns (serving_lock), so none is being written.
+    numbered = []
     for name in fileio.list_dir(serving_dir):
-        if name.startswith(STAGING_PREFIX):  # left by a killed push
-            fileio.remove(os.path.join(serving_dir, name))
-    version = max(int(time.time() if now is None else now), (versions[-1] + 1) if versions else 0)
-    final = os.path.join(serving_dir, str(version))
-    if fileio.exists(final):  # an incomplete version folder: a killed remote push
-        fileio.remove(final)
+        if name.isdigit():
+            numbered.append(int(name))
+        if name.startswith(STAGING_PREFIX) or name.isdigit() and int(name) not in versions:
+            fileio.remove(posixpath.join(serving_dir, name))
+    # Above every version folder there was: an interrupted one's number is never reused.
+    version = max(int(time.time() if now is None else now), max(numbered, default=-1) + 1)
+    final = posixpath.join(serving_dir, str(version))
     local = fileio.is_local(serving_dir)
-    target = os.path.join(serving_dir, f"{STAGING_PREFIX}{version}") if local else final
-    # saved_model.pb last: a model server takes it as the sign that a version is whole.
-    io_utils.copy_dir(model_dir, target, deny_regex_patterns=[r"saved_model\.pb"])
-    io_utils.copy_file(
-        os.path.join(model_dir, "saved_model.pb"), os.path.join(target, "saved_model.pb")
-    )
-    fileio.write_text(os.path.join(target, served_models.PUSH_COMPLETE_FILE), model_dir)
+    target = posixpath.join(serving_dir, f"{STAGING_PREFIX}{version}") if local else final
+    files = {
+        relpath: posixpath.join(model_dir, relpath) for relpath in fileio.list_files(model_dir)
+    }
+    files.update(extras or {})
+    with tempfile.TemporaryDirectory(prefix="imgpipe-push-") as written:
+        for relpath, data in (generated(version, final) if generated else {}).items():
+            files[relpath] = os.path.join(written, relpath.replace("/", "_"))
+            with open(files[relpath], "wb") as f:
+                f.write(data)
+        # The checksums of what is pushed, from the sources: a copy that differs is damage.
+        entries = {
+            relpath: manifest.describe("", [source])[source] for relpath, source in files.items()
+        }
+        _copy_files(files, target)
+    phases.reached(phases.PUBLISHED)
+    manifest.write(target, entries)
+    problem = served_models.damage(target)
+    if problem is not None:
+        raise OSError(f"{target}: the copy differs from its source ({problem}); push again")
+    fileio.write_text(posixpath.join(target, served_models.PUSH_COMPLETE_FILE), model_dir)
     if local:
-        os.rename(target, final)
+        fileio.rename(target, final)
+    _write_pointers(serving_dir, version)
     return final
+
+
+def extra_files(input_dict: dict[str, list[types.Artifact]]) -> dict[str, str]:
+    """Files published with each push beside the model, {relpath in the version: source}:
+    covered by its manifest like the model's own files."""
+    del input_dict
+    return {}
+
+
+def serving_files_for(
+    model_dir: str, blessing: types.Artifact, serving_dir: str, exec_properties: dict[str, Any]
+) -> Callable[[int, str], dict[str, bytes]]:
+    """fn(version, version folder) -> the files that make a push ready for serving on its own
+    (serving_files.py): a KServe InferenceService, the model card, a REST request."""
+    config = serving_config(exec_properties)
+    name = posixpath.basename(serving_dir.rstrip("/")) or "model"
+    labels = served_models.read_labels(model_dir)
+    facts = _card_inputs(model_dir, blessing)
+
+    def generate(version: int, path: str) -> dict[str, bytes]:
+        card = serving_files.model_card(
+            serving_files.ModelCardFacts(
+                name=name, version=version, path=path, labels=labels, **facts
+            )
+        )
+        service = serving_files.inference_service(config, name, serving_dir, version)
+        extra = served_models.ASSETS_EXTRA_DIR
+        return {
+            f"{extra}/{serving_files.INFERENCE_SERVICE_FILE}": yaml.safe_dump(
+                service, sort_keys=False
+            ).encode(),
+            f"{extra}/{serving_files.MODEL_CARD_JSON_FILE}": serving_files.to_json_text(
+                card
+            ).encode(),
+            f"{extra}/{serving_files.MODEL_CARD_MARKDOWN_FILE}": serving_files.model_card_markdown(
+                card
+            ).encode(),
+            f"{extra}/{serving_files.REST_REQUEST_FILE}": serving_files.to_json_text(
+                serving_files.rest_request(_sample_jpeg())
+            ).encode(),
+        }
+
+    return generate
+
+
+def _sample_jpeg() -> bytes:
+    """A small grey JPEG: the image of the REST request example."""
+    import tensorflow as tf
+
+    return tf.io.encode_jpeg(tf.fill([16, 16, 3], tf.constant(128, tf.uint8))).numpy()
+
+
+def serving_config(exec_properties: dict[str, Any]) -> serving_files.ServingConfig:
+    """The ServingConfig in the Pusher's custom_config ("serving"), or the defaults."""
+    custom = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or "{}"
+    values = json.loads(custom) if isinstance(custom, str) else dict(custom)
+    return config_loader.from_dict(serving_files.ServingConfig, values.get(SERVING_CONFIG_KEY))
+
+
+def _card_inputs(model_dir: str, blessing: types.Artifact) -> dict[str, Any]:
+    """What the model card says beyond the model's name and version: the blessing, the
+    Evaluator's scores (evaluation.json beside the blessing) and the training data's
+    statistics (the model's image_stats.json)."""
+
+    def prop(name: str, default: Any) -> Any:
+        return blessing.get_custom_property(name) if blessing.has_custom_property(name) else default
+
+    evaluation_path = posixpath.join(blessing.uri, layout.EVALUATION_FILE)
+    evaluation = (
+        json.loads(fileio.read_bytes(evaluation_path)) if fileio.exists(evaluation_path) else {}
+    )
+    statistics: dict[str, Any] = {}
+    stats_path = posixpath.join(model_dir, served_models.ASSETS_EXTRA_DIR, layout.IMAGE_STATS_FILE)
+    spans: list[int] = []
+    if fileio.exists(stats_path):
+        stats = json.loads(fileio.read_bytes(stats_path))
+        statistics["examples"] = stats.get("source", {}).get("examples_uri", "")
+        for split, values in sorted(stats.get("splits", {}).items()):
+            statistics[f"{split} images"] = values.get("count", values.get("images", ""))
+            pixels = values.get("pixels") or {}
+            if pixels:
+                statistics[f"{split} mean"] = ", ".join(f"{v:.2f}" for v in pixels["mean"])
+                statistics[f"{split} std"] = ", ".join(f"{v:.2f}" for v in pixels["std"])
+        spans = [int(s) for s in stats.get("spans", [])]
+    return {
+        "spans": spans,
+        "blessed": bool(prop("blessed", 0)),
+        "reason": str(prop("reason", "")),
+        "champion": str(prop("champion", "")),
+        "training": {},
+        "statistics": statistics,
+        "evaluation": evaluation,
+    }
 
 
 class Executor(tfx_pusher.Executor):
@@ -83,17 +305,51 @@ class Executor(tfx_pusher.Executor):
         model_push = artifact_utils.get_single_instance(
             output_dict[standard_component_specs.PUSHED_MODEL_KEY]
         )
-        if not self.CheckBlessing(input_dict):
-            self._MarkNotPushed(model_push)
-            return
         destination = pusher_pb2.PushDestination()
         proto_utils.json_to_proto(
             exec_properties[standard_component_specs.PUSH_DESTINATION_KEY], destination
         )
         if destination.WhichOneof("destination") != "filesystem":
             raise ValueError("ImagePusher pushes to a filesystem destination only")
+        serving_dir = destination.filesystem.base_directory
+        blessing = artifact_utils.get_single_instance(
+            input_dict[standard_component_specs.MODEL_BLESSING_KEY]
+        )
+        try:
+            self._push(input_dict, model_push, blessing, serving_dir, exec_properties)
+        finally:
+            if blessing.has_custom_property(serving_lock.LEASE_PROPERTY):
+                token = blessing.get_string_custom_property(serving_lock.LEASE_PROPERTY)
+                serving_lock.release(serving_dir, token)
+
+    def _push(
+        self,
+        input_dict: dict[str, list[types.Artifact]],
+        model_push: types.Artifact,
+        blessing: types.Artifact,
+        serving_dir: str,
+        exec_properties: dict[str, Any],
+    ) -> None:
+        if not self.CheckBlessing(input_dict):
+            self._MarkNotPushed(model_push)
+            return
+        expected_head = None
+        if blessing.has_custom_property(serving_lock.SERVING_HEAD_PROPERTY):
+            expected_head = blessing.get_int_custom_property(serving_lock.SERVING_HEAD_PROPERTY)
         model_dir = self.GetModelPath(input_dict)
-        pushed = publish(model_dir, destination.filesystem.base_directory)
+        try:
+            pushed = publish(
+                model_dir,
+                serving_dir,
+                expected_head=expected_head,
+                extras=extra_files(input_dict),
+                generated=serving_files_for(model_dir, blessing, serving_dir, exec_properties),
+            )
+        except ServingHeadMovedError as e:
+            logging.warning("ImagePusher: %s", e)
+            self._MarkNotPushed(model_push)
+            model_push.set_string_custom_property(serving_lock.REFUSED_PROPERTY, str(e))
+            return
         io_utils.copy_dir(model_dir, model_push.uri)
         self._MarkPushed(
             model_push, pushed_destination=pushed, pushed_version=os.path.basename(pushed)

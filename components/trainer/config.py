@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from imgpipe.components.common import config_loader, features, model_input
+from imgpipe.components.common import config_loader, features
+from imgpipe.components.trainer import backbones
 
 # Set by the ImageTrainer executor, not by users: the ImageStatistics artifact's URI.
 IMAGE_STATISTICS_URI_KEY = "image_statistics_uri"
@@ -23,21 +24,19 @@ PRECISION_AUTO = "auto"
 PRECISION_ON = "on"
 PRECISION_OFF = "off"
 
-# Backbone names; components/trainer/model.py builds each of them. AUTO is
-# MobileNetV3Small when weights are given and tiny_cnn, which learns from scratch on a
+# Backbones: the table in components/trainer/backbones.py builds and describes each. AUTO
+# is MobileNetV3Small when weights are given and tiny_cnn, which learns from scratch on a
 # CPU in minutes, when they are not.
 AUTO = "auto"
-MOBILENET_V3_SMALL = "mobilenet_v3_small"
-EFFICIENTNET_V2_B0 = "efficientnet_v2_b0"
-EFFICIENTNET_V2_S = "efficientnet_v2_s"
-RESNET50 = "resnet50"
-TINY_CNN = "tiny_cnn"
-BACKBONE_NAMES = (MOBILENET_V3_SMALL, EFFICIENTNET_V2_B0, EFFICIENTNET_V2_S, RESNET50, TINY_CNN)
-PRETRAINED_BACKBONE = MOBILENET_V3_SMALL
-SCRATCH_BACKBONE = TINY_CNN
-# The input side of AUTO image_size: the pretrained backbones' own, and a smaller one
-# for tiny_cnn, whose three blocks see no more at 224 pixels and train 3x slower there.
-SCRATCH_IMAGE_SIZE = 128
+MOBILENET_V3_SMALL = backbones.MOBILENET_V3_SMALL
+TINY_CNN = backbones.TINY_CNN
+RESNET50 = backbones.RESNET50
+BACKBONE_NAMES = tuple(backbones.BACKBONES)
+PRETRAINED_BACKBONE = backbones.PRETRAINED_BACKBONE
+SCRATCH_BACKBONE = backbones.SCRATCH_BACKBONE
+# The input side of AUTO image_size for tiny_cnn, whose three blocks see no more at 224
+# pixels and train 3x slower there; the other backbones use their native size.
+SCRATCH_IMAGE_SIZE = backbones.BACKBONES[TINY_CNN].native_size
 
 # `weights: imagenet` lets keras.applications download the ImageNet weights.
 IMAGENET = "imagenet"
@@ -96,8 +95,12 @@ class TrainerConfig:
         reused instead of page-faulted afresh (see components/common/allocator.py).
       seed: seeds shard order, shuffling and weight initialization.
       tensorboard_images: augmented training images written to TensorBoard.
-      checkpoint_dir: where the preemption backup lives; None is <model_run>/backup.
-        Point it at a stable location for a retried run to resume.
+      checkpoint_dir: where preemption backups live, one folder per training
+        fingerprint (docs/preemption.md); None is `.backups` beside the Trainer's
+        executions (with LocalDagRunner <pipeline_root>/Trainer/.backups), where a
+        retried Trainer finds the backup of the attempt that was killed.
+      backup_every_steps: besides at each epoch's end, back up every this many
+        optimizer steps, so a preempted run resumes mid-epoch; None: epoch ends only.
       mean: per-channel normalization mean (0..255); overrides ImageStatistics.
       std: per-channel normalization std (0..255); overrides ImageStatistics.
       crop_fraction: center-crop fraction at eval and serving; None takes the value the
@@ -133,6 +136,7 @@ class TrainerConfig:
     seed: int = 0
     tensorboard_images: int = 8
     checkpoint_dir: str | None = None
+    backup_every_steps: int | None = None
     mean: tuple[float, float, float] | None = None
     std: tuple[float, float, float] | None = None
     crop_fraction: float | None = None
@@ -144,10 +148,24 @@ class TrainerConfig:
                 f"backbone {self.backbone!r} is unknown; choose auto or one of "
                 f"{sorted(BACKBONE_NAMES)}"
             )
-        if self.weights == IMAGENET and self.backbone == TINY_CNN:
+        backbone = backbones.BACKBONES[self.resolved_backbone]
+        if self.weights == IMAGENET and not backbone.imagenet:
+            with_weights = sorted(b.name for b in backbones.BACKBONES.values() if b.imagenet)
             raise ValueError(
-                "weights: imagenet needs a keras.applications backbone; tiny_cnn has no "
-                "ImageNet weights (set backbone: auto or mobilenet_v3_small)"
+                f"weights: imagenet needs a backbone with ImageNet weights; {backbone.name} "
+                f"has none (set backbone: auto or one of {with_weights})"
+            )
+        for option in backbones.option_defaults_hold(backbone, self):
+            users = sorted(b.name for b in backbones.BACKBONES.values() if option in b.options)
+            raise ValueError(
+                f"{option} does not change {backbone.name}; it applies to {', '.join(users)} "
+                f"(remove it, or choose that backbone)"
+            )
+        if self.weights and self.normalize_on_host:
+            raise ValueError(
+                "normalize_on_host applies to training from scratch: with weights, the "
+                f"model's first layer gives {backbone.name} the pixels its weights expect; "
+                "remove normalize_on_host"
             )
         for name in ("batch_size", "epochs"):
             if getattr(self, name) < 1:
@@ -162,6 +180,11 @@ class TrainerConfig:
             raise ValueError(f"frozen_epochs must be 0 or more, got {self.frozen_epochs}")
         if not 0.0 < self.fine_tune_rate <= 1.0:
             raise ValueError(f"fine_tune_rate must be in (0, 1], got {self.fine_tune_rate}")
+        if self.backup_every_steps is not None and self.backup_every_steps < 1:
+            raise ValueError(
+                "backup_every_steps must be None (at epoch ends only) or at least 1, got "
+                f"{self.backup_every_steps}"
+            )
         for name in ("train_steps", "eval_steps"):
             steps = getattr(self, name)
             if steps is not None and steps < 1:
@@ -203,15 +226,18 @@ class TrainerConfig:
 
     def resolved(self) -> TrainerConfig:
         """The config with `auto` backbone and image size made concrete."""
-        backbone = self.backbone
-        if backbone == AUTO:
-            backbone = PRETRAINED_BACKBONE if self.weights else SCRATCH_BACKBONE
+        backbone = self.resolved_backbone
         image_size = self.image_size
         if image_size is None:
-            image_size = (
-                SCRATCH_IMAGE_SIZE if backbone == TINY_CNN else model_input.DEFAULT_IMAGE_SIZE
-            )
+            image_size = backbones.BACKBONES[backbone].native_size
         return dataclasses.replace(self, backbone=backbone, image_size=image_size)
+
+    @property
+    def resolved_backbone(self) -> str:
+        """The backbone's name, `auto` made concrete."""
+        if self.backbone == AUTO:
+            return PRETRAINED_BACKBONE if self.weights else SCRATCH_BACKBONE
+        return self.backbone
 
     @property
     def input_size(self) -> int:

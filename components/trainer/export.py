@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
-from imgpipe.components.common import fileio, label_map, layout, served_models
+from imgpipe.components.common import fileio, label_map, layout, served_models, serving_limits
 from imgpipe.components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
 from imgpipe.components.common.serving import (
     CLASS_NAMES,
@@ -26,6 +26,7 @@ from imgpipe.components.common.serving import (
     SERVING_DEFAULT,
     SERVING_EXAMPLES,
 )
+from imgpipe.components.common.serving_limits import ServingLimits
 from imgpipe.components.trainer import input as input_lib
 
 
@@ -43,6 +44,7 @@ def export_serving_model(
     host_normalization: tuple[Sequence[float], Sequence[float]] | None = None,
     key_map: FeatureKeyMap = DEFAULT_KEY_MAP,
     statistics_uri: str | None = None,
+    limits: ServingLimits = serving_limits.DEFAULT_LIMITS,
 ) -> str:
     """Writes the SavedModel to `export_dir`, with served_models.py's assets.extra/:
     the labels, the Keras weights (for a warm start) and the training data's
@@ -58,6 +60,7 @@ def export_serving_model(
         None when it normalizes uint8 input itself.
       key_map: the feature layout serving_examples parses.
       statistics_uri: the ImageStatistics artifact of the training data, if any.
+      limits: what serving_default refuses before decoding (serving_limits.py).
     """
     class_names = tf.constant(list(labels), tf.string)
 
@@ -74,7 +77,7 @@ def export_serving_model(
         }
 
     def serve_images(images: tf.Tensor) -> dict[str, tf.Tensor]:
-        return classify(images)
+        return classify(serving_limits.checked(images, limits))
 
     def serve_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
         parsed = tf.io.parse_example(

@@ -1,7 +1,9 @@
-"""The classifier: normalization, a keras.applications backbone, a head sized from the labels.
+"""The classifier: the pixels its backbone expects, the backbone, a head sized from the labels.
 
-Backbones are built with `weights=None`, a local weights file, or `imagenet` (which
-keras.applications downloads). A warm start loads the served champion's weights.
+Backbones (components/trainer/backbones.py) are built with `weights=None`, a local
+weights file, or `imagenet` (which keras.applications downloads). With weights, the first
+layer gives the backbone the pixels those weights were trained on; from scratch, the
+training data's standardization. A warm start loads the served champion's weights.
 """
 
 from __future__ import annotations
@@ -9,80 +11,43 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import keras
 
 from imgpipe.components.common import fileio
 from imgpipe.components.common.serving import PROBABILITIES
+from imgpipe.components.trainer import backbones
 from imgpipe.components.trainer import config as config_lib
 from imgpipe.components.trainer.config import TrainerConfig
 
 INPUT_NAME = "image"
 
-BackboneFn = Callable[[tuple[int, int, int], "str | None", TrainerConfig], keras.Model]
+
+@keras.saving.register_keras_serializable(package="imgpipe")
+class CaffePixels(keras.layers.Layer):
+    """RGB pixels (0..255) as keras.applications' ResNet `preprocess_input` makes them:
+    BGR, the ImageNet mean subtracted, unscaled; in float32."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("dtype", "float32")
+        super().__init__(**kwargs)
+
+    def call(self, inputs):
+        bgr = keras.ops.flip(keras.ops.cast(inputs, "float32"), axis=-1)
+        return bgr - keras.ops.convert_to_tensor(backbones.CAFFE_MEAN_BGR)
 
 
-def _mobilenet_v3_small(shape, weights, config):
-    return keras.applications.MobileNetV3Small(
-        input_shape=shape,
-        alpha=config.width_multiplier,
-        include_top=False,
-        weights=weights,
-        pooling="avg",
-        include_preprocessing=False,
-    )
+@keras.saving.register_keras_serializable(package="imgpipe")
+class FloatPixels(keras.layers.Layer):
+    """RGB pixels (0..255) in float32, for a backbone whose own layers rescale them."""
 
+    def __init__(self, **kwargs):
+        kwargs.setdefault("dtype", "float32")
+        super().__init__(**kwargs)
 
-def _efficientnet_v2_b0(shape, weights, config):
-    return keras.applications.EfficientNetV2B0(
-        input_shape=shape,
-        include_top=False,
-        weights=weights,
-        pooling="avg",
-        include_preprocessing=False,
-    )
-
-
-def _efficientnet_v2_s(shape, weights, config):
-    return keras.applications.EfficientNetV2S(
-        input_shape=shape,
-        include_top=False,
-        weights=weights,
-        pooling="avg",
-        include_preprocessing=False,
-    )
-
-
-def _resnet50(shape, weights, config):
-    return keras.applications.ResNet50(
-        input_shape=shape, include_top=False, weights=weights, pooling="avg"
-    )
-
-
-def _tiny_cnn(shape, weights, config):
-    """Three conv blocks: for smoke tests and CPU runs where a real backbone is too slow."""
-    inputs = keras.Input(shape)
-    x = inputs
-    for filters in (16, 32, 64):
-        x = keras.layers.Conv2D(filters, 3, strides=2, padding="same", use_bias=False)(x)
-        x = keras.layers.BatchNormalization()(x)
-        x = keras.layers.ReLU()(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    model = keras.Model(inputs, x, name="tiny_cnn")
-    if weights:
-        model.load_weights(weights)
-    return model
-
-
-# A builder for each of config.BACKBONE_NAMES.
-BACKBONES: dict[str, BackboneFn] = {
-    config_lib.MOBILENET_V3_SMALL: _mobilenet_v3_small,
-    config_lib.EFFICIENTNET_V2_B0: _efficientnet_v2_b0,
-    config_lib.EFFICIENTNET_V2_S: _efficientnet_v2_s,
-    config_lib.RESNET50: _resnet50,
-    config_lib.TINY_CNN: _tiny_cnn,
-}
+    def call(self, inputs):
+        return keras.ops.cast(inputs, "float32")
 
 
 @keras.saving.register_keras_serializable(package="imgpipe")
@@ -128,6 +93,7 @@ def build_model(
     config: TrainerConfig,
     num_classes: int,
     normalization: tuple[Sequence[float], Sequence[float]] | None,
+    load_weights: bool = True,
 ) -> keras.Model:
     """The classifier for `num_classes` classes, under the current dtype policy.
 
@@ -136,6 +102,9 @@ def build_model(
       num_classes: the label count.
       normalization: (mean, std) for a Standardize first layer taking uint8 images; None
         when the input pipeline normalizes (the model then takes float32).
+      load_weights: False builds the model `config.weights` describes (its first layer
+        and backbone layout) without loading them: for a warm start, whose weights come
+        from the champion.
 
     Returns:
       An uncompiled keras.Model: images [B, S, S, 3] -> probabilities [B, num_classes]
@@ -144,19 +113,36 @@ def build_model(
     if num_classes < 2:
         raise ValueError(f"a classifier needs at least 2 classes, got {num_classes}")
     config = config.resolved()
+    backbone = backbones.BACKBONES[config.backbone]
     shape = (config.input_size, config.input_size, 3)
     keras.utils.set_random_seed(config.seed)
     inputs = keras.Input(shape, dtype="uint8" if normalization else "float32", name=INPUT_NAME)
-    x = Standardize(*normalization, name="standardize")(inputs) if normalization else inputs
-    with _local_weights(config.weights) as weights:  # loaded when the backbone is built
-        backbone = BACKBONES[config.backbone](shape, weights, config)
-    x = backbone(x)
+    pretrained = bool(config.weights)
+    first = _first_layer(backbone.convention(pretrained), normalization)
+    x = first(inputs) if first is not None else inputs
+    with _local_weights(config.weights if load_weights else None) as weights:
+        net = backbone.build(shape, weights, config, pretrained)
+    x = net(x)
     if config.dropout:
         x = keras.layers.Dropout(config.dropout, name="head_dropout")(x)
     outputs = keras.layers.Dense(
         num_classes, activation="softmax", dtype="float32", name=PROBABILITIES
     )(x)
     return keras.Model(inputs, outputs, name=f"{config.backbone}_classifier")
+
+
+def _first_layer(
+    convention: str, normalization: tuple[Sequence[float], Sequence[float]] | None
+) -> keras.layers.Layer | None:
+    """The layer that gives the backbone its pixels; None where the input pipeline
+    normalized them (normalize_on_host)."""
+    if convention == backbones.CAFFE:
+        return CaffePixels(name="caffe_pixels")
+    if convention == backbones.IN_MODEL:
+        return FloatPixels(name="float_pixels")
+    if normalization:
+        return Standardize(*normalization, name="standardize")
+    return None
 
 
 def backbone_of(model: keras.Model) -> keras.Model:

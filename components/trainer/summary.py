@@ -7,9 +7,12 @@ import dataclasses
 import posixpath
 
 from imgpipe.components.common import config_loader, fileio
+from imgpipe.components.common.image_stats import LabelAudit
 
 TRAINING_SUMMARY_FILE = "training_summary.json"
-VERSION = 1
+VERSION = 2
+# Version 2 added label_audit (with a default), so a version 1 file still reads.
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +24,33 @@ class Phase:
     peak_learning_rate: float
     backbone_trainable: bool
     epochs_run: int = 0
+    optimizer_steps: int = 0  # the optimizer's iterations when the phase ended
+
+
+# Resumption.status values.
+FRESH = "fresh"
+RESUMED = "resumed"
+
+
+@dataclasses.dataclass(frozen=True)
+class Resumption:
+    """Whether training resumed from a preemption backup (resume.py), and why (not).
+
+    Attributes:
+      status: FRESH or RESUMED.
+      note: why: the backup it resumed from, or why none was used.
+      phase: RESUMED: the phase the backup was taken in.
+      epoch: RESUMED: the epochs complete at the backup, counted over all phases.
+      step: RESUMED: the steps into the next epoch.
+      optimizer_steps: RESUMED: the optimizer iterations restored (within the phase).
+    """
+
+    status: str = FRESH
+    note: str = ""
+    phase: str | None = None
+    epoch: int | None = None
+    step: int | None = None
+    optimizer_steps: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +63,10 @@ class TrainingSummary:
     steps_per_epoch: int
     phases: tuple[Phase, ...]
     val_accuracy: float | None = None
+    resume: Resumption = Resumption()
     version: int = VERSION
+    # The label audit of the eval split by the trained model (candidate_audit.py).
+    label_audit: LabelAudit | None = None
 
 
 def write(model_run_uri: str, summary: TrainingSummary) -> None:
@@ -50,5 +83,5 @@ def read_if_present(model_run_uri: str | None) -> TrainingSummary | None:
     if not fileio.exists(path):
         return None
     return config_loader.from_document(
-        TrainingSummary, fileio.read_bytes(path).decode(), path, VERSION
+        TrainingSummary, fileio.read_bytes(path).decode(), path, READABLE_VERSIONS
     )

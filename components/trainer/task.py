@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import math
 import os
 import tempfile
-from collections.abc import Sequence
 from typing import Any
 
 import attr
@@ -24,28 +22,32 @@ from absl import logging
 from imgpipe.components.common import (
     allocator,
     artifacts,
-    fileio,
     image_stats,
     layout,
     manifest,
     model_input,
     outputs,
+    served_models,
     staging,
 )
-from imgpipe.components.trainer import devices, export, memory, warm_start
+from imgpipe.components.trainer import (
+    candidate_audit,
+    datasets,
+    devices,
+    export,
+    fitting,
+    resume,
+    warm_start,
+)
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer import summary as summary_lib
 from imgpipe.components.trainer.config import (
-    CACHE_OFF,
     IMAGE_STATISTICS_URI_KEY,
     SERVING_DIR_KEY,
     TrainerConfig,
     from_custom_config,
 )
-
-BACKUP_SUBDIR = "backup"
-SAMPLES_SUBDIR = "samples"
 
 
 def examples_uri_and_split(file_pattern: str) -> tuple[str, str]:
@@ -96,32 +98,6 @@ def resolve_normalization(
     return mean, std, float(crop)
 
 
-class SampleImages(keras.callbacks.Callback):
-    """Writes a few augmented training images to TensorBoard before training starts."""
-
-    def __init__(
-        self,
-        log_dir: str,
-        images: tf.Tensor,
-        normalization: tuple[Sequence[float], Sequence[float]] | None,
-    ):
-        super().__init__()
-        self.log_dir = log_dir
-        self.images = images
-        self.normalization = normalization
-
-    def on_train_begin(self, logs=None):
-        images = tf.cast(self.images, tf.float32)
-        if self.normalization is not None:
-            mean, std = self.normalization
-            images = images * tf.constant(std) + tf.constant(mean)
-        images = tf.clip_by_value(images, 0.0, 255.0) / 255.0
-        with tf.summary.create_file_writer(self.log_dir).as_default():
-            tf.summary.image(
-                "augmented_training_images", images, step=0, max_outputs=int(images.shape[0])
-            )
-
-
 def run_fn(fn_args) -> None:
     """Trains the classifier and exports it to fn_args.serving_model_dir.
 
@@ -139,6 +115,19 @@ def run_fn(fn_args) -> None:
     statistics_uri = custom_config.get(IMAGE_STATISTICS_URI_KEY)
     mean, std, crop_fraction = resolve_normalization(config, statistics_uri, train_split)
     labels = artifacts.load_labels(examples_uri)
+    serving_dir = custom_config.get(SERVING_DIR_KEY)
+    champion = served_models.latest(serving_dir) if config.warm_start else None
+    fingerprint = resume.fingerprint(
+        examples_uri,
+        (train_split, eval_split),
+        statistics_uri,
+        config,
+        (fn_args.train_steps, fn_args.eval_steps),
+        champion.path if champion else None,
+    )
+    backups = os.path.join(
+        resume.backups_root(fn_args.model_run_dir, config.checkpoint_dir), fingerprint
+    )
     train_source = input_lib.split_source(examples_uri, train_split)
     eval_source = input_lib.split_source(examples_uri, eval_split)
     with contextlib.ExitStack() as stack:
@@ -157,10 +146,14 @@ def run_fn(fn_args) -> None:
         _train(
             attr.evolve(fn_args, model_run_dir=run_dir),
             config,
-            custom_config,
             labels,
-            (train_source, eval_source),
-            statistics_uri,
+            Sources(
+                train_source,
+                eval_source,
+                statistics_uri,
+                serving_dir,
+                (backups, fingerprint),
+            ),
             (mean, std),
             crop_fraction,
         )
@@ -169,50 +162,32 @@ def run_fn(fn_args) -> None:
 def _train(
     fn_args,
     config: TrainerConfig,
-    custom_config: dict[str, Any],
     labels: list[str],
-    splits: tuple[input_lib.SplitSource, input_lib.SplitSource],
-    statistics_uri: str | None,
+    sources: Sources,
     normalization: tuple[list[float], list[float]],
     crop_fraction: float,
 ) -> None:
-    train_source, eval_source = splits
     plan = devices.plan_devices(
         *devices.visible_devices(), num_gpus=config.num_gpus, mixed_precision=config.mixed_precision
     )
     devices.log_plan(plan)
     devices.apply_precision(plan)
     try:
-        _train_and_export(
-            fn_args,
-            config,
-            plan,
-            labels,
-            Sources(train_source, eval_source, statistics_uri, custom_config.get(SERVING_DIR_KEY)),
-            normalization,
-            crop_fraction,
-        )
+        _train_and_export(fn_args, config, plan, labels, sources, normalization, crop_fraction)
     finally:
         keras.mixed_precision.set_global_policy(devices.FLOAT32)
 
 
-def _export_through_local_folder(
-    model: keras.Model, folder: str, *args: Any, **kwargs: Any
-) -> None:
-    """export_serving_model into `folder`, through a local copy on an object store."""
-    with staging.local_folder(folder, "imgpipe-export-") as local:
-        export.export_serving_model(model, local, *args, **kwargs)
-
-
 @dataclasses.dataclass(frozen=True)
 class Sources:
-    """What training reads beside its config: the splits, the statistics artifact, and
-    the serving directory (the champion, for a warm start)."""
+    """What training reads beside its config: the splits, the statistics artifact, the
+    serving directory (the champion, for a warm start), and where its backups go."""
 
     train: input_lib.SplitSource
     eval: input_lib.SplitSource
     statistics_uri: str | None
     serving_dir: str | None
+    backups: tuple[str, str]  # this training's backup folder, and its fingerprint
 
 
 def plan_phases(
@@ -241,39 +216,88 @@ def _train_and_export(
     normalization: tuple[list[float], list[float]],
     crop_fraction: float,
 ) -> None:
-    train_source, eval_source = sources.train, sources.eval
     strategy = devices.make_strategy(plan)
     global_batch = config.batch_size * plan.replicas
-    train_memory, eval_memory = plan_input_memory(config, train_source, eval_source, global_batch)
+    steps_per_epoch, epochs = _schedule(
+        fn_args.train_steps,
+        sources.train.records or 0,
+        global_batch,
+        config.epochs,
+        config.min_train_steps,
+    )
     host_norm = normalization if config.normalize_on_host else None
+    model, warm = _build(
+        config,
+        labels,
+        strategy,
+        sources,
+        None if host_norm else normalization,
+        steps_per_epoch * epochs,
+    )
+    phases = plan_phases(config, epochs, warm)
+    folder, fingerprint = sources.backups
+    base = resume.BackupState(
+        fingerprint,
+        resume.Plan(
+            steps_per_epoch,
+            global_batch,
+            tuple(resume.PlannedPhase(p.name, p.epochs) for p in phases),
+        ),
+        phase=0,
+        optimizer_steps=0,
+        progress=(),
+    )
+    found, best_weights = fitting.start_from(
+        model, strategy, config, phases, resume.find(folder, fingerprint, base.plan)
+    )
+    base = dataclasses.replace(base, data_seed=resume.data_seed(config.seed, found.state))
     common: dict[str, Any] = dict(
         image_size=config.input_size,
         crop_fraction=crop_fraction,
         key_map=config.feature_key_map,
         normalization=host_norm,
-        seed=config.seed,
     )
-    train_ds = input_lib.make_dataset(
-        train_source, input_lib.TRAIN, memory=train_memory, batch_size=global_batch, **common
+    run = _run(fn_args, config, model, strategy, sources, global_batch, common, base.data_seed)
+    progress = fitting.fit_phases(
+        run,
+        phases,
+        (folder, base),
+        (found.state, best_weights),
+        lambda log_dir, stopping, backup: _callbacks(config, log_dir, stopping, backup),
+        datasets.sample_callbacks(config, sources.train, fn_args.model_run_dir, common, host_norm),
     )
-    eval_steps = fn_args.eval_steps or None
-    eval_ds = input_lib.make_dataset(
-        eval_source,
-        input_lib.EVAL,
-        memory=eval_memory,
-        batch_size=global_batch,
-        repeat=eval_steps is not None,
-        **common,
+    audit = _export(
+        fn_args, model, config, labels, crop_fraction, host_norm, sources.statistics_uri
     )
-    steps_per_epoch, epochs = _schedule(
-        fn_args.train_steps,
-        train_source.records or 0,
-        global_batch,
-        config.epochs,
-        config.min_train_steps,
+    accuracies = [p.val_accuracy for p in progress if p.val_accuracy is not None]
+    summary_lib.write(
+        fn_args.model_run_dir,
+        summary_lib.TrainingSummary(
+            backbone=config.backbone,
+            image_size=config.input_size,
+            weights=config.weights,
+            warm_start=warm.status,
+            warm_start_note=warm.note,
+            steps_per_epoch=steps_per_epoch,
+            phases=resume.summary_phases(phases, progress),
+            val_accuracy=accuracies[-1] if accuracies else None,
+            resume=found.resumption(),
+            label_audit=audit,
+        ),
     )
-    total_steps = steps_per_epoch * epochs
-    model_normalization = None if host_norm else normalization
+    resume.remove(folder)
+    logging.info("Exported %s", fn_args.serving_model_dir)
+
+
+def _build(
+    config: TrainerConfig,
+    labels: list[str],
+    strategy: tf.distribute.Strategy,
+    sources: Sources,
+    model_normalization: tuple[list[float], list[float]] | None,
+    total_steps: int,
+) -> tuple[keras.Model, warm_start.WarmStart]:
+    """The classifier, warm-started when asked, batch norm fitted to the run's length."""
     with strategy.scope():
         model = model_lib.build_model(config, len(labels), model_normalization)
         warm = warm_start.apply(model, config, labels, sources.serving_dir, model_normalization)
@@ -285,137 +309,77 @@ def _train_and_export(
                 lowered,
                 total_steps,
             )
-    phases = plan_phases(config, epochs, warm)
-    sample_callbacks: list[keras.callbacks.Callback] = []
-    if config.tensorboard_images and tensorboard_available():
-        samples = input_lib.make_dataset(
-            train_source,
-            input_lib.TRAIN,
-            batch_size=config.tensorboard_images,
-            memory=memory.plan_memory(
-                0,
-                0,
-                0,
-                cache=CACHE_OFF,
-                ram_budget_bytes=0,
-                shuffle_buffer=config.tensorboard_images,
-            ),
-            **common,
-        )
-        with input_lib.named_read_errors(train_source):
-            images, _ = next(iter(samples))
-        sample_callbacks.append(
-            SampleImages(os.path.join(fn_args.model_run_dir, SAMPLES_SUBDIR), images, host_norm)
-        )
-    done_phases = []
-    val_accuracy = None
-    initial_epoch = 0
-    for phase in phases:
-        model_lib.backbone_of(model).trainable = phase.backbone_trainable
-        with strategy.scope():
-            model_lib.compile_model(
-                model,
-                config,
-                steps_per_epoch * phase.epochs,
-                phase.peak_learning_rate / config.learning_rate,
-            )
-        logging.info(
-            "Training %s, phase %s: %d epochs x %d steps, global batch %d, peak rate %g%s",
-            model.name,
-            phase.name,
-            phase.epochs,
-            steps_per_epoch,
-            global_batch,
-            phase.peak_learning_rate,
-            "" if phase.backbone_trainable else ", backbone frozen",
-        )
-        callbacks = sample_callbacks + _callbacks(
-            config, os.path.join(fn_args.model_run_dir, phase.name), fn_args.model_run_dir
-        )
-        sample_callbacks = []
-        with input_lib.named_read_errors(train_source, eval_source):
-            history = model.fit(
-                train_ds,
-                initial_epoch=initial_epoch,
-                epochs=initial_epoch + phase.epochs,
-                steps_per_epoch=steps_per_epoch,
-                validation_data=eval_ds,
-                validation_steps=eval_steps,
-                callbacks=callbacks,
-                verbose=2,
-            )
-        initial_epoch += phase.epochs
-        accuracies = history.history.get("val_accuracy") or []
-        val_accuracy = float(max(accuracies)) if accuracies else val_accuracy
-        done_phases.append(dataclasses.replace(phase, epochs_run=len(history.epoch)))
-    model_lib.backbone_of(model).trainable = True
-    backup_root = config.checkpoint_dir or os.path.join(fn_args.model_run_dir, BACKUP_SUBDIR)
-    if fileio.isdir(backup_root) and not fileio.list_dir(backup_root):
-        fileio.remove(backup_root)  # each phase's backup is gone once it completes
-    # TFX's model artifact holds Format-Serving/ (fn_args.serving_model_dir) only. It is
-    # exported aside, then moved into place, so a retried Trainer never mixes exports.
-    model_dir, serving_subdir = os.path.split(fn_args.serving_model_dir.rstrip("/"))
-    outputs.publish_folder(
-        model_dir,
-        serving_subdir,
-        lambda folder: _export_through_local_folder(
-            model,
-            folder,
-            labels,
-            config.input_size,
-            crop_fraction,
-            host_norm,
-            config.feature_key_map,
-            statistics_uri=sources.statistics_uri,
-        ),
-    )
-    summary_lib.write(
-        fn_args.model_run_dir,
-        summary_lib.TrainingSummary(
-            backbone=config.backbone,
-            image_size=config.input_size,
-            weights=config.weights,
-            warm_start=warm.status,
-            warm_start_note=warm.note,
-            steps_per_epoch=steps_per_epoch,
-            phases=tuple(done_phases),
-            val_accuracy=val_accuracy,
-        ),
-    )
-    logging.info("Exported %s", fn_args.serving_model_dir)
+    return model, warm
 
 
-def plan_input_memory(
+def _run(
+    fn_args,
     config: TrainerConfig,
-    train_source: input_lib.SplitSource,
-    eval_source: input_lib.SplitSource,
+    model: keras.Model,
+    strategy: tf.distribute.Strategy,
+    sources: Sources,
     global_batch: int,
-) -> tuple[memory.MemoryPlan, memory.MemoryPlan]:
-    """Memory plans for the train split, then for eval out of what train left."""
-    available = memory.available_memory_bytes()
-    budget = int(config.ram_budget_mb * memory.MB) if config.ram_budget_mb else None
-    plans = []
-    for source in (train_source, eval_source):
-        plan = memory.plan_memory(
-            encoded_bytes=source.encoded_bytes or 0,
-            records=source.records or 0,
-            available_bytes=available,
-            cache=config.cache if source.encoded_bytes is not None else CACHE_OFF,
-            ram_budget_bytes=budget,
-            shuffle_buffer=config.shuffle_buffer,
-            min_shuffle_buffer=global_batch,
-        )
-        logging.info(
-            "Input pipeline, %s: %s; shuffle buffer %d images; tf.data RAM budget %.0f MB",
-            source.name,
-            plan.reason,
-            plan.shuffle_buffer,
-            plan.autotune_ram_budget / memory.MB,
-        )
-        plans.append(plan)
-        spent = plan.budget_bytes - plan.autotune_ram_budget
-        budget = max(plan.budget_bytes - spent, 0)
-    return plans[0], plans[1]
+    common: dict[str, Any],
+    seed: int,
+) -> fitting.Run:
+    """The input pipelines, with what fit() needs beside them."""
+    eval_steps = fn_args.eval_steps or None
+    train_ds, eval_ds = datasets.make_datasets(
+        config, (sources.train, sources.eval), global_batch, common, eval_steps, seed
+    )
+    return fitting.Run(
+        model,
+        strategy,
+        config,
+        sources.train,
+        sources.eval,
+        train_ds,
+        eval_ds,
+        eval_steps,
+        global_batch,
+        fn_args.model_run_dir,
+    )
+
+
+def _export(
+    fn_args,
+    model: keras.Model,
+    config: TrainerConfig,
+    labels: list[str],
+    crop_fraction: float,
+    host_norm: tuple[list[float], list[float]] | None,
+    statistics_uri: str | None,
+) -> image_stats.LabelAudit | None:
+    """Publishes the serving model into the model artifact; returns the candidate's label
+    audit on the eval split (candidate_audit.py), run on the export.
+
+    TFX's model artifact holds Format-Serving/ (fn_args.serving_model_dir) only. It is
+    exported aside, then moved into place, so a retried Trainer never mixes exports.
+    """
+    model_dir, serving_subdir = os.path.split(fn_args.serving_model_dir.rstrip("/"))
+    examples_uri, eval_split = examples_uri_and_split(fn_args.eval_files[0])
+    audits: list[image_stats.LabelAudit] = []  # the audit of the attempt published
+
+    def export_and_audit(folder: str) -> None:
+        with staging.local_folder(folder, "imgpipe-export-") as local:
+            export.export_serving_model(
+                model,
+                local,
+                labels,
+                config.input_size,
+                crop_fraction,
+                host_norm,
+                config.feature_key_map,
+                statistics_uri=statistics_uri,
+            )
+            audits.append(
+                candidate_audit.audit_candidate(
+                    local, labels, examples_uri, eval_split, config.feature_key_map
+                )
+            )
+
+    outputs.publish_folder(model_dir, serving_subdir, export_and_audit)
+    return audits[-1] if audits else None
 
 
 def _schedule(
@@ -445,36 +409,18 @@ def _schedule(
     return steps_per_epoch, max(epochs, needed)
 
 
-@functools.cache
-def tensorboard_available() -> bool:
-    """tf.summary's writers live in the tensorboard package; without it, log and go on."""
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        logging.warning("the tensorboard package is not installed: no TensorBoard logs")
-        return False
-    return True
-
-
 def _callbacks(
-    config: TrainerConfig, log_dir: str, model_run_dir: str
+    config: TrainerConfig,
+    log_dir: str,
+    stopping: keras.callbacks.EarlyStopping | None,
+    backup: keras.callbacks.Callback,
 ) -> list[keras.callbacks.Callback]:
-    """Preemption backup (one per phase), TensorBoard and early stopping."""
-    phase = os.path.basename(log_dir)
-    backup_dir = os.path.join(
-        config.checkpoint_dir or os.path.join(model_run_dir, BACKUP_SUBDIR), phase
-    )
-    callbacks: list[keras.callbacks.Callback] = [
-        keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True)
-    ]
-    if tensorboard_available():
+    """TensorBoard, early stopping, then the preemption backup, which saves early
+    stopping's state of the epoch."""
+    callbacks: list[keras.callbacks.Callback] = []
+    if datasets.tensorboard_available():
         callbacks.append(keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch"))
-    if config.early_stopping_patience:
-        callbacks.append(
-            keras.callbacks.EarlyStopping(
-                monitor="val_loss",
-                patience=config.early_stopping_patience,
-                restore_best_weights=True,
-            )
-        )
+    if stopping is not None:
+        callbacks.append(stopping)
+    callbacks.append(backup)
     return callbacks

@@ -1,10 +1,11 @@
 """Warm start: a retrain begins from the served champion's weights.
 
-The champion is the newest complete push in the serving directory
-(components/common/served_models.py); its Keras weights are in assets.extra. Same
-labels and architecture: every weight, head included. Other labels: the backbone, with
-a fresh head. No champion, no weights file, or another architecture: a fresh model.
-Each outcome is logged and recorded in the training summary.
+The champion is the newest sound push in the serving directory (served_models.find,
+every byte checksummed: the weights are read whole anyway); its Keras weights are in
+assets.extra. Same labels and architecture: every weight, head included. Other labels:
+the backbone, with a fresh head. No champion, no weights file, another architecture,
+or a serving directory that cannot be read: a fresh model. Damaged pushes passed over
+are named in the note. Each outcome is logged and recorded in the training summary.
 """
 
 from __future__ import annotations
@@ -53,18 +54,35 @@ def apply(
     fit; returns what was done. Call inside the distribution strategy's scope."""
     if not config.warm_start:
         return WarmStart(OFF, "warm_start is off")
-    champion = served_models.latest(serving_dir)
+    try:
+        lookup = served_models.find(serving_dir, checksums=True)
+    except (OSError, ValueError) as e:  # a damaged push is passed over; this is the folder
+        return _log(WarmStart(FRESH, f"the serving directory cannot be read ({e}): fresh"))
+    warm = _from(lookup, model, config, labels, normalization)
+    if lookup.note:
+        warm = dataclasses.replace(warm, note=f"{warm.note} ({lookup.note})")
+    return _log(warm)
+
+
+def _from(
+    lookup: served_models.Lookup,
+    model: keras.Model,
+    config: TrainerConfig,
+    labels: Sequence[str],
+    normalization: tuple[Sequence[float], Sequence[float]] | None,
+) -> WarmStart:
+    champion = lookup.model
     if champion is None:
-        return _log(WarmStart(FRESH, f"no champion in {serving_dir or '(none set)'}: fresh"))
+        return WarmStart(FRESH, f"no champion in {lookup.serving_dir or '(none set)'}: fresh")
     weights = champion.weights_path
     if weights is None:
-        return _log(
-            WarmStart(FRESH, f"champion {champion.path} has no weights file: fresh", champion.path)
+        return WarmStart(
+            FRESH, f"champion {champion.path} has no weights file: fresh", champion.path
         )
     same_labels = list(champion.labels) == list(labels)
     try:
         source = model_lib.build_model(
-            dataclasses.replace(config, weights=None), len(champion.labels), normalization
+            config, len(champion.labels), normalization, load_weights=False
         )
         # Keras loads what matches and warns about the rest: compare architectures first.
         if champion.weight_shapes() != export.weight_shapes(source):
@@ -72,22 +90,16 @@ def apply(
         model_lib.load_weights_file(source, weights)
         model_lib.transfer_weights(source, model, include_head=same_labels)
     except (ValueError, OSError) as e:
-        return _log(
-            WarmStart(
-                FRESH,
-                f"champion {champion.path} does not fit this model ({e}): fresh",
-                champion.path,
-            )
+        return WarmStart(
+            FRESH, f"champion {champion.path} does not fit this model ({e}): fresh", champion.path
         )
     if same_labels:
-        return _log(WarmStart(FULL, f"from champion {champion.path}", champion.path))
-    return _log(
-        WarmStart(
-            BACKBONE_ONLY,
-            f"from champion {champion.path}, with a fresh head: its labels "
-            f"{list(champion.labels)} differ from {list(labels)}",
-            champion.path,
-        )
+        return WarmStart(FULL, f"from champion {champion.path}", champion.path)
+    return WarmStart(
+        BACKBONE_ONLY,
+        f"from champion {champion.path}, with a fresh head: its labels "
+        f"{list(champion.labels)} differ from {list(labels)}",
+        champion.path,
     )
 
 

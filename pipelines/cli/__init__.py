@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from imgpipe.pipelines import termination
-from imgpipe.pipelines.cli import errors
+from imgpipe.pipelines.cli import chatter, errors
 
 DEBUG_FLAG = "--debug"
 # What separates the options of a command from the Beam options passed through verbatim.
@@ -46,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="on an error, show the traceback (allowed anywhere before --)",
     )
+    parser.add_argument(
+        chatter.VERBOSE_FLAG,
+        action="store_true",
+        help="show the libraries' own logs and warnings too (allowed anywhere before --; "
+        f"or {chatter.VERBOSE_ENV}=1)",
+    )
     subparsers = parser.add_subparsers(title="subcommands", metavar="COMMAND")
     for module in (version, convert, run, kfp, stats, engine):
         module.register(subparsers)
@@ -62,14 +68,17 @@ def _remember_command_parsers(parser: argparse.ArgumentParser) -> None:
                 _remember_command_parsers(sub)
 
 
-def _split_argv(argv: Sequence[str]) -> tuple[list[str], list[str], bool]:
-    """(the command's arguments, the Beam arguments after --, whether --debug was given)."""
+def _split_argv(argv: Sequence[str]) -> tuple[list[str], list[str], bool, bool]:
+    """(the command's arguments, the Beam arguments after --, whether --debug and whether
+    --verbose were given)."""
     argv = list(argv)
     passthrough: list[str] = []
     if BEAM_SEPARATOR in argv:
         at = argv.index(BEAM_SEPARATOR)
         argv, passthrough = argv[:at], argv[at + 1 :]
-    return [a for a in argv if a != DEBUG_FLAG], passthrough, DEBUG_FLAG in argv
+    flags = (DEBUG_FLAG, chatter.VERBOSE_FLAG)
+    own = [a for a in argv if a not in flags]
+    return own, passthrough, DEBUG_FLAG in argv, chatter.VERBOSE_FLAG in argv
 
 
 def _beam_args(args: argparse.Namespace, extra: list[str], after: list[str]) -> list[str]:
@@ -102,11 +111,13 @@ def _beam_args(args: argparse.Namespace, extra: list[str], after: list[str]) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    own, after, debug = _split_argv(sys.argv[1:] if argv is None else argv)
+    own, after, debug, verbose = _split_argv(sys.argv[1:] if argv is None else argv)
     debug = debug or bool(os.environ.get("IMGPIPE_DEBUG"))
+    verbose = verbose or bool(os.environ.get(chatter.VERBOSE_ENV))
     with contextlib.ExitStack() as stack:
-        if not os.environ.get("IMGPIPE_VERBOSE"):
+        if not verbose:
             stack.enter_context(errors.quiet_library_logs(debug))
+            stack.enter_context(chatter.quiet_stderr(enabled=True))
         try:
             parser = build_parser()
             args, extra = parser.parse_known_args(own)

@@ -14,7 +14,7 @@ from imgpipe.components.common import config_loader, layout
 from imgpipe.components.common.printable import printable
 from imgpipe.components.image_example_gen import options as opts
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
-from imgpipe.pipelines.cli import errors
+from imgpipe.pipelines.cli import errors, paths
 from imgpipe.pipelines.cli.errors import UserError
 
 if TYPE_CHECKING:  # conversion_summary loads TensorFlow, which `imgpipe --help` need not
@@ -283,6 +283,15 @@ class ProgressBar:
 
 
 def run(args: argparse.Namespace) -> int:
+    no_source = (
+        f"{args.src}: no such folder; give the image folder "
+        "(root/<label>/... or root/<split>/<label>/...)"
+    )
+    # Local paths are checked before TensorFlow and Beam load (seconds), object stores after.
+    paths.require_local_folder(args.src, no_source)
+    image_options, output_options = options_from_args(args)
+    paths.refuse_local_file_on_the_way(args.out)
+
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -291,12 +300,8 @@ def run(args: argparse.Namespace) -> int:
     from imgpipe.components.image_example_gen.transforms import ImageConversionError
     from imgpipe.pipelines.beam_args import local_beam_args
 
-    image_options, output_options = options_from_args(args)
     if not fileio.isdir(args.src):
-        raise UserError(
-            f"{args.src}: no such folder; give the image folder "
-            "(root/<label>/... or root/<split>/<label>/...)"
-        )
+        raise UserError(no_source)
     _check_output_path(args.out)
     if fileio.exists(os.path.join(args.out, layout.MANIFEST_FILE)) and not args.overwrite:
         raise UserError(
@@ -334,15 +339,7 @@ def _check_output_path(out: str) -> None:
     """Raises UserError when `out`, or the nearest of its folders that exists, is a file."""
     from imgpipe.components.common import fileio
 
-    path = out.rstrip("/")
-    while path and not fileio.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            return
-        path = parent
-    if path and not fileio.isdir(path):
-        where = "" if path == out.rstrip("/") else f", so {out} cannot be made"
-        raise UserError(f"{path} is a file{where}; give a new or empty folder as the output")
+    paths.refuse_file_on_the_way(out, fileio.exists, fileio.isdir)
 
 
 def print_summary(summary: ConversionSummary, out: str) -> None:
@@ -361,6 +358,13 @@ def print_summary(summary: ConversionSummary, out: str) -> None:
     print(f"skipped          {summary.skipped}   (see {os.path.join(shown, layout.SKIPPED_FILE)})")
     print(f"ignored          {summary.ignored}   (see {os.path.join(shown, layout.IGNORED_FILE)})")
     print(f"files seen       {summary.files_seen} = written + skipped + ignored")
+    rotated = sum(s.rotated for s in summary.splits.values())
+    composited = sum(s.composited for s in summary.splits.values())
+    if rotated or composited:
+        print(
+            f"made as seen     {rotated} rotated upright (EXIF orientation), {composited} "
+            "transparent composited onto the background; re-encoded"
+        )
     if summary.label_conflicts:
         conflicting = sum(len(c.paths) for c in summary.label_conflicts)
         outcome = "kept" if summary.label_conflicts[0].kept else "skipped"

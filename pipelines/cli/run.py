@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from imgpipe.components.image_example_gen.options import flat_splits
+from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines import sample_photos
 from imgpipe.pipelines.cli.errors import UserError
 from imgpipe.pipelines.cli.settings import add_set_argument
@@ -34,9 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     local.add_argument(
         "--data",
-        required=True,
         metavar="DIR",
-        help="image folder: root/<label>/... or root/<split>/<label>/...",
+        help="image folder: root/<label>/... or root/<split>/<label>/...; may end in "
+        "TFX's span patterns (e.g. /data/span-{SPAN}: the latest span is read); "
+        "default: the config's data_root",
     )
     local.add_argument("--config", metavar="FILE", help="pipeline config YAML")
     add_set_argument(local)
@@ -51,7 +53,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "from Debian's opencv-doc) into WORKDIR/data and runs the pipeline "
         "locally with a small model.",
     )
-    demo.add_argument("--workdir", default="/tmp/imgpipe-demo", metavar="DIR")
+    demo.add_argument(
+        "--workdir",
+        default=os.path.join(cfg.DEFAULT_WORK_DIR, "demo"),
+        metavar="DIR",
+        help="where the photos, the pipeline root and the pushed model go (default %(default)s)",
+    )
     demo.add_argument(
         "--per-class",
         type=int,
@@ -63,26 +70,58 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_local(args: argparse.Namespace) -> int:
-    from imgpipe.components.common import fileio
-    from imgpipe.pipelines import config as cfg
-
-    if not fileio.isdir(args.data):
-        raise UserError(
-            f"--data {args.data}: no such folder; give the image folder "
-            "(root/<label>/... or root/<split>/<label>/...)"
-        )
+    data = args.data
+    if data is not None and "://" not in data:
+        data = os.path.abspath(data)
     config = cfg.load(
         args.config,
         args.set,
-        data_root=os.path.abspath(args.data) if "://" not in args.data else args.data,
+        data_root=data,
         pipeline_root=args.pipeline_root,
         serving_dir=args.serving_dir,
     )
+    if args.data is not None:
+        check_data(config, f"--data {args.data}", args.data)
+    else:
+        check_data(config, f"data_root {config.data_root}", config.data_root)
     return _run_and_report(config)
 
 
+def check_data(config: Any, origin: str, data_root: str) -> str:
+    """Checks what a run will read before the pipeline starts: the folder (the latest
+    span of a {SPAN}/{VERSION} pattern, resolved as ImageExampleGen's driver resolves
+    it) exists and holds images of at least two classes. Returns that folder.
+
+    Args:
+      config: the run's config.
+      origin: where data_root came from, as the user wrote it (`--data DIR`).
+      data_root: config.data_root, spelled as the user wrote it.
+
+    Raises:
+      UserError: one line naming the path and the fix.
+    """
+    from imgpipe.components.image_example_gen import data_warnings
+    from imgpipe.components.image_example_gen.driver import resolve_input_root
+    from imgpipe.components.image_example_gen.listing import list_images
+
+    if not config.data_root:
+        raise UserError(
+            "no image folder: give --data DIR, or set data_root in the config (--config FILE)"
+        )
+    if "/" not in data_root:  # a folder of the current one: give the pattern a parent
+        data_root = f"{os.curdir}/{data_root}"
+    try:
+        folder = resolve_input_root(data_root)
+    except FileNotFoundError as e:
+        raise UserError(f"{origin}{str(e).removeprefix(data_root)}") from None
+    output = config.example_gen.output
+    labels = list_images(folder, output.layout, output.follow_links).labels
+    if len(labels) < data_warnings.MIN_CLASSES:
+        raise UserError(f"{origin}: {data_warnings.too_few_classes_message(labels)}")
+    return folder
+
+
 def run_demo(args: argparse.Namespace) -> int:
-    from imgpipe.pipelines import config as cfg
 
     workdir = os.path.abspath(args.workdir)
     data_root = os.path.join(workdir, "data")

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from imgpipe.components.common import config_loader, layout
 from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
 from imgpipe.components.common.printable import printable
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.trainer.config import TrainerConfig
+from imgpipe.pipelines.cli import dataclass_flags, paths
 from imgpipe.pipelines.cli.errors import UserError
 
 if TYPE_CHECKING:  # image_stats loads TensorFlow, which `imgpipe --help` need not
     from imgpipe.components.common.image_stats import ImageStats
 
 
-def _default(name: str) -> Any:
-    return config_loader.field_default(StatisticsConfig, name)
+# Flags kept from an earlier release, where they differ from the field's name.
+FLAG_NAMES = {"sample_thumbnails": "thumbnails", "native_resolution": "native"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,129 +67,86 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the Trainer's eval center-crop fraction (default %(default)s)",
     )
     parser.add_argument(
-        "--native",
-        action=argparse.BooleanOptionalAction,
-        default=_default("native_resolution"),
-        help="also compute pixel statistics at the stored size (decodes twice)",
-    )
-    parser.add_argument(
-        "--thumbnails",
-        type=int,
-        default=_default("sample_thumbnails"),
-        help="thumbnails per class (default %(default)s)",
-    )
-    parser.add_argument(
-        "--leakage-threshold",
-        type=float,
-        default=_default("leakage_threshold"),
-        help="tolerated fraction of a split's images copied in another split (default %(default)s)",
-    )
-    parser.add_argument(
-        "--min-supported-fraction",
-        type=float,
-        default=_default("min_supported_fraction"),
-        help="smallest tolerated fraction of usable images (default %(default)s)",
-    )
-    parser.add_argument(
-        "--verify-images",
-        action=argparse.BooleanOptionalAction,
-        default=_default("verify_images"),
-        help="check every JPEG strictly, and make corrupt or undecodable images anomalies",
-    )
-    parser.add_argument(
-        "--fail-on-anomalies",
-        action=argparse.BooleanOptionalAction,
-        default=_default("fail_on_anomalies"),
-        help="exit with status 1 when anomalies are found",
-    )
-    parser.add_argument(
         "--baseline",
         metavar="PATH",
         help="compare with this data's statistics (drift): an image_stats.json, a folder "
         "holding one, or a serving directory (its newest pushed model's training data)",
     )
-    parser.add_argument(
-        "--fail-on-drift",
-        action=argparse.BooleanOptionalAction,
-        default=_default("fail_on_drift"),
-        help="exit with status 1 when the data drifted from the baseline",
+    settings = parser.add_argument_group(
+        "ImageStatistics' settings (the pipeline config's `statistics:` section)"
     )
-    for name, meaning in (
-        ("drift_mean_shift", "a channel's mean move, in baseline std"),
-        ("drift_class_mean_shift", "a class's channel mean move, in baseline std"),
-        ("drift_std_ratio", "a channel's std ratio, either way up"),
-        ("drift_label_distance", "a class's share change (L-infinity)"),
-        ("drift_size_distance", "a size bin's share change (L-infinity)"),
-    ):
-        parser.add_argument(
-            "--" + name.replace("_", "-"),
-            type=float,
-            default=_default(name),
-            help=f"largest tolerated drift: {meaning} (default %(default)s)",
-        )
+    parser.set_defaults(
+        statistics_flags=dataclass_flags.add_flags(settings, StatisticsConfig, FLAG_NAMES)
+    )
     parser.set_defaults(handler=run, accepts_extra_args=True)
 
 
 def run(args: argparse.Namespace) -> int:
+    no_examples = (
+        f"{args.examples_dir}: no such folder; give the output folder of "
+        "`imgpipe convert` or an Examples artifact's folder"
+    )
+    no_baseline = (
+        f"--baseline {args.baseline} does not exist: give an {layout.IMAGE_STATS_FILE}, "
+        "a folder holding one, or a serving directory"
+    )
+    # Local paths are checked before TensorFlow and Beam load (seconds), object stores after.
+    paths.require_local_folder(args.examples_dir, no_examples)
+    if args.baseline is not None:
+        paths.require_local_path(args.baseline, no_baseline)
+    for path in (args.json, args.html):
+        paths.refuse_local_file_on_the_way(os.path.dirname(path) or ".")
+
     import tempfile
 
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from imgpipe.components.common import fileio, image_stats
+    from imgpipe.components.common import disk_full, fileio, image_stats
     from imgpipe.components.image_statistics import anomalies, baseline, spec
     from imgpipe.components.image_statistics.executor import analysis_options
     from imgpipe.components.image_statistics.produce import produce
     from imgpipe.pipelines.beam_args import local_beam_args
 
     if not fileio.isdir(args.examples_dir):
-        raise UserError(
-            f"{args.examples_dir}: no such folder; give the output folder of "
-            "`imgpipe convert` or an Examples artifact's folder"
-        )
+        raise UserError(no_examples)
     spec.validate_geometry(args.image_size, args.crop_fraction)
     config = config_loader.from_dict(
-        StatisticsConfig,
-        {
-            "sample_thumbnails": args.thumbnails,
-            "native_resolution": args.native,
-            "leakage_threshold": args.leakage_threshold,
-            "min_supported_fraction": args.min_supported_fraction,
-            "fail_on_anomalies": args.fail_on_anomalies,
-            "fail_on_drift": args.fail_on_drift,
-            "drift_mean_shift": args.drift_mean_shift,
-            "drift_class_mean_shift": args.drift_class_mean_shift,
-            "drift_std_ratio": args.drift_std_ratio,
-            "drift_label_distance": args.drift_label_distance,
-            "drift_size_distance": args.drift_size_distance,
-            "verify_images": args.verify_images,
-        },
+        StatisticsConfig, dataclass_flags.values(args, args.statistics_flags)
     )
     drift_baseline = None
     if args.baseline is not None:
         if not fileio.exists(args.baseline):
-            raise FileNotFoundError(
-                f"--baseline {args.baseline} does not exist: give an {layout.IMAGE_STATS_FILE}, "
-                "a folder holding one, or a serving directory"
-            )
+            raise FileNotFoundError(no_baseline)
         drift_baseline = baseline.from_path(args.baseline)
     options = analysis_options(args.image_size, args.crop_fraction, config)
     pipeline_args = local_beam_args(args.extra_args)
     with tempfile.TemporaryDirectory(prefix="imgpipe-stats-") as work:
-        produced = produce(
-            args.examples_dir,
-            None,
-            work,
-            options,
-            config,
-            make_pipeline=lambda: beam.Pipeline(options=PipelineOptions(pipeline_args)),
-            baseline=drift_baseline,
-        )
-    for path in (args.json, args.html):
-        if os.path.dirname(path):
-            fileio.makedirs(os.path.dirname(path))
-    image_stats.write_file(args.json, produced.stats)
-    fileio.write_atomic(args.html, produced.html.encode())
+        try:
+            produced = produce(
+                args.examples_dir,
+                None,
+                work,
+                options,
+                config,
+                make_pipeline=lambda: beam.Pipeline(options=PipelineOptions(pipeline_args)),
+                baseline=drift_baseline,
+            )
+        except Exception as e:
+            if disk_full.is_out_of_space(e):
+                raise disk_full.explain(e, "imgpipe stats", f"{work} (TMPDIR)") from e
+            raise
+    try:
+        for path in (args.json, args.html):
+            if os.path.dirname(path):
+                fileio.makedirs(os.path.dirname(path))
+        # The report first: the statistics, which readers act on, come whole and last.
+        fileio.write_atomic(args.html, produced.html.encode())
+        image_stats.write_file(args.json, produced.stats)
+    except Exception as e:
+        if disk_full.is_out_of_space(e):
+            raise disk_full.explain(e, "imgpipe stats", args.json) from e
+        raise
     print_summary(produced.stats, args.json, args.html)
     return 1 if anomalies.blocking(produced.anomalies, config) else 0
 

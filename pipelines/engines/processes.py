@@ -80,10 +80,12 @@ class Supervisor:
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
             )
-        if prefix:
-            _wait_for_exec(process, prefix[0])
+        # Tracked before anything else can raise (Ctrl-C during the wait below), so
+        # that stop_all stops it too.
         server = Server(name, process, log_path)
         self.servers.append(server)
+        if prefix:
+            _wait_for_exec(process, prefix[0])
         return server
 
     def wait_until(self, ready: Callable[[], bool], what: str, timeout: float) -> None:

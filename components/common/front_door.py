@@ -1,0 +1,28 @@
+"""A package's public names, loaded when first used.
+
+Each component package re-exports its component class and its config, so a user writes
+`from imgpipe.components.trainer import ImageTrainer, TrainerConfig` and never learns the
+file layout. The component class pulls in TFX (seconds); the configs do not, and the CLI
+reads them: so each name loads its own module on first use (PEP 562).
+
+Example (a package's __init__.py):
+  __getattr__ = front_door.lazy(__name__, {"ImageTrainer": "component"})
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def lazy(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module `__getattr__` that returns `exports[name]`'s attribute `name` from the
+    submodule it names, imported on first use."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
+
+    return __getattr__

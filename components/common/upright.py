@@ -1,0 +1,141 @@
+"""Pixels as the user sees them, in TensorFlow ops: EXIF orientation applied, and
+transparency composited onto white.
+
+`tf.io.decode_jpeg` ignores EXIF, so a phone's JPEG (orientation 6) decodes sideways,
+and `decode_png(channels=3)` drops alpha, so a transparent pixel decodes as whatever
+colour it hides, black for most. ImageExampleGen's conversion stores images upright and
+opaque (image_codec.decode and composite_alpha); this module does the same for bytes
+that reach the model without it (the serving signature, Examples written before), and is
+the one decode the training, evaluation and serving inputs take for such images
+(preprocessing.py). Graph ops only, no tf.py_function, so it runs inside a SavedModel.
+
+The orientation is read from the first EXIF_WINDOW_BYTES bytes: the JPEG's segments
+are walked to its APP1 "Exif" segment (at most MAX_SEGMENTS of them), then IFD0's
+entries (at most MAX_IFD_ENTRIES) are searched for tag 0x0112, as
+image_header._exif_orientation reads them in Python. A value outside 1..8, or any field
+beyond the window, reads as 1 (upright).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+EXIF_WINDOW_BYTES = 4096
+MAX_SEGMENTS = 8
+MAX_IFD_ENTRIES = 32
+ORIENTATION_TAG = 0x0112
+# What transparency is composited onto: white, as ImageOptions.background's default.
+BACKGROUND = 255
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def exif_orientations(encoded: tf.Tensor) -> tf.Tensor:
+    """The EXIF orientation (int32, 1..8) of each encoded image of `encoded` [B]; 1 for an
+    image that is not a JPEG or has none. Vectorized over the batch: a few dozen small
+    ops per batch, not per image."""
+    window = EXIF_WINDOW_BYTES + 16  # zeros past the end, so every read is in bounds
+    data = tf.cast(
+        tf.io.decode_raw(
+            tf.strings.substr(encoded, 0, EXIF_WINDOW_BYTES), tf.uint8, fixed_length=window
+        ),
+        tf.int32,
+    )
+    size = tf.minimum(tf.strings.length(encoded), EXIF_WINDOW_BYTES)
+
+    def byte(at: tf.Tensor) -> tf.Tensor:
+        return tf.gather(data, tf.clip_by_value(at, 0, window - 1), batch_dims=1)
+
+    pos = tf.fill(tf.shape(encoded), 2)
+    exif = tf.fill(tf.shape(encoded), -1)
+    exif_id = tf.constant(list(b"Exif\x00\x00"))
+    for _ in range(MAX_SEGMENTS):
+        marker = byte(pos + 1)
+        is_marker = tf.equal(byte(pos), 0xFF) & (pos + 4 <= size)
+        named = tf.reduce_all(tf.equal(byte(pos[:, None] + 4 + tf.range(6)), exif_id), axis=1)
+        is_exif = is_marker & tf.equal(marker, 0xE1) & named
+        exif = tf.where((exif < 0) & is_exif, pos + 10, exif)
+        going = is_marker & tf.not_equal(marker, 0xDA) & (exif < 0)
+        pos = tf.where(going, pos + 2 + byte(pos + 2) * 256 + byte(pos + 3), pos)
+
+    little = tf.equal(byte(exif), 0x49)  # "II"; "MM" is big-endian
+
+    def read(at: tf.Tensor, width: int) -> tf.Tensor:
+        values = [byte(at + i) for i in range(width)]
+        big = tf.add_n([v * (1 << (8 * (width - 1 - i))) for i, v in enumerate(values)])
+        small = tf.add_n([v * (1 << (8 * i)) for i, v in enumerate(values)])
+        return tf.where(little if at.shape.rank == 1 else little[:, None], small, big)
+
+    ifd = exif + read(exif + 4, 4)
+    count = read(ifd, 2)
+    entries = ifd[:, None] + 2 + 12 * tf.range(MAX_IFD_ENTRIES)
+    found = (
+        tf.equal(read(entries, 2), ORIENTATION_TAG)
+        & (tf.range(MAX_IFD_ENTRIES) < count[:, None])
+        & (entries + 10 <= size[:, None])
+    )
+    value = tf.reduce_max(tf.where(found, read(entries + 8, 2), 0), axis=1)
+    valid = (exif >= 0) & (value >= 1) & (value <= 8) & tf.io.is_jpeg(encoded)
+    return tf.where(valid, value, 1)
+
+
+def exif_orientation(encoded: tf.Tensor) -> tf.Tensor:
+    """exif_orientations of one encoded image: an int32 scalar."""
+    return exif_orientations(tf.expand_dims(encoded, 0))[0]
+
+
+def orient(image: tf.Tensor, orientation: tf.Tensor) -> tf.Tensor:
+    """Applies an EXIF orientation (1..8) to [h, w, C] pixels, so they are upright: the
+    same transforms as image_codec.apply_orientation."""
+
+    def transpose() -> tf.Tensor:
+        return tf.transpose(image, [1, 0, 2])
+
+    branches = [
+        lambda: image,
+        lambda: tf.image.flip_left_right(image),
+        lambda: tf.image.rot90(image, 2),
+        lambda: tf.image.flip_up_down(image),
+        transpose,
+        lambda: tf.image.rot90(image, 3),
+        lambda: tf.image.rot90(tf.image.flip_left_right(image), 3),
+        lambda: tf.image.rot90(image, 1),
+    ]
+    return tf.switch_case(tf.clip_by_value(orientation, 1, 8) - 1, branches)
+
+
+def composite_on_white(rgba: tf.Tensor) -> tf.Tensor:
+    """RGBA uint8 [h, w, 4] onto white, as image_codec.composite_alpha rounds: RGB."""
+    pixels = tf.cast(rgba, tf.int32)
+    color, alpha = pixels[..., :3], pixels[..., 3:]
+    out = (color * alpha + BACKGROUND * (255 - alpha) + 127) // 255
+    return tf.cast(out, tf.uint8)
+
+
+def is_png(encoded: tf.Tensor) -> tf.Tensor:
+    return tf.equal(tf.strings.substr(encoded, 0, 8), _PNG_SIGNATURE)
+
+
+def decode_upright(encoded: tf.Tensor, dct_method: str = "") -> tf.Tensor:
+    """One encoded image (JPEG, PNG, GIF's first frame, BMP, WebP) as uint8 [h, w, 3]:
+    upright by its EXIF orientation, transparency composited onto white."""
+
+    def jpeg() -> tf.Tensor:
+        image = tf.io.decode_jpeg(encoded, channels=3, dct_method=dct_method)
+        return orient(image, exif_orientation(encoded))
+
+    def png() -> tf.Tensor:
+        return composite_on_white(tf.io.decode_png(encoded, channels=4))
+
+    def other() -> tf.Tensor:
+        return tf.io.decode_image(encoded, channels=3, expand_animations=False)
+
+    image = tf.case(
+        [(tf.io.is_jpeg(encoded), jpeg), (is_png(encoded), png)], default=other, exclusive=True
+    )
+    return tf.ensure_shape(image, [None, None, 3])
+
+
+def needs_upright(encoded: tf.Tensor) -> tf.Tensor:
+    """Whether any image of `encoded` [B] is a rotated JPEG (a bool scalar): the batch
+    then takes decode_upright rather than the JPEG crop-while-decoding path."""
+    return tf.reduce_any(exif_orientations(encoded) != 1)

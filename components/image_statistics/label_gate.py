@@ -1,0 +1,100 @@
+"""The label audit before training: the champion scores the span, and a span with far more
+likely label errors than the champion's own data stops the run.
+
+The audit itself (confident learning, cleanlab) is components/common/label_audit.py, the
+scoring components/common/label_audit_scoring.py; this module finds the champion, sets
+the gate and words the anomaly. The gate is relative: a span stops when its flagged
+fraction is above max(statistics.max_label_issue_fraction,
+statistics.label_issue_reference_factor x the champion's own rate), the champion's own
+rate being the same audit on its held-out eval split, recorded in its push by the
+Trainer. A push without that record is gated by the floor alone.
+
+Example:
+  audited = before_training(serving_dir, examples_uri, splits, config)
+  found = anomalies(audited.result, "report.html (Label audit)", config)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from imgpipe.components.common import image_stats as schema
+from imgpipe.components.common import label_audit_scoring as scoring
+from imgpipe.components.common import served_models
+from imgpipe.components.image_statistics.anomalies import LABEL_ISSUES
+from imgpipe.components.image_statistics.config import StatisticsConfig
+
+
+def gate_threshold(reference_fraction: float | None, config: StatisticsConfig) -> float:
+    """The largest flagged fraction a span may have: the floor, or a multiple of the
+    champion's own rate on its held-out data when that is higher."""
+    if reference_fraction is None:
+        return config.max_label_issue_fraction
+    return max(
+        config.max_label_issue_fraction, config.label_issue_reference_factor * reference_fraction
+    )
+
+
+def before_training(
+    serving_dir: str, examples_uri: str, splits: Sequence[str], config: StatisticsConfig
+) -> scoring.Audited | None:
+    """The champion's audit of a span, gated; None when statistics.label_audit is off."""
+    if not config.label_audit:
+        return None
+    if not serving_dir:
+        return scoring.skipped("no serving_dir is set, so there is no served model to audit with")
+    try:
+        champion = served_models.latest(serving_dir)
+    except scoring.READ_ERRORS as e:
+        return scoring.skipped(f"the newest model in {serving_dir} cannot be read: {e}")
+    if champion is None:
+        return scoring.skipped(
+            f"no model has been pushed to {serving_dir} yet: nothing to audit with"
+        )
+    audited = scoring.run(
+        champion.path,
+        champion.labels,
+        examples_uri,
+        splits,
+        config.label_audit_max_images,
+        champion.version,
+    )
+    if not audited.result.checked:
+        return audited
+    reference = scoring.read_reference(champion)
+    reference_fraction = reference.flagged_fraction if reference else None
+    threshold = gate_threshold(reference_fraction, config)
+    result = dataclasses.replace(
+        audited.result,
+        reference_fraction=reference_fraction,
+        threshold=threshold,
+        exceeded=audited.result.flagged_fraction > threshold,
+    )
+    return scoring.Audited(result, audited.thumbnails)
+
+
+def anomalies(
+    result: schema.LabelAudit | None, report: str, config: StatisticsConfig
+) -> list[schema.Anomaly]:
+    """A label-issues anomaly, one line with its reason and its fix, when the gate is
+    exceeded."""
+    if result is None or not result.checked or not result.exceeded:
+        return []
+    gate = f"statistics.max_label_issue_fraction {config.max_label_issue_fraction:g}"
+    if result.reference_fraction is not None:
+        gate = (
+            f"the larger of {gate} and {config.label_issue_reference_factor:g} x the served "
+            f"model's own {result.reference_fraction:.1%}"
+        )
+    return [
+        schema.Anomaly(
+            LABEL_ISSUES,
+            None,
+            f"{result.flagged} of {result.audited} images ({result.flagged_fraction:.1%}) look "
+            f"mislabelled to the served model (version {result.model_version}), above the gate "
+            f"{result.threshold:.1%} ({gate}): fix the labels of the images listed in {report}, "
+            "or, if this span's labels are right, rerun it with a higher "
+            "statistics.max_label_issue_fraction in its pipeline config",
+        )
+    ]

@@ -1,0 +1,151 @@
+"""The input pipelines of one training run: memory plans for the splits, the train and
+eval datasets, and the augmented sample images written to TensorBoard."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from imgpipe.components.trainer import input as input_lib
+from imgpipe.components.trainer import memory
+from imgpipe.components.trainer.config import CACHE_OFF, TrainerConfig
+
+SAMPLES_SUBDIR = "samples"
+
+
+@functools.cache
+def tensorboard_available() -> bool:
+    """tf.summary's writers live in the tensorboard package; without it, log and go on."""
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        logging.warning("the tensorboard package is not installed: no TensorBoard logs")
+        return False
+    return True
+
+
+class SampleImages(keras.callbacks.Callback):
+    """Writes a few augmented training images to TensorBoard before training starts."""
+
+    def __init__(
+        self,
+        log_dir: str,
+        images: tf.Tensor,
+        normalization: tuple[Sequence[float], Sequence[float]] | None,
+    ):
+        super().__init__()
+        self.log_dir = log_dir
+        self.images = images
+        self.normalization = normalization
+
+    def on_train_begin(self, logs=None):
+        images = tf.cast(self.images, tf.float32)
+        if self.normalization is not None:
+            mean, std = self.normalization
+            images = images * tf.constant(std) + tf.constant(mean)
+        images = tf.clip_by_value(images, 0.0, 255.0) / 255.0
+        with tf.summary.create_file_writer(self.log_dir).as_default():
+            tf.summary.image(
+                "augmented_training_images", images, step=0, max_outputs=int(images.shape[0])
+            )
+
+
+def sample_callbacks(
+    config: TrainerConfig,
+    train_source: input_lib.SplitSource,
+    model_run_dir: str,
+    common: dict[str, Any],
+    host_norm: tuple[list[float], list[float]] | None,
+) -> list[keras.callbacks.Callback]:
+    """SampleImages of augmented training images, when TensorBoard is there."""
+    if not (config.tensorboard_images and tensorboard_available()):
+        return []
+    samples = input_lib.make_dataset(
+        train_source,
+        input_lib.TRAIN,
+        batch_size=config.tensorboard_images,
+        memory=memory.plan_memory(
+            0, 0, 0, cache=CACHE_OFF, ram_budget_bytes=0, shuffle_buffer=config.tensorboard_images
+        ),
+        seed=config.seed,
+        **common,
+    )
+    with input_lib.named_read_errors(train_source):
+        images, _ = next(iter(samples))
+    return [SampleImages(os.path.join(model_run_dir, SAMPLES_SUBDIR), images, host_norm)]
+
+
+def plan_input_memory(
+    config: TrainerConfig,
+    train_source: input_lib.SplitSource,
+    eval_source: input_lib.SplitSource,
+    global_batch: int,
+) -> tuple[memory.MemoryPlan, memory.MemoryPlan]:
+    """Memory plans for the train split, then for eval out of what train left."""
+    available = memory.available_memory_bytes()
+    budget = int(config.ram_budget_mb * memory.MB) if config.ram_budget_mb else None
+    plans = []
+    for source in (train_source, eval_source):
+        plan = memory.plan_memory(
+            encoded_bytes=source.encoded_bytes or 0,
+            records=source.records or 0,
+            available_bytes=available,
+            cache=config.cache if source.encoded_bytes is not None else CACHE_OFF,
+            ram_budget_bytes=budget,
+            shuffle_buffer=config.shuffle_buffer,
+            min_shuffle_buffer=global_batch,
+        )
+        logging.info(
+            "Input pipeline, %s: %s; shuffle buffer %d images; tf.data RAM budget %.0f MB",
+            source.name,
+            plan.reason,
+            plan.shuffle_buffer,
+            plan.autotune_ram_budget / memory.MB,
+        )
+        plans.append(plan)
+        spent = plan.budget_bytes - plan.autotune_ram_budget
+        budget = max(plan.budget_bytes - spent, 0)
+    return plans[0], plans[1]
+
+
+def make_datasets(
+    config: TrainerConfig,
+    splits: tuple[input_lib.SplitSource, input_lib.SplitSource],
+    global_batch: int,
+    common: dict[str, Any],
+    eval_steps: int | None,
+    seed: int,
+) -> tuple[tf.data.Dataset, tf.data.Dataset]:
+    """The train and eval datasets; `seed` seeds the train shuffles (resume.data_seed).
+
+    Args:
+      common: make_dataset's arguments shared by both (size, crop, key map,
+        normalization).
+      eval_steps: None evaluates the whole eval split, once per evaluation.
+    """
+    train_source, eval_source = splits
+    train_memory, eval_memory = plan_input_memory(config, train_source, eval_source, global_batch)
+    train_ds = input_lib.make_dataset(
+        train_source,
+        input_lib.TRAIN,
+        memory=train_memory,
+        batch_size=global_batch,
+        seed=seed,
+        **common,
+    )
+    eval_ds = input_lib.make_dataset(
+        eval_source,
+        input_lib.EVAL,
+        memory=eval_memory,
+        batch_size=global_batch,
+        repeat=eval_steps is not None,
+        seed=config.seed,
+        **common,
+    )
+    return train_ds, eval_ds

@@ -1,0 +1,33 @@
+"""Without a Docker engine the container tier is skipped, loudly: never a silent pass."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_without_an_engine_the_container_tier_is_skipped_loudly(tmp_path):
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/test_image.py", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "imgpipe tests: warning: 6 container-tier tests SKIPPED: NO DOCKER ENGINE" in (
+        result.stderr
+    )
+    summary = result.stdout.splitlines()
+    assert any(line.startswith("!") and "SKIPPED: NO DOCKER ENGINE" in line for line in summary)
+    assert any(line.startswith("SKIPPED [6]") and "make docker-engine" in line for line in summary)
+    assert "passed" not in summary[-1]

@@ -1,0 +1,163 @@
+"""The serving folder on object stores (docs/serving-folder.md), against moto's S3 server
+and the GCS emulator: the lease's exclusive create, two retrains at once taking turns on
+S3, and a model server's view of the folder while a push is killed mid-copy."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from imgpipe.components.common import fileio, phases, served_models, serving_lock
+from imgpipe.components.pusher import executor as pusher
+from tests import object_stores
+from tests.test_serving_folder import fake_model
+
+pytestmark = pytest.mark.platform
+
+SERVERS = {"s3": object_stores.s3_server, "gcs": object_stores.gcs_server}
+
+
+@pytest.fixture(scope="module", params=sorted(SERVERS))
+def store(request):
+    with SERVERS[request.param]() as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with object_stores.s3_server() as started:
+        yield started
+
+
+def test_exclusive_create_on_s3_lets_one_of_many_racers_win(s3):
+    path = s3.uri("race", "lock")
+    barrier = threading.Barrier(6)
+    won: list[bool] = []
+
+    def race(i: int) -> None:
+        barrier.wait()
+        won.append(fileio.create_new(path, str(i).encode()))
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert won.count(True) == 1, won
+    assert not fileio.create_new(path, b"late")
+    fileio.remove(s3.uri("race"))
+
+
+def test_the_lease_is_taken_and_given_back_on_each_store(store):
+    serving = store.uri("lease", "serving")
+    lease = serving_lock.acquire(serving, "run-1")
+    assert serving_lock.current(serving) == lease
+    assert serving_lock.release(serving, lease.token)
+    assert serving_lock.current(serving) is None
+    fileio.remove(store.uri("lease"))
+
+
+def test_two_retrains_at_once_take_turns_on_s3(s3, tmp_path, monkeypatch):
+    from tests import test_evaluator as te
+    from tests.test_serving_folder_runs import check_they_took_turns, export, retrain_at_once
+
+    monkeypatch.setattr(serving_lock, "POLL_SECONDS", 0.05)
+    trained = te._trained_model()
+    examples = te._examples(tmp_path)
+    candidates = [export(trained, str(tmp_path / f"candidate{i}")) for i in range(2)]
+    serving = s3.uri("turns", "serving")
+    check_they_took_turns(retrain_at_once(tmp_path, examples, candidates, serving), serving)
+    fileio.remove(s3.uri("turns"))
+
+
+class Watcher(threading.Thread):
+    """Polls the serving folder as TF Serving pointed at models.config would: reads the
+    file, and checks that the one version it names is whole against its manifest."""
+
+    def __init__(self, serving: str) -> None:
+        super().__init__()
+        self.serving = serving
+        self.stop = threading.Event()
+        self.seen: list[tuple[int, str | None]] = []  # (version, damage or None)
+        self.partial_listed = False  # a numeric folder without PUSH_COMPLETE was listed
+
+    def look(self) -> None:
+        config = f"{self.serving}/{pusher.MODEL_CONFIG_FILE}"
+        if not fileio.exists(config):
+            return
+        version = pusher.config_version(fileio.read_bytes(config).decode())
+        assert version is not None
+        folder = f"{self.serving}/{version}"
+        problem = None
+        if not fileio.exists(f"{folder}/{served_models.PUSH_COMPLETE_FILE}"):
+            problem = "no PUSH_COMPLETE"
+        else:
+            # Sizes on every look (a half-copied file or version differs in them), and
+            # every byte once per version.
+            first_look = version not in {v for v, _ in self.seen}
+            problem = served_models.damage(folder, checksums=first_look)
+        self.seen.append((version, problem))
+        numbered = [n for n in fileio.list_dir(self.serving) if n.isdigit()]
+        complete = {str(v) for v in served_models.complete_versions(self.serving)}
+        self.partial_listed |= any(n not in complete for n in numbered)
+
+    def run(self) -> None:
+        while not self.stop.wait(0.1):  # a poll, not a timing: every look is checked
+            self.look()
+        self.look()
+
+
+def push_in_a_process(model: str, serving: str, stop_at: str | None) -> int:
+    env = dict(os.environ)
+    env.pop(phases.STOP_AT_ENV, None)
+    if stop_at:
+        env[phases.STOP_AT_ENV] = stop_at
+    code = (
+        "import sys; from imgpipe.components.pusher.executor import publish; "
+        "publish(sys.argv[1], sys.argv[2])"
+    )
+    return subprocess.run([sys.executable, "-c", code, model, serving], env=env).returncode
+
+
+def check_a_server_sees_only_whole_versions(serving: str, tmp_path) -> Watcher:
+    """Pushes are killed mid-copy and before the manifest, then one completes, while a
+    Watcher polls; returns the Watcher, having checked everything it saw was whole."""
+    first = pusher.publish(fake_model(str(tmp_path / "m1")), serving)
+    version = int(first.rsplit("/", 1)[1])
+    watcher = Watcher(serving)
+    watcher.start()
+    try:
+        for phase in (phases.PUBLISHING, phases.PUBLISHED):  # mid-copy; before the manifest
+            model = fake_model(str(tmp_path / f"m-{phase}"), graph=b"new graph" * 300)
+            assert push_in_a_process(model, serving, phase) == -9
+            assert served_models.find(serving).model.version == version
+        killed_listing = watcher.partial_listed
+        whole = fake_model(str(tmp_path / "m-whole"))
+        assert push_in_a_process(whole, serving, None) == 0
+    finally:
+        watcher.stop.set()
+        watcher.join()
+    watcher.partial_listed = killed_listing
+    assert all(problem is None for _, problem in watcher.seen), watcher.seen
+    versions = [v for v, _ in watcher.seen]
+    newest = served_models.find(serving).model.version
+    assert versions[0] == version and versions[-1] == newest > version
+    assert versions == sorted(versions) and set(versions) == {version, newest}
+    # The killed pushes' folders are gone: the next push removed them.
+    assert served_models.complete_versions(serving) == [newest, version]
+    assert sorted(n for n in fileio.list_dir(serving) if n.isdigit()) == [
+        str(version),
+        str(newest),
+    ]
+    return watcher
+
+
+def test_a_model_server_sees_only_whole_versions_while_a_push_is_killed(store, tmp_path):
+    watcher = check_a_server_sees_only_whole_versions(store.uri("watched", "serving"), tmp_path)
+    # What a server listing the version folders (--model_base_path) would have loaded.
+    assert watcher.partial_listed
+    fileio.remove(store.uri("watched"))
