@@ -23,11 +23,12 @@ import sys
 import tempfile
 import time
 
+from imgpipe.pipelines import images
 from imgpipe.pipelines.engines import flink, flink_containers, flink_image
 from tests import imagegen, outputs
 
+# The project image whose Python runs the SDK worker pools, as the container tier's.
 TEST_IMAGE_ENV = "IMGPIPE_TEST_IMAGE"
-DEFAULT_TEST_IMAGE = "tfx-image-pipeline:dev"
 
 
 def _convert(src: str, out: str, beam_args: list[str]) -> float:
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     if problem := flink_containers.engine_problem():
         sys.exit(f"imgpipe: error: {problem}")
     image = flink_image.image_tag()
-    worker = os.environ.get(TEST_IMAGE_ENV, DEFAULT_TEST_IMAGE)
+    worker = os.environ.get(TEST_IMAGE_ENV) or images.RUNTIME_IMAGE
     for needed, fix in ((image, "make flink-image"), (worker, "make image")):
         if not flink_containers.image_exists(needed):
             sys.exit(f"imgpipe: error: the image {needed} is not built: run '{fix}'")

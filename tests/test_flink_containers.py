@@ -18,13 +18,10 @@ import pytest
 
 from imgpipe.components.common import manifest
 from imgpipe.pipelines.engines import artifacts, flink, flink_containers, flink_image
-from tests import imagegen, outputs
+from tests import containers, imagegen, outputs
 
 pytestmark = pytest.mark.container
 
-# The project image (`make image` tags it) whose Python runs the SDK worker pools.
-TEST_IMAGE_ENV = "IMGPIPE_TEST_IMAGE"
-DEFAULT_TEST_IMAGE = "tfx-image-pipeline:dev"
 # A few hundred tiny images: the job's length is Flink's and Beam's overhead, not data.
 LABELS = {"cat": 100, "dog": 100}
 IMAGE_SIZE = (24, 32)
@@ -46,9 +43,6 @@ def _skip_reason() -> str | None:
         return str(missing)
     if not flink_containers.image_exists(image):
         return f"the Flink image {image} is not built: build it with 'make flink-image'"
-    worker = os.environ.get(TEST_IMAGE_ENV, DEFAULT_TEST_IMAGE)
-    if not flink_containers.image_exists(worker):
-        return f"the project image {worker} ({TEST_IMAGE_ENV}) is not built: 'make image' builds it"
     return None
 
 
@@ -57,7 +51,7 @@ def cluster():
     if reason := _skip_reason():
         pytest.skip(reason)
     with flink_containers.container_cluster(
-        flink_image.image_tag(), os.environ.get(TEST_IMAGE_ENV, DEFAULT_TEST_IMAGE)
+        flink_image.image_tag(), containers.runtime_image()
     ) as running:
         yield running
 
@@ -168,7 +162,7 @@ def test_without_restarts_a_killed_taskmanager_fails_the_run_and_publishes_nothi
         pytest.skip(reason)
     with flink_containers.container_cluster(
         flink_image.image_tag(),
-        os.environ.get(TEST_IMAGE_ENV, DEFAULT_TEST_IMAGE),
+        containers.runtime_image(),
         jobmanager_properties={"restart-strategy.type": "none"},
     ) as cluster:
         src = os.path.join(cluster.shared_dir, "src")
