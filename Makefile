@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 DEMO_DIR ?=
 
 .PHONY: env test test-fast lint typecheck format demo bench lock image image-gpu image-for-tests \
-	docker-engine k8s-images pin-images clean-env engines-fetch engines
+	docker-engine k8s-images pin-images clean-env engines-fetch engines flink-image
 
 # pytest exits 5 when it collected nothing: a broken set-up, never a pass.
 define run_pytest
@@ -30,9 +30,9 @@ format: env
 typecheck: env
 	$(IN_ENV) mypy
 
-# Every tier, after the static checks: what CI runs. The container tier's image is built
+# Every tier, after the static checks: what CI runs. The container tier's images are built
 # first where a Docker engine answers; where none does, that tier is skipped, loudly.
-test: lint typecheck engines-fetch image-for-tests
+test: lint typecheck engines-fetch image-for-tests flink-image
 	$(call run_pytest,)
 
 # The unit tier alone: under half a minute once the environment exists.
@@ -42,6 +42,11 @@ test-fast: env
 # The engine tier's artifacts, fetched once into the artifact cache (bin/fetch-engines).
 engines-fetch: env
 	bin/fetch-engines
+
+# The container tier's Flink image, built without a registry from the engines' jars
+# (bin/flink-image; docs/flink-containers.md). Without a Docker engine it only says so.
+flink-image: engines-fetch
+	bin/flink-image
 
 # A Flink session cluster and the Beam worker pool on this machine, until Ctrl-C.
 engines: engines-fetch

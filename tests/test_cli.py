@@ -311,6 +311,24 @@ def test_a_bug_is_one_line_that_says_so():
         assert errors.one_line(wrapped) == "imgpipe: error: /data/x.jpg: No such file or directory"
 
 
+@pytest.mark.unit
+def test_a_job_the_runner_failed_is_one_line_that_says_nothing_was_published():
+    # As Beam's PortableRunner raises it for a job that Flink failed (a lost TaskManager).
+    failed = RuntimeError(
+        "Pipeline BeamApp-x_1 failed in state FAILED: java.util.concurrent.TimeoutException: "
+        "Heartbeat of TaskManager with id taskmanager-2 timed out.\n\tat org.apache.flink.X"
+    )
+    assert errors.one_line(failed) == (
+        "imgpipe: error: the Beam job failed on the runner (FAILED): "
+        "java.util.concurrent.TimeoutException: Heartbeat of TaskManager with id "
+        "taskmanager-2 timed out. Nothing was published; rerun it once the cluster is whole "
+        "(its logs say more)"
+    )
+    assert errors.exit_code(failed) == 1
+    # Any other RuntimeError is still a bug.
+    assert errors.one_line(RuntimeError("boom")).startswith("imgpipe: internal error: ")
+
+
 @pytest.fixture
 def golden_package() -> str:
     return os.path.join(os.path.dirname(__file__), "golden", "pipeline.yaml")

@@ -272,12 +272,15 @@ def test_the_flink_deployment_uses_known_fields_and_pod_templates_that_validate(
 
 
 def test_the_flink_deployment_matches_the_local_cluster_and_runs_the_worker_pool_sidecar():
-    from imgpipe.pipelines.engines import flink
+    from imgpipe.pipelines.engines import flink, flink_image
 
     spec = _flink_deployment()["spec"]
     assert spec["image"].startswith(f"flink:{flink.FLINK_VERSION}-")
     assert spec["flinkVersion"] == "v" + flink.FLINK_MINOR.replace(".", "_")
     assert spec["flinkConfiguration"]["taskmanager.numberOfTaskSlots"] == str(flink.SLOTS)
+    # The restart strategy with which the container tier survives a lost TaskManager.
+    for key, value in flink_image.RESTART_STRATEGY.items():
+        assert spec["flinkConfiguration"][key] == str(value), key
     containers = spec["taskManager"]["podTemplate"]["spec"]["containers"]
     (pool,) = [c for c in containers if c["name"] == "beam-worker-pool"]
     assert_names_the_image(pool["image"], "cpu")

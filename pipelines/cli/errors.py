@@ -20,6 +20,10 @@ from collections.abc import Iterator, Sequence
 PREFIX = "imgpipe: error: "
 # Beam appends the step to an exception raised in a DoFn; the user needs the message.
 _BEAM_STEP = re.compile(r"\s*\[while running '[^']*'\]")
+# A job that a portable runner (Flink, Spark) ended in a failed state: the cluster's fault
+# (a lost TaskManager, say), not a bug here, and the run published nothing. Beam raises it
+# as a RuntimeError whose message its PipelineResult.wait_until_finish writes so.
+_FAILED_JOB = re.compile(r"Pipeline (\S+) failed in state (\w+): (.*)", re.DOTALL)
 
 
 class UserError(Exception):
@@ -76,11 +80,30 @@ def message(error: BaseException) -> str:
     return " ".join(_BEAM_STEP.sub("", text).split())
 
 
+def failed_job(error: BaseException) -> str | None:
+    """The one-line message for a runner's failed job in `error`'s chain, or None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, RuntimeError) and (match := _FAILED_JOB.match(str(current))):
+            state, reason = match.group(2), match.group(3).strip().splitlines()
+            first = " ".join(reason[0].split()) if reason else "no reason given"
+            return (
+                f"the Beam job failed on the runner ({state}): {first} Nothing was "
+                "published; rerun it once the cluster is whole (its logs say more)"
+            )
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def one_line(error: BaseException) -> str:
     """What the command prints for an exception it ends with."""
     cause = user_error(error)
     if cause is not None:
         return PREFIX + message(cause)
+    if (job := failed_job(error)) is not None:
+        return PREFIX + job
     return (
         f"imgpipe: internal error: {type(error).__name__}: {message(error)} "
         "(a bug: rerun with --debug for the traceback, and report it)"

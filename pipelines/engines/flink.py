@@ -38,6 +38,7 @@ JOB_SERVER_COORDINATES = f"org.apache.beam:beam-runners-flink-{FLINK_MINOR}:{BEA
 _JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
 SLOTS = 2
 # The TaskManager's memory, here and in k8s/flink-deployment.yaml.
+JOBMANAGER_PROCESS_SIZE = "1024m"
 TASKMANAGER_PROCESS_SIZE = "4096m"
 TASKMANAGER_MEMORY = {
     # TFDV's statistics pipeline has many shuffles; each needs network buffers per
@@ -162,7 +163,7 @@ def write_config(conf_dir: str, work_dir: str, rest_port: int, rpc_port: int) ->
         "jobmanager.rpc.address": HOST,
         "jobmanager.rpc.port": rpc_port,
         "jobmanager.bind-host": HOST,
-        "jobmanager.memory.process.size": "1024m",
+        "jobmanager.memory.process.size": JOBMANAGER_PROCESS_SIZE,
         "rest.address": HOST,
         "rest.bind-address": HOST,
         "rest.port": rest_port,
