@@ -14,6 +14,9 @@ Beside the SavedModel, a serving model holds in ASSETS_EXTRA_DIR:
   model.weights.h5  the Keras weights, for a warm start
   weight_shapes.json  the shape of each of those weights, in order: a warm start loads
                     them only into a model of the same architecture
+  reference/        the examples it was judged on when it was blessed, which the next
+                    candidate is also judged on (reference_sets.py); a model server
+                    loads nothing from assets.extra but warm-up requests
 No TensorFlow here beyond the file seam.
 """
 
@@ -29,6 +32,8 @@ ASSETS_EXTRA_DIR = "assets.extra"
 WEIGHTS_FILE = "model.weights.h5"
 WEIGHT_SHAPES_FILE = "weight_shapes.json"
 PUSH_COMPLETE_FILE = "PUSH_COMPLETE"
+# Below a push: its reference evaluation set (components/common/reference_sets.py).
+REFERENCE_ASSET = posixpath.join(ASSETS_EXTRA_DIR, "reference")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +63,11 @@ class ServedModel:
     def weights_path(self) -> str | None:
         path = self.asset(WEIGHTS_FILE)
         return path if fileio.exists(path) else None
+
+    @property
+    def reference_dir(self) -> str:
+        """Where its reference evaluation set is (absent in pushes made before them)."""
+        return posixpath.join(self.path, REFERENCE_ASSET)
 
     def weight_shapes(self) -> list[list[int]] | None:
         path = self.asset(WEIGHT_SHAPES_FILE)

@@ -21,7 +21,7 @@ from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
-from imgpipe.components.common import fileio, served_models
+from imgpipe.components.common import fileio, reference_sets, served_models
 
 STAGING_PREFIX = ".push-"
 
@@ -36,9 +36,14 @@ def _pushed_from(version_dir: str) -> str | None:
     return fileio.read_bytes(marker).decode() if fileio.exists(marker) else None
 
 
-def publish(model_dir: str, serving_dir: str, now: float | None = None) -> str:
+def publish(
+    model_dir: str, serving_dir: str, now: float | None = None, blessing_uri: str | None = None
+) -> str:
     """Copies model_dir to a new version folder of serving_dir, completely or not at
     all; returns the version folder.
+
+    With blessing_uri, the reference evaluation set the Evaluator left in the blessing
+    goes into the push too (reference_sets.copy_into_push), before it is complete.
 
     A version folder whose PUSH_COMPLETE names model_dir is this model's earlier push
     (a retry): it is returned as it is.
@@ -61,6 +66,10 @@ def publish(model_dir: str, serving_dir: str, now: float | None = None) -> str:
     target = os.path.join(serving_dir, f"{STAGING_PREFIX}{version}") if local else final
     # saved_model.pb last: a model server takes it as the sign that a version is whole.
     io_utils.copy_dir(model_dir, target, deny_regex_patterns=[r"saved_model\.pb"])
+    # --- reference evaluation set (docs/retraining.md): the only reference-set step.
+    if blessing_uri:
+        reference_sets.copy_into_push(blessing_uri, target)
+    # ---
     io_utils.copy_file(
         os.path.join(model_dir, "saved_model.pb"), os.path.join(target, "saved_model.pb")
     )
@@ -93,7 +102,12 @@ class Executor(tfx_pusher.Executor):
         if destination.WhichOneof("destination") != "filesystem":
             raise ValueError("ImagePusher pushes to a filesystem destination only")
         model_dir = self.GetModelPath(input_dict)
-        pushed = publish(model_dir, destination.filesystem.base_directory)
+        blessing = artifact_utils.get_single_instance(
+            input_dict[standard_component_specs.MODEL_BLESSING_KEY]
+        )
+        pushed = publish(
+            model_dir, destination.filesystem.base_directory, blessing_uri=blessing.uri
+        )
         io_utils.copy_dir(model_dir, model_push.uri)
         self._MarkPushed(
             model_push, pushed_destination=pushed, pushed_version=os.path.basename(pushed)
