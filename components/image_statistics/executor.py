@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from typing import Any
 
@@ -83,6 +85,10 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         outputs.clear(output.uri)
         fileio.remove(rejected)
 
+        span = int(examples.span) if examples.has_property("span") else None
+        accepted_span = exec_properties.get(spec.ACCEPT_DRIFT_SPAN_KEY)
+        accept = accepted_span is not None and int(accepted_span) != spec.NO_SPAN
+        drift_accepted = accept and span is not None and int(accepted_span) == span
         produced = produce(
             examples.uri,
             splits,
@@ -93,21 +99,40 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             validator,
             drift_baseline,
         )
+        drifted = [a for a in produced.anomalies if a.code == anomaly_lib.DRIFT]
+        if drift_accepted and drifted and produced.stats.drift is not None:
+            note = f"span {span}: accepted by accept_drift_span: " + "; ".join(
+                a.message for a in drifted
+            )
+            produced = dataclasses.replace(
+                produced,
+                stats=dataclasses.replace(
+                    produced.stats,
+                    drift=dataclasses.replace(produced.stats.drift, accepted=note),
+                ),
+            )
+            logging.warning("ImageStatistics: drift of %s", note)
         _write(output.uri, produced)
         output.set_int_custom_property(spec.ANOMALY_COUNT_PROPERTY, len(produced.anomalies))
         output.set_int_custom_property(spec.IMAGES_PROPERTY, produced.stats.source.images_decoded)
         if not produced.anomalies:
             return
-        if not anomaly_lib.blocking(produced.anomalies, config):
-            logging.warning("%s", anomaly_lib.gate_message(produced.anomalies, output.uri, config))
+        message = functools.partial(
+            anomaly_lib.gate_message,
+            produced.anomalies,
+            config=config,
+            span=span,
+            drift_accepted=drift_accepted,
+        )
+        stopping = anomaly_lib.blocking(produced.anomalies, config, drift_accepted)
+        if not stopping:
+            logging.warning("%s", message(output_uri=output.uri))
             return
         # TFX deletes the output folder of a failed execution; this copy stays for the
         # user to inspect.
         _write(rejected, produced)
         raise anomaly_lib.AnomaliesFoundError(
-            anomaly_lib.blocking(produced.anomalies, config),
-            rejected,
-            anomaly_lib.gate_message(produced.anomalies, rejected, config),
+            stopping, rejected, message(output_uri=rejected), span
         )
 
 
