@@ -42,7 +42,9 @@ def confusion_matrices(
       ValueError: a label id outside the set's num_labels classes.
       tf.errors.OpError: a shard is unreadable or corrupt.
     """
-    matrices = [np.zeros((num_labels, classes), np.int64) for _, classes in predictors]
+    matrices: list[np.ndarray] = [
+        np.zeros((num_labels, classes), np.int64) for _, classes in predictors
+    ]
     features = {DEFAULT_KEY_MAP.label: tf.io.FixedLenFeature([], tf.int64)}
     by_compression: dict[str, list[str]] = {}
     for shard in shards:

@@ -86,9 +86,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         fileio.remove(rejected)
 
         span = int(examples.span) if examples.has_property("span") else None
-        accepted_span = exec_properties.get(spec.ACCEPT_DRIFT_SPAN_KEY)
-        accept = accepted_span is not None and int(accepted_span) != spec.NO_SPAN
-        drift_accepted = accept and span is not None and int(accepted_span) == span
+        value = exec_properties.get(spec.ACCEPT_DRIFT_SPAN_KEY)
+        accepted_span = spec.NO_SPAN if value is None else int(value)
+        drift_accepted = accepted_span != spec.NO_SPAN and accepted_span == span
         produced = produce(
             examples.uri,
             splits,
