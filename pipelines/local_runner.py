@@ -276,6 +276,7 @@ def evaluation_lines(evaluation_uri: str | None) -> list[str]:
         *lines,
         f"blessing             {result.decision.reason}",
         f"evaluation           {evaluation_uri}",
+        f"evaluation report    {os.path.join(evaluation_uri or '', REPORT_FILE)}",
     ]
 
 

@@ -9,6 +9,7 @@ The rules on hand-made metrics; the Evaluator executor and ImagePusher on real p
 from __future__ import annotations
 
 import glob
+import json
 import os
 
 import numpy as np
@@ -109,6 +110,29 @@ def test_scores_are_matched_by_class_name_not_id():
     matrix = np.array([[3, 6, 0], [0, 0, 0], [0, 0, 5]])  # model: a, x, c
     result = scoring.shared_metrics(("a", "b", "c"), ("a", "x", "c"), matrix, ("a", "c"))
     assert result.by_label()["a"].correct == 3 and result.accuracy == pytest.approx(8 / 14)
+
+
+@pytest.mark.unit
+def test_evaluation_json_and_report_show_every_set_and_read_version_1(tmp_path):
+    from imgpipe.components.evaluator import report
+
+    new_split = comparison(reference_sets.NEW_SPLIT, GOOD, GOOD)
+    skipped = ev.Comparison(
+        reference_sets.CHAMPION_REFERENCE, "/s/1/ref", False, "skipped: <damaged>"
+    )
+    decision = blessing.decide(GOOD, CHAMPION, EvaluatorConfig(), [new_split, skipped])
+    result = ev.Evaluation("eval", "a", 0.5, 0.55, GOOD, CHAMPION, decision, (new_split, skipped))
+    ev.write(str(tmp_path), result)
+    assert ev.read(str(tmp_path)) == result
+    page = report.render(result)
+    assert '<h1 data-blessed="1">blessed</h1>' in page
+    assert "<td>new_split</td><td>0.9000 (90/100)</td><td>0.9000 (90/100)</td>" in page
+    assert "skipped: &lt;damaged&gt;" in page
+    # A document written before comparisons were recorded still reads.
+    old = json.loads((tmp_path / ev.EVALUATION_FILE).read_text())
+    old["version"] = 1
+    del old["comparisons"]
+    assert ev.from_json(json.dumps(old)).comparisons == ()
 
 
 # --- the executor and the Pusher on photos -----------------------------------------------

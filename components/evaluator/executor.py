@@ -30,7 +30,7 @@ from imgpipe.components.common import (
 from imgpipe.components.common.reference_sets import ReferenceSet
 from imgpipe.components.evaluator import blessing as blessing_lib
 from imgpipe.components.evaluator import evaluation as ev
-from imgpipe.components.evaluator import scoring, spec
+from imgpipe.components.evaluator import report, scoring, spec
 from imgpipe.components.evaluator.config import EvaluatorConfig
 
 # What reading a model or an evaluation set can raise when it is missing or damaged.
@@ -252,6 +252,7 @@ class Executor(base_executor.BaseExecutor):
             comparisons=every,
         )
         ev.write(evaluation_out.uri, result)
+        report.write(evaluation_out.uri, result)
         if decision.blessed:
             # The Pusher copies it into the push: the next candidate is judged on it too.
             reference_sets.write(

@@ -38,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--data",
         required=True,
         metavar="DIR",
-        help="image folder: root/<label>/... or root/<split>/<label>/...",
+        help="image folder: root/<label>/... or root/<split>/<label>/...; may hold TFX's "
+        "{SPAN} pattern (e.g. /data/span-{SPAN}): the newest span is trained on",
     )
     local.add_argument("--config", metavar="FILE", help="pipeline config YAML")
     add_set_argument(local)
@@ -75,9 +76,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_local(args: argparse.Namespace) -> int:
     from imgpipe.components.common import fileio
+    from imgpipe.components.image_example_gen.driver import split_input_base
     from imgpipe.pipelines import config as cfg
 
-    if not fileio.isdir(args.data):
+    folder = split_input_base(args.data)[0] if "{" in args.data else args.data
+    if not fileio.isdir(folder):
         raise UserError(
             f"--data {args.data}: no such folder; give the image folder "
             "(root/<label>/... or root/<split>/<label>/...)"
