@@ -359,3 +359,16 @@ def test_drift_settings_come_from_the_pipeline_config_and_the_cli(capsys, tmp_pa
     assert error.startswith(f"imgpipe: error: --baseline {missing} does not exist") and (
         "\n" not in error
     )
+
+
+def test_the_span_is_read_where_tfxs_driver_records_it():
+    from tfx.types import standard_artifacts
+
+    from imgpipe.components.image_statistics.executor import span_of
+
+    examples = standard_artifacts.Examples()
+    assert span_of(examples) is None
+    examples.span = 3  # an executor's own
+    assert span_of(examples) == 3
+    examples.set_int_custom_property("span", 6)  # TFX's ExampleGen driver's
+    assert span_of(examples) == 6

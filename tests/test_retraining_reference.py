@@ -79,7 +79,7 @@ def test_a_grey_span_with_drift_accepted_is_not_pushed_over_a_colour_champion(tm
     assert cli.main(argv) == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("imgpipe: error: ImageStatistics found") and "(drift)" in line
-    assert "imgpipe run local --accept-drift 2" in line and ": false" not in line
+    assert "imgpipe run local --accept-drift 2" in line and ": false" not in line, line
 
     assert cli.main([*argv, "--accept-drift", "2"]) == NOT_PUSHED_EXIT_CODE
     third = _summary(capsys.readouterr().out)

@@ -19,6 +19,8 @@ from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.produce import Produced, produce
 
+# The Examples artifact's span, as TFX's ExampleGen driver records it.
+SPAN = "span"
 # Beside the output folder: where the outputs of a run stopped by the gate stay.
 REJECTED_SUFFIX = ".rejected"
 
@@ -85,7 +87,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         outputs.clear(output.uri)
         fileio.remove(rejected)
 
-        span = int(examples.span) if examples.has_property("span") else None
+        span = span_of(examples)
         value = exec_properties.get(spec.ACCEPT_DRIFT_SPAN_KEY)
         accepted_span = spec.NO_SPAN if value is None else int(value)
         drift_accepted = accepted_span != spec.NO_SPAN and accepted_span == span
@@ -134,6 +136,16 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         raise anomaly_lib.AnomaliesFoundError(
             stopping, rejected, message(output_uri=rejected), span
         )
+
+
+def span_of(examples: types.Artifact) -> int | None:
+    """The span of an Examples artifact: TFX's ExampleGen driver records it as a custom
+    property; an executor may set the type's own property. None when neither is set."""
+    if examples.has_custom_property(SPAN):
+        return int(examples.get_int_custom_property(SPAN))
+    if examples.has_property(SPAN):
+        return int(examples.span)
+    return None
 
 
 def _write(folder: str, produced: Produced) -> None:

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 PREFIX = "imgpipe: error: "
-# Exit codes: 0 success (`run local`/`demo`: a model was pushed), 1 a user error or a
+# Exit codes: 0 success (`run local`: a model was pushed), 1 a user error or a
 # failed run, 2 a command line that does not parse (argparse's), and NOT_PUSHED: the
 # run finished and pushed nothing (the Evaluator refused the model, or every step was
 # served from TFX's cache), so a scheduler can tell a refused retrain from a push.

@@ -95,7 +95,7 @@ def run_local(args: argparse.Namespace) -> int:
         pipeline_root=args.pipeline_root,
         serving_dir=args.serving_dir,
     )
-    return _run_and_report(config)
+    return _run_and_report(config, not_pushed=NOT_PUSHED_EXIT_CODE)
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -121,7 +121,9 @@ def run_demo(args: argparse.Namespace) -> int:
     return _run_and_report(config)
 
 
-def _run_and_report(config) -> int:
+def _run_and_report(config, not_pushed: int = 0) -> int:
+    """Runs, prints the summary, and returns the exit code: 0 when a model was pushed,
+    else `not_pushed` (the demo, rerun from the cache, is not a failure)."""
     from imgpipe.components.image_statistics.anomalies import (
         DRIFT,
         LEAKAGE,
@@ -154,4 +156,4 @@ def _run_and_report(config) -> int:
         ) from e
     for line in local_runner.summary_lines(result, config):
         print(line)
-    return 0 if result.pushed else NOT_PUSHED_EXIT_CODE
+    return 0 if result.pushed else not_pushed
