@@ -166,12 +166,15 @@ def test_retraining_with_the_compiled_package_under_kfp_local(tmp_path):
     )
     pipeline = components.load_component_from_file(package)
 
+    pushed: list[int] = []  # each run's `pushed` output (docs/retraining.md)
+
     def run(
         **arguments,
     ) -> tuple[ev.Evaluation, conversion_summary.ConversionSummary, image_stats.ImageStats]:
         before = set(os.listdir(pipeline_root)) if pipeline_root.exists() else set()
         with subprocess_runner_for_tfx_steps():
-            pipeline(**arguments)
+            task = pipeline(**arguments)
+        pushed.append(int(task.outputs[compiler.PUSHED_OUTPUT].metadata["pushed"]))
         (run_dir,) = set(os.listdir(pipeline_root)) - before
         # Every step left an executor output naming its artifacts.
         outputs = glob.glob(str(pipeline_root / run_dir / "*" / "executor_output.json"))
@@ -201,6 +204,7 @@ def test_retraining_with_the_compiled_package_under_kfp_local(tmp_path):
 
     first, data_1, _ = run()  # the compiled defaults: span 1
     assert first.decision.blessed, first.decision.reason
+    assert pushed == [1]
     champion_1 = served_models.latest(serving)
     assert champion_1 is not None
 
@@ -217,6 +221,7 @@ def test_retraining_with_the_compiled_package_under_kfp_local(tmp_path):
 
     third, _, stats_3 = run(data_root=spans[3])
     assert not third.decision.blessed
+    assert pushed[-1] == 0
     assert served_models.latest(serving) == champion_2
     assert drift.CLASS_MEAN_SHIFT in _drifted(stats_3)
 
