@@ -173,7 +173,7 @@ def from_dict(values: Mapping[str, Any], source: str = "config") -> PipelineConf
 def apply_settings(values: dict[str, Any], settings: Sequence[str]) -> dict[str, Any]:
     """Applies `section.key=value` settings (the CLI's --set) to a config's plain data.
 
-    Values are YAML, so `trainer.epochs=3`, `statistics.fail_on_drift=false` and
+    Values are YAML, so `trainer.epochs=3`, `statistics.accept_drift_span=6` and
     `example_gen.output.splits=[[train, 0.8], [eval, 0.2]]` have their types.
 
     Raises:

@@ -3,12 +3,19 @@
 A second run on unchanged images is served from TFX's cache: ImageExampleGen's driver
 fingerprints the image tree, so unchanged files give the same cache key everywhere
 downstream.
+
+Each run gets its own pipeline-run id (TFX's `pipeline_run` context in MLMD, which
+LocalDagRunner would otherwise set to the time), and its results are read from that
+context's executions only: two runs on one pipeline root never report each other's
+model or evaluation.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
+import uuid
 from typing import Any
 
 from tfx.types import standard_component_specs as keys
@@ -24,6 +31,8 @@ PUSHED = "pushed"
 PUSHED_DESTINATION = "pushed_destination"
 # The Examples artifact's span property.
 SPAN = "span"
+# TFX's MLMD context type of one pipeline run (tfx.dsl.compiler.constants).
+PIPELINE_RUN_CONTEXT = "pipeline_run"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +55,7 @@ class RunResult:
 
     metadata_path: str
     nodes: dict[str, NodeResult]
+    run_id: str | None = None
 
     def artifact(self, component_id: str, key: str) -> OutputArtifact | None:
         node = self.nodes.get(component_id)
@@ -59,6 +69,24 @@ class RunResult:
     @property
     def all_cached(self) -> bool:
         return bool(self.nodes) and all(n.state == "CACHED" for n in self.nodes.values())
+
+    @property
+    def pushed(self) -> bool:
+        """Whether this run pushed a model: its Pusher ran (not from the cache) and
+        published."""
+        node = self.nodes.get(ids.PUSHER)
+        artifact = self.artifact(ids.PUSHER, keys.PUSHED_MODEL_KEY)
+        return bool(
+            node is not None
+            and node.state == "COMPLETE"
+            and artifact is not None
+            and artifact.properties.get(PUSHED)
+        )
+
+
+def new_run_id() -> str:
+    """A pipeline-run id no other run has: the time, as TFX's, and a random suffix."""
+    return f"{datetime.datetime.now().isoformat()}-{uuid.uuid4().hex[:8]}"
 
 
 def run(config: PipelineConfig) -> RunResult:
@@ -96,12 +124,22 @@ def run(config: PipelineConfig) -> RunResult:
                     if hasattr(old, name):
                         setattr(new, name, getattr(old, name))
                 component.executor_spec = new
-    LocalDagRunner().run(pipeline)
-    return latest_results(config)
+    from tfx.dsl.compiler import compiler, constants
+    from tfx.orchestration.portable import runtime_parameter_utils
+
+    run_id = new_run_id()
+    ir = compiler.Compiler().compile(pipeline)
+    # LocalDagRunner substitutes the time only where no id is set yet.
+    runtime_parameter_utils.substitute_runtime_parameter(
+        ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id}
+    )
+    LocalDagRunner().run_with_ir(ir)
+    return latest_results(config, run_id)
 
 
-def latest_results(config: PipelineConfig) -> RunResult:
-    """Each component's latest execution state and outputs, read from the SQLite MLMD."""
+def latest_results(config: PipelineConfig, run_id: str | None = None) -> RunResult:
+    """Each component's execution state and outputs, read from the SQLite MLMD: those
+    of the run `run_id`, or without it each component's latest."""
     from ml_metadata.metadata_store import metadata_store
     from ml_metadata.proto import metadata_store_pb2
     from tfx.orchestration import metadata
@@ -110,6 +148,11 @@ def latest_results(config: PipelineConfig) -> RunResult:
         metadata.sqlite_metadata_connection_config(config.local_metadata_path)
     )
     state_names = {v: k for k, v in metadata_store_pb2.Execution.State.items()}
+    in_run: set[int] | None = None
+    if run_id is not None:
+        run_context = store.get_context_by_type_and_name(PIPELINE_RUN_CONTEXT, run_id)
+        executions = store.get_executions_by_context(run_context.id) if run_context else []
+        in_run = {e.id for e in executions}
     nodes = {}
     for component_id in ids.COMPONENT_IDS:
         context = store.get_context_by_type_and_name(
@@ -117,7 +160,11 @@ def latest_results(config: PipelineConfig) -> RunResult:
         )
         if context is None:
             continue
-        executions = store.get_executions_by_context(context.id)
+        executions = [
+            e
+            for e in store.get_executions_by_context(context.id)
+            if in_run is None or e.id in in_run
+        ]
         if not executions:
             continue
         latest = max(executions, key=lambda e: e.id)
@@ -144,7 +191,7 @@ def latest_results(config: PipelineConfig) -> RunResult:
         nodes[component_id] = NodeResult(
             state=state_names[latest.last_known_state], outputs=outputs
         )
-    return RunResult(metadata_path=config.local_metadata_path, nodes=nodes)
+    return RunResult(metadata_path=config.local_metadata_path, nodes=nodes, run_id=run_id)
 
 
 def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
@@ -234,11 +281,19 @@ def evaluation_lines(evaluation_uri: str | None) -> list[str]:
         )
     else:
         against = f"no comparison ({champion.note})"
-    return [
+    lines = [
         f"eval accuracy        {result.candidate.accuracy:.4f} on {result.candidate.examples} "
-        f"'{result.eval_split}' images; {against}",
+        f"'{result.eval_split}' images; {against}"
+    ]
+    if champion.note and champion.metrics is not None:
+        lines.append(f"classes              {champion.note}")
+    for comparison in result.comparisons:
+        lines.append(f"{comparison.name:<20} {comparison_text(comparison)}")
+    return [
+        *lines,
         f"blessing             {result.decision.reason}",
         f"evaluation           {evaluation_uri}",
+        f"evaluation report    {os.path.join(evaluation_uri or '', REPORT_FILE)}",
     ]
 
 
@@ -254,6 +309,22 @@ def label_audit_lines(statistics_uri: str | None) -> list[str]:
     return [] if audited is None else [f"label audit          {label_audit.describe(audited)}"]
 
 
+def comparison_text(comparison: Any) -> str:
+    """Both models' accuracy on one evaluation set, or why they were not compared."""
+    scores = []
+    if comparison.candidate is not None:
+        scores.append(f"candidate {comparison.candidate.accuracy:.4f}")
+    if comparison.champion is not None:
+        scores.append(f"champion {comparison.champion.accuracy:.4f}")
+    text = ""
+    if scores and comparison.candidate is not None:
+        text = (
+            f"{', '.join(scores)} on {comparison.candidate.examples} images of "
+            f"{len(comparison.classes)} classes ({comparison.uri})"
+        )
+    return "; ".join(filter(None, [text, comparison.note]))
+
+
 def drift_lines(statistics_uri: str | None) -> list[str]:
     """This data against the served model's training data, from image_stats.json."""
     from imgpipe.components.common import fileio, image_stats
@@ -264,6 +335,8 @@ def drift_lines(statistics_uri: str | None) -> list[str]:
     drift = image_stats.read(statistics_uri).drift
     if drift is None:
         return []
+    if drift.accepted:
+        return [f"drift accepted       {drift.accepted}"]
     if not drift.checked:
         return [f"drift                not checked: {drift.reason}"]
     drifted = [c for c in drift.checks if c.drifted]

@@ -6,9 +6,11 @@ so a bad data set stops the run before any GPU time is spent. There is no resolv
 node: open-source KFP v2 cannot run TFX resolvers, so the Evaluator finds the served
 champion in the serving directory itself, and ImagePusher publishes each push whole.
 
-Compiled for Kubeflow (parameterized=True), the data root, the epochs and the
-blessing tolerance are the pipeline's root parameters (RUNTIME_PARAMETERS), each with
-the config's value as its default, so one compiled package serves every run.
+Compiled for Kubeflow (parameterized=True), the data root, the epochs, the blessing
+tolerance and the one span whose drift is accepted are the pipeline's root parameters
+(RUNTIME_PARAMETERS), each with the config's value as its default, so one compiled
+package serves every run. Its output `pushed_model` (the Pusher's) says whether the run
+pushed (docs/retraining.md).
 """
 
 from __future__ import annotations
@@ -28,11 +30,15 @@ from imgpipe.pipelines.config import PipelineConfig
 DATA_ROOT_PARAMETER = "data_root"
 EPOCHS_PARAMETER = "epochs"
 TOLERANCE_PARAMETER = "tolerance"
+ACCEPT_DRIFT_SPAN_PARAMETER = "accept_drift_span"  # -1 (NO_SPAN): none
 RUNTIME_PARAMETERS: dict[str, tuple[type, str]] = {
     DATA_ROOT_PARAMETER: (str, "data_root"),
     EPOCHS_PARAMETER: (int, "trainer.epochs"),
     TOLERANCE_PARAMETER: (float, "evaluator.tolerance"),
+    ACCEPT_DRIFT_SPAN_PARAMETER: (int, "statistics.accept_drift_span"),
 }
+# A root parameter's value for a setting that is None (a parameter cannot be None).
+NONE_VALUES: dict[str, Any] = {ACCEPT_DRIFT_SPAN_PARAMETER: -1}
 
 
 def _config_value(config: PipelineConfig, dotted: str) -> Any:
@@ -46,9 +52,13 @@ def runtime_parameters(config: PipelineConfig) -> dict[str, Any]:
     """RUNTIME_PARAMETERS as TFX RuntimeParameters, the config's values as defaults."""
     from tfx.orchestration import data_types
 
+    def default(name: str, ptype: type, dotted: str) -> Any:
+        value = _config_value(config, dotted)
+        return ptype(NONE_VALUES[name] if value is None else value)
+
     return {
         name: data_types.RuntimeParameter(
-            name=name, ptype=ptype, default=ptype(_config_value(config, dotted))
+            name=name, ptype=ptype, default=default(name, ptype, dotted)
         )
         for name, (ptype, dotted) in RUNTIME_PARAMETERS.items()
     }
@@ -99,6 +109,7 @@ def create_components(
         crop_fraction=config.trainer.crop_fraction or DEFAULT_CROP_FRACTION,
         config=config.statistics,
         serving_dir=config.serving_dir,
+        accept_drift_span=parameters.get(ACCEPT_DRIFT_SPAN_PARAMETER),
     ).with_id(ids.IMAGE_STATISTICS)
     output = config.example_gen.output
     trainer = ImageTrainer(

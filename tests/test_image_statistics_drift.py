@@ -269,9 +269,24 @@ def test_the_gate_stops_on_drift_only_with_fail_on_drift():
     ):
         config = StatisticsConfig(fail_on_anomalies=fail_on_anomalies, fail_on_drift=fail_on_drift)
         assert anomaly_lib.blocking([data, moved], config) == expected
-    stopping = anomaly_lib.gate_message([moved], "/out", StatisticsConfig())
+    stopping = anomaly_lib.gate_message([moved], "/out", StatisticsConfig(), span=6)
     assert "the run stops before training (statistics.fail_on_drift: true)" in stopping
-    assert "statistics.fail_on_drift: false" in stopping.splitlines()[-1]
+    # The advice accepts this one span; it never turns a gate off.
+    assert "imgpipe run local --accept-drift 6" in stopping.splitlines()[-1]
+    assert "statistics.accept_drift_span: 6" in stopping.splitlines()[-1]
+    assert ": false" not in stopping
+    # Accepted for this span: drift does not stop the run, and the message says so.
+    accepted = StatisticsConfig(accept_drift_span=6)
+    assert anomaly_lib.blocking([data, moved], accepted, drift_accepted=True) == [data]
+    warning = anomaly_lib.gate_message([moved], "/out", accepted, span=6, drift_accepted=True)
+    assert "The drift of span 6 is accepted" in warning
+    assert "--accept-drift" not in warning
+    # Accepting another span than this one: still stopped, and told which span this is.
+    elsewhere = anomaly_lib.gate_message([moved], "/out", StatisticsConfig(accept_drift_span=5), 6)
+    assert "accept_drift_span is 5, this is span 6" in elsewhere
+    # Other anomalies: fix the data; no gate is switched off.
+    leak = anomaly_lib.gate_message([data], "/out", StatisticsConfig())
+    assert "fix the data" in leak and ": false" not in leak.splitlines()[-1]
     warning = anomaly_lib.gate_message(
         [data, moved], "/out", StatisticsConfig(fail_on_anomalies=False, fail_on_drift=False)
     )
@@ -344,3 +359,16 @@ def test_drift_settings_come_from_the_pipeline_config_and_the_cli(capsys, tmp_pa
     assert error.startswith(f"imgpipe: error: --baseline {missing} does not exist") and (
         "\n" not in error
     )
+
+
+def test_the_span_is_read_where_tfxs_driver_records_it():
+    from tfx.types import standard_artifacts
+
+    from imgpipe.components.image_statistics.executor import span_of
+
+    examples = standard_artifacts.Examples()
+    assert span_of(examples) is None
+    examples.span = 3  # an executor's own
+    assert span_of(examples) == 3
+    examples.set_int_custom_property("span", 6)  # TFX's ExampleGen driver's
+    assert span_of(examples) == 6

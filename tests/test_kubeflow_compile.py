@@ -527,6 +527,12 @@ def test_the_package_declares_runtime_parameters_with_the_config_defaults(compil
             "isOptional": True,
             "parameterType": "NUMBER_DOUBLE",
         },
+        # No span's drift is accepted unless a run says which (docs/retraining.md).
+        "accept_drift_span": {
+            "defaultValue": -1,
+            "isOptional": True,
+            "parameterType": "NUMBER_INTEGER",
+        },
     }
     tasks = spec["root"]["dag"]["tasks"]
 
@@ -536,6 +542,19 @@ def test_the_package_declares_runtime_parameters_with_the_config_defaults(compil
     assert consumer(ids.EXAMPLE_GEN, "input_base") == {"componentInputParameter": "data_root"}
     assert consumer(ids.TRAINER, "epochs") == {"componentInputParameter": "epochs"}
     assert consumer(ids.EVALUATOR, "tolerance") == {"componentInputParameter": "tolerance"}
+    assert consumer(ids.IMAGE_STATISTICS, "accept_drift_span") == {
+        "componentInputParameter": "accept_drift_span"
+    }
     assert cli_kfp.parse_params(
         ["data_root=gs://b/new-span", "epochs=7", "tolerance=0.05"], spec
     ) == {"data_root": "gs://b/new-span", "epochs": 7, "tolerance": 0.05}
+
+
+def test_the_package_outputs_whether_the_run_pushed(compiled):
+    _, _, _, spec, _ = compiled
+    root = spec["root"]
+    declared = root["outputDefinitions"]["artifacts"][compiler.PUSHED_OUTPUT]
+    assert declared["artifactType"]["schemaTitle"] == "system.Artifact"
+    assert root["dag"]["outputs"]["artifacts"][compiler.PUSHED_OUTPUT] == {
+        "artifactSelectors": [{"outputArtifactKey": "pushed_model", "producerSubtask": ids.PUSHER}]
+    }

@@ -16,6 +16,7 @@ from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.pipelines import cli, local_runner, sample_photos
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
+from imgpipe.pipelines.cli.errors import NOT_PUSHED_EXIT_CODE
 from tests import imagegen, retraining_data
 
 
@@ -68,7 +69,8 @@ def test_run_local_with_defaults_learns_pushes_and_reruns_from_cache(tmp_path, c
     report = lines["image report"]
     assert report.endswith("report.html") and os.path.isfile(report)
 
-    assert cli.main(argv) == 0
+    # Served from the cache: nothing new pushed (docs/retraining.md, exit codes).
+    assert cli.main(argv) == NOT_PUSHED_EXIT_CODE
     second = capsys.readouterr().out
     assert local_runner.latest_results(config).all_cached
     assert "served from TFX's cache" in second
@@ -93,9 +95,8 @@ def test_run_local_stops_on_data_anomalies_with_one_line_naming_the_report(tmp_p
     (line,) = capsys.readouterr().err.splitlines()
     report = re.fullmatch(
         r"imgpipe: error: ImageStatistics found 2 data anomalies \(labels_differ, leakage\), "
-        r"so the run stopped before training; see (\S+), then fix the data or set "
-        r"statistics.fail_on_anomalies: false \(or raise statistics.leakage_threshold\) "
-        r"in the pipeline config",
+        r"so the run stopped before training; see (\S+), then fix the data "
+        r"\(or raise statistics.leakage_threshold if the copies are intended\)",
         line,
     ).group(1)
     assert os.path.isfile(report) and report.endswith(layout.REPORT_FILE)
@@ -148,7 +149,7 @@ def test_a_validation_folder_is_evaluated_and_the_data_gate_advice_can_be_follow
     assert cli.main(argv) == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("imgpipe: error: ImageStatistics found 1 data anomaly (leakage)")
-    assert "(or raise statistics.leakage_threshold)" in line
+    assert "(or raise statistics.leakage_threshold if the copies are intended)" in line
     report = re.search(r"; see (\S+), then", line).group(1)
     assert "validation/animal/leaked.jpg" in open(report).read()
     assert not (tmp_path / "serving").exists()

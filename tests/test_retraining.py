@@ -66,6 +66,12 @@ def _assert_span_2_is_compared_with_span_1(second: ev.Evaluation, first_push) ->
     assert second.champion.metrics is not None
 
 
+def _not_worse(evaluation: ev.Evaluation, tolerance: float) -> bool:
+    compared = [c for c in evaluation.comparisons if c.compared]
+    assert {c.name for c in compared} == {"new_split", "champion_reference"}
+    return all(c.candidate.accuracy >= c.champion.accuracy - tolerance for c in compared)
+
+
 @pytest.mark.pipeline
 def test_retraining_on_local_dag_runner(tmp_path):
     images = str(tmp_path / "images")
@@ -106,8 +112,9 @@ def test_retraining_on_local_dag_runner(tmp_path):
     _assert_span_2_is_compared_with_span_1(second, champion_1)
     assert not _drifted(image_stats.read(result.uri(ids.IMAGE_STATISTICS, "statistics")))
     champion_2 = served_models.latest(serving)
-    # Pushed exactly when not worse than span 1's model, by the tolerance.
-    not_worse = second.candidate.accuracy >= second.champion.metrics.accuracy - 0.01
+    # Pushed exactly when not worse than span 1's model, by the tolerance, on every set
+    # compared: span 2's eval split and span 1's reference set.
+    not_worse = _not_worse(second, 0.01)
     assert second.decision.blessed == not_worse
     assert (champion_2 != champion_1) == not_worse
     assert any(
@@ -172,12 +179,15 @@ def test_retraining_with_the_compiled_package_under_kfp_local(tmp_path):
     )
     pipeline = components.load_component_from_file(package)
 
+    pushed: list[int] = []  # each run's `pushed` output (docs/retraining.md)
+
     def run(
         **arguments,
     ) -> tuple[ev.Evaluation, conversion_summary.ConversionSummary, image_stats.ImageStats]:
         before = set(os.listdir(pipeline_root)) if pipeline_root.exists() else set()
         with subprocess_runner_for_tfx_steps():
-            pipeline(**arguments)
+            task = pipeline(**arguments)
+        pushed.append(int(task.outputs[compiler.PUSHED_OUTPUT].metadata["pushed"]))
         (run_dir,) = set(os.listdir(pipeline_root)) - before
         # Every step left an executor output naming its artifacts.
         outputs = glob.glob(str(pipeline_root / run_dir / "*" / "executor_output.json"))
@@ -207,6 +217,7 @@ def test_retraining_with_the_compiled_package_under_kfp_local(tmp_path):
 
     first, data_1, _ = run()  # the compiled defaults: span 1
     assert first.decision.blessed, first.decision.reason
+    assert pushed == [1]
     champion_1 = served_models.latest(serving)
     assert champion_1 is not None
 
@@ -216,7 +227,7 @@ def test_retraining_with_the_compiled_package_under_kfp_local(tmp_path):
     assert data_2.written == 3 * PER_CLASS[2]
     _assert_span_2_is_compared_with_span_1(second, champion_1)
     assert not _drifted(stats_2)
-    not_worse = second.candidate.accuracy >= second.champion.metrics.accuracy - 0.02
+    not_worse = _not_worse(second, 0.02)
     assert second.decision.blessed == not_worse
     champion_2 = served_models.latest(serving)
     assert (champion_2 != champion_1) == not_worse
@@ -224,6 +235,7 @@ def test_retraining_with_the_compiled_package_under_kfp_local(tmp_path):
     third, _, stats_3 = run(data_root=spans[3])
     assert stats_3.label_audit.checked and stats_3.label_audit.flagged_fraction > 0.3
     assert not third.decision.blessed
+    assert pushed[-1] == 0
     assert served_models.latest(serving) == champion_2
     assert drift.CLASS_MEAN_SHIFT in _drifted(stats_3)
 

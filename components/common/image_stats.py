@@ -231,6 +231,8 @@ class Drift:
       baseline, current: both sides, pooled over their splits.
       checks: one per metric.
       classes_added, classes_removed: classes with images on one side only.
+      accepted: what drift was accepted for this one span, and by what
+        (StatisticsConfig.accept_drift_span); "" when none was.
     """
 
     checked: bool
@@ -241,6 +243,7 @@ class Drift:
     checks: tuple[DriftCheck, ...] = ()
     classes_added: tuple[str, ...] = ()
     classes_removed: tuple[str, ...] = ()
+    accepted: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,6 +29,9 @@ Beside the SavedModel, a serving model holds in ASSETS_EXTRA_DIR:
   model.weights.h5  the Keras weights, for a warm start
   weight_shapes.json  the shape of each of those weights, in order: a warm start loads
                     them only into a model of the same architecture
+  reference/        the examples it was judged on when it was blessed, which the next
+                    candidate is also judged on (reference_sets.py); a model server
+                    loads nothing from assets.extra but warm-up requests
 No TensorFlow here beyond the file seam.
 """
 
@@ -49,6 +52,8 @@ MANIFEST_FILE = layout.MANIFEST_FILE
 # Statuses of a push that `find` passed over or took with a caveat.
 DAMAGED = "damaged"
 LEGACY = "legacy"
+# Below a push: its reference evaluation set (components/common/reference_sets.py).
+REFERENCE_ASSET = posixpath.join(ASSETS_EXTRA_DIR, "reference")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +83,11 @@ class ServedModel:
     def weights_path(self) -> str | None:
         path = self.asset(WEIGHTS_FILE)
         return path if fileio.exists(path) else None
+
+    @property
+    def reference_dir(self) -> str:
+        """Where its reference evaluation set is (absent in pushes made before them)."""
+        return posixpath.join(self.path, REFERENCE_ASSET)
 
     def weight_shapes(self) -> list[list[int]] | None:
         path = self.asset(WEIGHT_SHAPES_FILE)

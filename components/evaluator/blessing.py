@@ -7,7 +7,9 @@ hand-made metrics.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
+from imgpipe.components.common.reference_sets import NEW_SPLIT
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator.config import EvaluatorConfig
 
@@ -85,14 +87,14 @@ def _floor_checks(metrics: ev.ModelMetrics, config: EvaluatorConfig) -> list[ev.
 
 
 def _champion_checks(
-    candidate: ev.ModelMetrics, champion: ev.ModelMetrics, config: EvaluatorConfig
+    candidate: ev.ModelMetrics, champion: ev.ModelMetrics, config: EvaluatorConfig, on: str
 ) -> list[ev.Check]:
     checks = [
         ev.Check(
-            "not_worse_than_champion",
+            f"not_worse_than_champion:{on}",
             candidate.accuracy >= champion.accuracy - config.tolerance,
-            f"accuracy {candidate.accuracy:.4f} vs champion {champion.accuracy:.4f} "
-            f"(tolerance {config.tolerance:.4f})",
+            f"on {on} ({candidate.examples} images): accuracy {candidate.accuracy:.4f} vs "
+            f"champion {champion.accuracy:.4f} (tolerance {config.tolerance:.4f})",
         )
     ]
     theirs = champion.by_label()
@@ -102,30 +104,95 @@ def _champion_checks(
         mine, other = ours.recall or 0.0, theirs[ours.label].recall or 0.0
         checks.append(
             ev.Check(
-                f"class_not_worse:{ours.label}",
+                f"class_not_worse:{on}:{ours.label}",
                 mine >= other - config.class_tolerance,
-                f"class {ours.label!r} ({ours.examples} images): recall {mine:.4f} vs "
-                f"champion {other:.4f} (tolerance {config.class_tolerance:.4f})",
+                f"on {on}: class {ours.label!r} ({ours.examples} images): recall "
+                f"{mine:.4f} vs champion {other:.4f} (tolerance {config.class_tolerance:.4f})",
             )
         )
     return checks
 
 
-def decide(
+def _new_class_checks(
     candidate: ev.ModelMetrics, champion: ev.Champion, config: EvaluatorConfig
+) -> list[ev.Check]:
+    """A class the champion lacks has nothing to be compared with: its own floor."""
+    ours = candidate.by_label()
+    checks = []
+    for label in champion.classes_added:
+        metrics = ours.get(label)
+        floor = f"floor {config.new_class_min_recall:.4f} (new_class_min_recall)"
+        if metrics is None or metrics.recall is None:
+            passed, seen = False, "no image in the new eval split to judge it on"
+        else:
+            passed = metrics.recall >= config.new_class_min_recall
+            seen = f"recall {metrics.recall:.4f} on {metrics.examples} new eval images"
+        checks.append(
+            ev.Check(f"new_class:{label}", passed, f"new class {label!r}: {seen} vs {floor}")
+        )
+    return checks
+
+
+def comparisons_of(
+    champion: ev.Champion, candidate_on_split: ev.ModelMetrics
+) -> tuple[ev.Comparison, ...]:
+    """The new split's comparison when the caller measured only that (the metrics of
+    both models on the same classes)."""
+    if champion.status != ev.COMPARED or champion.metrics is None:
+        return ()
+    return (
+        ev.Comparison(
+            NEW_SPLIT,
+            "",
+            True,
+            "",
+            tuple(c.label for c in champion.metrics.per_class),
+            candidate_on_split,
+            champion.metrics,
+        ),
+    )
+
+
+def decide(
+    candidate: ev.ModelMetrics,
+    champion: ev.Champion,
+    config: EvaluatorConfig,
+    comparisons: Sequence[ev.Comparison] | None = None,
 ) -> ev.Decision:
-    """Blessed when every check passes; the reason names the first that failed."""
+    """Blessed when every check passes; the reason names the first that failed.
+
+    Args:
+      candidate: the candidate's metrics on the new eval split, every class.
+      champion: the champion, or why there is none.
+      config: the rules.
+      comparisons: both models on each evaluation set; default the new split alone,
+        from champion.metrics (which must then be on the candidate's classes).
+    """
+    if comparisons is None:
+        comparisons = comparisons_of(champion, candidate)
     checks = _floor_checks(candidate, config)
-    if champion.status == ev.COMPARED and champion.metrics is not None:
-        checks += _champion_checks(candidate, champion.metrics, config)
+    compared = champion.status == ev.COMPARED
+    if compared:
+        for comparison in comparisons:
+            if comparison.compared and comparison.candidate and comparison.champion:
+                checks += _champion_checks(
+                    comparison.candidate, comparison.champion, config, comparison.name
+                )
+        checks += _new_class_checks(candidate, champion, config)
     failed = [c for c in checks if not c.passed]
     if failed:
         return ev.Decision(False, f"not blessed: {failed[0].detail}", tuple(checks))
-    against = (
-        f"not worse than champion {champion.version}"
-        + (f" ({champion.note})" if champion.note else "")
-        if champion.status == ev.COMPARED
-        else f"floor alone: {champion.note}"
-    )
+    if compared:
+        on = [c.name for c in comparisons if c.compared]
+        skipped = [c.name for c in comparisons if not c.compared]
+        against = f"not worse than champion {champion.version} on {', '.join(on) or 'nothing'}"
+        if skipped:
+            against += f" ({', '.join(skipped)} skipped)"
+        if champion.classes_added:
+            against += f"; new classes {list(champion.classes_added)} above their floor"
+        if champion.note:  # damaged pushes passed over to find the champion
+            against += f" ({champion.note})"
+    else:
+        against = f"floor alone: {champion.note}"
     floor = next(c for c in checks if c.name == "floor")
     return ev.Decision(True, f"blessed: {floor.detail}; {against}", tuple(checks))

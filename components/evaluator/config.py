@@ -1,13 +1,18 @@
 """The Evaluator's settings: the rules that bless a model for the Pusher.
 
-A candidate is blessed when it passes the floor and, when a comparable champion is
-served, is not worse than the champion (components/evaluator/blessing.py):
+A candidate is blessed when it passes the floor and, when a champion is served, is
+not worse than the champion on every evaluation set (components/evaluator/blessing.py,
+docs/retraining.md):
   floor: accuracy >= accuracy_threshold, and clearly above the majority-class rate of
     the eval split (by majority_margin, and by a one-sided binomial test at
     significance), and it predicts more than one class;
-  champion: overall accuracy at most `tolerance` below the champion's on the same
-    eval split, and each class with at least min_class_examples eval images at most
-    class_tolerance below the champion's recall of that class.
+  champion: on the new eval split, on the champion's reference set (the examples it
+    was blessed on) and on the golden set if any, each restricted to the classes both
+    models know: overall accuracy at most `tolerance` below the champion's, and each
+    class with at least min_class_examples images at most class_tolerance below the
+    champion's recall of that class;
+  new classes: each class the champion lacks has a recall of at least
+    new_class_min_recall on the new eval split.
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ class EvaluatorConfig:
         (their recall is too noisy); they still count overall.
       compare_with_champion: compare with the newest push in the serving directory;
         false applies the floor alone.
+      golden_examples: a curated evaluation set every candidate and champion are also
+        scored on: the folder of an ImageExampleGen output or the OUT of `imgpipe
+        convert SRC OUT` (label_map.json and Split-*/ shards; every split is used). "" for
+        none.
+      new_class_min_recall: the recall on the new eval split that a class the champion
+        does not know must reach (it has no champion to be compared with).
     """
 
     accuracy_threshold: float = 0.0
@@ -41,10 +52,18 @@ class EvaluatorConfig:
     class_tolerance: float = 0.05
     min_class_examples: int = 20
     compare_with_champion: bool = True
+    golden_examples: str = ""
+    new_class_min_recall: float = 0.5
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
-        for name in ("accuracy_threshold", "majority_margin", "tolerance", "class_tolerance"):
+        for name in (
+            "accuracy_threshold",
+            "majority_margin",
+            "tolerance",
+            "class_tolerance",
+            "new_class_min_recall",
+        ):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")

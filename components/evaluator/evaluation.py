@@ -1,8 +1,10 @@
 """The Evaluator's output, typed: evaluation.json in the `evaluation` artifact.
 
-Both models' metrics on the same eval split, the champion's status, and the decision
-with its reason and every check. This module is its only reader and writer; the run
-summary and `imgpipe` read it through `read`.
+The candidate's metrics on the new eval split, the champion's status, one Comparison
+per evaluation set the two models were scored on side by side (the new split, the
+champion's reference set, the golden set: each restricted to the classes both models
+know), and the decision with its reason and every check. This module is its only
+reader and writer; the run summary and `imgpipe` read it through `read`.
 """
 
 from __future__ import annotations
@@ -10,15 +12,16 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 
-from imgpipe.components.common import config_loader, fileio
+from imgpipe.components.common import config_loader, fileio, layout
 
-EVALUATION_FILE = "evaluation.json"
-VERSION = 1
+EVALUATION_FILE = layout.EVALUATION_FILE
+VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: before comparisons were recorded
 
 # Champion statuses.
 NO_CHAMPION = "none"  # nothing pushed yet: the floor alone
-COMPARED = "compared"
-LABELS_DIFFER = "labels_differ"  # not comparable: the floor alone
+COMPARED = "compared"  # on the classes both models know, when they differ
+LABELS_DIFFER = "labels_differ"  # no class in common: the floor alone
 NOT_COMPARED = "not_compared"  # evaluator.compare_with_champion is false
 UNREADABLE = "unreadable"  # the champion could not be loaded: the floor alone
 
@@ -59,11 +62,44 @@ class ModelMetrics:
 
 @dataclasses.dataclass(frozen=True)
 class Champion:
+    """The served model compared with, or why there is none.
+
+    Attributes:
+      metrics: its metrics on the new eval split, on the classes both models know.
+      classes_added, classes_removed: the candidate's classes the champion lacks, and
+        the champion's the candidate lacks.
+    """
+
     status: str
     note: str
     path: str | None = None
     version: int | None = None
     metrics: ModelMetrics | None = None
+    classes_added: tuple[str, ...] = ()
+    classes_removed: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """Both models scored on one evaluation set, or why they were not.
+
+    Attributes:
+      name: reference_sets.NEW_SPLIT, CHAMPION_REFERENCE or GOLDEN.
+      uri: where the set was read ("" when there was none).
+      compared: both models were scored and the rules applied.
+      note: why the comparison was skipped, or which classes were left out.
+      classes: the classes scored: those the set and both models have.
+      candidate, champion: the metrics on those classes; a prediction of a class
+        outside them counts as wrong.
+    """
+
+    name: str
+    uri: str
+    compared: bool
+    note: str
+    classes: tuple[str, ...] = ()
+    candidate: ModelMetrics | None = None
+    champion: ModelMetrics | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +125,7 @@ class Evaluation:
     candidate: ModelMetrics
     champion: Champion
     decision: Decision
+    comparisons: tuple[Comparison, ...] = ()
     version: int = VERSION
 
 
@@ -98,7 +135,7 @@ def to_json(evaluation: Evaluation) -> str:
 
 def from_json(text: str, where: str = EVALUATION_FILE) -> Evaluation:
     """Raises ValueError naming the field when the document has another shape."""
-    return config_loader.from_document(Evaluation, text, where, VERSION)
+    return config_loader.from_document(Evaluation, text, where, READABLE_VERSIONS)
 
 
 def write(uri: str, evaluation: Evaluation) -> None:

@@ -1,12 +1,14 @@
-"""ImageEvaluator's executor: validates, finds the champion, evaluates both, decides."""
+"""ImageEvaluator's executor: validates, finds the champion, scores both models on
+every evaluation set (the new eval split, the champion's reference set, the golden
+set), decides, and keeps the new split as the reference set of a blessed model."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import os
+import posixpath
 import tempfile
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -18,24 +20,22 @@ from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
 from imgpipe.components.common import (
-    artifacts,
     config_loader,
     fileio,
     manifest,
+    reference_sets,
     served_models,
     serving_lock,
     staging,
 )
-from imgpipe.components.common.features import DEFAULT_KEY_MAP
-from imgpipe.components.common.serving import EXAMPLES_INPUT, PROBABILITIES, SERVING_EXAMPLES
+from imgpipe.components.common.reference_sets import ReferenceSet
 from imgpipe.components.evaluator import blessing as blessing_lib
 from imgpipe.components.evaluator import evaluation as ev
-from imgpipe.components.evaluator import spec
+from imgpipe.components.evaluator import report, scoring, spec
 from imgpipe.components.evaluator.config import EvaluatorConfig
 
-EVAL_BATCH_SIZE = 64
-
-Predict = Callable[[tf.Tensor], np.ndarray]
+# What reading a model or an evaluation set can raise when it is missing or damaged.
+READ_ERRORS = (OSError, ValueError, KeyError, tf.errors.OpError)
 
 
 def config_from_properties(exec_properties: dict[str, Any]) -> EvaluatorConfig:
@@ -52,81 +52,47 @@ def config_from_properties(exec_properties: dict[str, Any]) -> EvaluatorConfig:
     return config
 
 
-def _predictor(model_dir: str) -> Predict:
-    signature = tf.saved_model.load(model_dir).signatures[SERVING_EXAMPLES]
-
-    def predict(serialized: tf.Tensor) -> np.ndarray:
-        return np.argmax(signature(**{EXAMPLES_INPUT: serialized})[PROBABILITIES].numpy(), -1)
-
-    return predict
-
-
-def confusion_matrices(
-    shards: list[str], num_classes: int, predictors: list[Predict]
-) -> list[np.ndarray]:
-    """One [true, predicted] count matrix per predictor, over the same records."""
-    compression = {artifacts.shard_compression(s) for s in shards}.pop()
-    records = tf.data.TFRecordDataset(shards, compression).batch(EVAL_BATCH_SIZE)
-    matrices: list[np.ndarray] = [
-        np.zeros((num_classes, num_classes), np.int64) for _ in predictors
-    ]
-    features = {DEFAULT_KEY_MAP.label: tf.io.FixedLenFeature([], tf.int64)}
-    for serialized in records:
-        labels = tf.io.parse_example(serialized, features)[DEFAULT_KEY_MAP.label].numpy()
-        if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-            raise ValueError(
-                f"label ids {sorted(set(labels.tolist()))} do not fit {num_classes} classes"
-            )
-        for matrix, predict in zip(matrices, predictors, strict=True):
-            np.add.at(matrix, (labels, predict(serialized)), 1)
-    return matrices
-
-
-def metrics_from_confusion(labels: list[str], matrix: np.ndarray) -> ev.ModelMetrics:
-    return ev.ModelMetrics.of(
-        tuple(
-            ev.ClassMetrics(
-                label=label,
-                examples=int(matrix[i].sum()),
-                correct=int(matrix[i, i]),
-                predicted=int(matrix[:, i].sum()),
-            )
-            for i, label in enumerate(labels)
-        )
-    )
-
-
 def find_champion(
     config: EvaluatorConfig, lookup: served_models.Lookup, labels: list[str]
-) -> ev.Champion:
-    """The champion to compare with, or why there is none (metrics are filled later);
-    its note names every damaged push passed over (served_models.Lookup.note)."""
+) -> tuple[ev.Champion, tuple[str, ...]]:
+    """The champion to compare with, or why there is none (metrics are filled later),
+    and its class names; its note names every damaged push passed over
+    (served_models.Lookup.note)."""
     if not config.compare_with_champion:
-        return ev.Champion(ev.NOT_COMPARED, "evaluator.compare_with_champion is false")
+        return ev.Champion(ev.NOT_COMPARED, "evaluator.compare_with_champion is false"), ()
     served = lookup.model
     if served is None:
         if lookup.passed:
-            return ev.Champion(ev.UNREADABLE, lookup.note)
-        return ev.Champion(
-            ev.NO_CHAMPION, f"no complete push in {lookup.serving_dir or '(none set)'} yet"
-        )
-    if list(served.labels) != labels:
+            return ev.Champion(ev.UNREADABLE, lookup.note), ()
+        note = f"no complete push in {lookup.serving_dir or '(none set)'} yet"
+        return ev.Champion(ev.NO_CHAMPION, note), ()
+    theirs = list(served.labels)
+    if not scoring.shared_classes(labels, theirs):
         return ev.Champion(
             ev.LABELS_DIFFER,
-            "; ".join(
-                filter(
-                    None,
-                    [
-                        lookup.note,
-                        f"the champion has labels {list(served.labels)}, the candidate "
-                        f"{labels}: not comparable",
-                    ],
-                )
+            _notes(
+                lookup.note,
+                f"the champion has labels {theirs}, the candidate {labels}: no class in "
+                "common, so nothing to compare",
             ),
             served.path,
             served.version,
-        )
-    return ev.Champion(ev.COMPARED, lookup.note, served.path, served.version)
+        ), served.labels
+    added = tuple(name for name in labels if name not in theirs)
+    removed = tuple(name for name in theirs if name not in labels)
+    note = _notes(
+        lookup.note,
+        f"classes added {list(added)}, removed {list(removed)} since champion "
+        f"{served.version}: compared on the classes both know"
+        if added or removed
+        else "",
+    )
+    champion = ev.Champion(ev.COMPARED, note, served.path, served.version, None, added, removed)
+    return champion, served.labels
+
+
+def _notes(*notes: str) -> str:
+    return "; ".join(note for note in notes if note)
 
 
 def look_up(serving_dir: str, checksums: bool) -> served_models.Lookup | ev.Champion:
@@ -134,8 +100,77 @@ def look_up(serving_dir: str, checksums: bool) -> served_models.Lookup | ev.Cham
     them; an unreadable directory as the champion's status."""
     try:
         return served_models.find(serving_dir, checksums=checksums)
-    except (OSError, ValueError, KeyError, tf.errors.OpError) as e:
+    except READ_ERRORS as e:
         return ev.Champion(ev.UNREADABLE, f"the serving directory {serving_dir} is unreadable: {e}")
+
+
+def other_sets(
+    config: EvaluatorConfig, champion: ev.Champion
+) -> tuple[list[ReferenceSet], list[ev.Comparison]]:
+    """The champion's reference set and the golden set, and those that are missing or
+    damaged, as skipped comparisons that say why."""
+    found: list[ReferenceSet] = []
+    skipped: list[ev.Comparison] = []
+    if champion.status == ev.COMPARED and champion.path:
+        where = posixpath.join(champion.path, served_models.REFERENCE_ASSET)
+        try:
+            found.append(reference_sets.read(where))
+        except FileNotFoundError:
+            skipped.append(
+                ev.Comparison(
+                    reference_sets.CHAMPION_REFERENCE,
+                    where,
+                    False,
+                    f"skipped: champion {champion.version} has no reference set (pushed "
+                    "before reference sets were kept)",
+                )
+            )
+        except READ_ERRORS as e:
+            skipped.append(
+                ev.Comparison(
+                    reference_sets.CHAMPION_REFERENCE,
+                    where,
+                    False,
+                    f"skipped: champion {champion.version}'s reference set is damaged: {e}",
+                )
+            )
+    if config.golden_examples:
+        try:
+            found.append(reference_sets.from_golden(config.golden_examples))
+        except READ_ERRORS as e:
+            skipped.append(
+                ev.Comparison(
+                    reference_sets.GOLDEN,
+                    config.golden_examples,
+                    False,
+                    f"skipped: the golden set is unreadable: {e}",
+                )
+            )
+    return found, skipped
+
+
+def compare(
+    reference: ReferenceSet,
+    matrices: list[np.ndarray],
+    labels: list[str],
+    champion_labels: tuple[str, ...] | None,
+) -> ev.Comparison:
+    """Both models' metrics on the classes the set and both know (the candidate's alone
+    when there is no champion to compare with)."""
+    models = [labels] + ([list(champion_labels)] if champion_labels is not None else [])
+    shared = scoring.shared_classes(reference.labels, *models)
+    left_out = [name for name in reference.labels if name not in shared]
+    note = f"left out {left_out}: not known to both models" if left_out else ""
+    if not shared:
+        return ev.Comparison(
+            reference.name, reference.uri, False, f"skipped: no class in common ({note})"
+        )
+    candidate = scoring.shared_metrics(reference.labels, labels, matrices[0], shared)
+    if champion_labels is None:
+        note = "; ".join(filter(None, ["no champion to compare with", note]))
+        return ev.Comparison(reference.name, reference.uri, False, note, shared, candidate)
+    champion = scoring.shared_metrics(reference.labels, champion_labels, matrices[1], shared)
+    return ev.Comparison(reference.name, reference.uri, True, note, shared, candidate, champion)
 
 
 class Executor(base_executor.BaseExecutor):
@@ -161,10 +196,8 @@ class Executor(base_executor.BaseExecutor):
         splits = artifact_utils.decode_split_names(examples.split_names)
         if eval_split not in splits:
             raise ValueError(f"{examples.uri} has no split {eval_split!r}; it has {splits}")
-        shards = fileio.glob(artifacts.split_shard_pattern(examples.uri, eval_split))
-        if not shards:
-            raise FileNotFoundError(f"no shards in {artifacts.split_dir(examples.uri, eval_split)}")
-        labels = artifacts.load_labels(examples.uri)
+        new_split = reference_sets.from_split(examples.uri, eval_split)
+        labels = list(new_split.labels)
         candidate_dir = path_utils.serving_model_path(model.uri)
         candidate_labels = list(served_models.read_labels(candidate_dir))
         if candidate_labels != labels:
@@ -177,9 +210,8 @@ class Executor(base_executor.BaseExecutor):
         try:
             self._decide(
                 config,
-                examples.uri,
                 eval_split,
-                shards,
+                new_split,
                 labels,
                 candidate_dir,
                 serving_dir,
@@ -195,9 +227,8 @@ class Executor(base_executor.BaseExecutor):
     def _decide(
         self,
         config: EvaluatorConfig,
-        examples_uri: str,
         eval_split: str,
-        shards: list[str],
+        new_split: ReferenceSet,
         labels: list[str],
         candidate_dir: str,
         serving_dir: str,
@@ -205,40 +236,66 @@ class Executor(base_executor.BaseExecutor):
         evaluation_out: types.Artifact,
         blessing_out: types.Artifact,
     ) -> None:
-        """Picks the champion, evaluates both, writes the decision; gives the lease back
-        unless the Pusher is to push (it gives it back then)."""
+        """Picks the champion, scores both models on every set, writes the decision; gives
+        the lease back unless the Pusher is to push (it gives it back then)."""
         lookup = look_up(serving_dir, checksums=config.compare_with_champion)
         head = None
+        champion_labels: tuple[str, ...] = ()
         if isinstance(lookup, ev.Champion):
             champion = lookup
         else:
-            champion = find_champion(config, lookup, labels)
+            champion, champion_labels = find_champion(config, lookup, labels)
             head = lookup.head
+        others, comparisons = other_sets(config, champion)
+        scored: list[ev.Comparison] = []
         with contextlib.ExitStack() as local:
             # TensorFlow reads these: object-store copies are made local first.
-            shards = list(
-                staging.stage_files(
-                    shards,
-                    local.enter_context(tempfile.TemporaryDirectory(prefix="imgpipe-eval-")),
-                    f"{examples_uri} split {eval_split!r}",
+            staged_in = local.enter_context(tempfile.TemporaryDirectory(prefix="imgpipe-eval-"))
+
+            def staged(reference: ReferenceSet) -> list[str]:
+                folder = os.path.join(staged_in, reference.name)
+                return list(staging.stage_files(reference.shards, folder, reference.uri))
+
+            predictors = [
+                (
+                    scoring.predictor(local.enter_context(staging.local_copy(candidate_dir))),
+                    len(labels),
                 )
-            )
-            predictors = [_predictor(local.enter_context(staging.local_copy(candidate_dir)))]
+            ]
             if champion.status == ev.COMPARED:
                 try:
                     champion_dir = local.enter_context(staging.local_copy(champion.path or ""))
-                    predictors.append(_predictor(champion_dir))
-                except (OSError, ValueError, KeyError, tf.errors.OpError) as e:
+                    predictors.append((scoring.predictor(champion_dir), len(champion_labels)))
+                except READ_ERRORS as e:
                     champion = dataclasses.replace(
                         champion, status=ev.UNREADABLE, note=f"the champion did not load: {e}"
                     )
-            matrices = confusion_matrices(shards, len(labels), predictors)
-        candidate = metrics_from_confusion(labels, matrices[0])
-        if len(matrices) > 1:
-            champion = dataclasses.replace(
-                champion, metrics=metrics_from_confusion(labels, matrices[1])
-            )
-        decision = blessing_lib.decide(candidate, champion, config)
+            compared_labels = champion_labels if len(predictors) > 1 else None
+            matrices = scoring.confusion_matrices(staged(new_split), len(labels), predictors)
+            scored.append(compare(new_split, matrices, labels, compared_labels))
+            for reference in others:
+                if compared_labels is None and reference.name != reference_sets.GOLDEN:
+                    continue
+                try:
+                    found = scoring.confusion_matrices(
+                        staged(reference), len(reference.labels), predictors
+                    )
+                except READ_ERRORS as e:
+                    comparisons.append(
+                        ev.Comparison(
+                            reference.name, reference.uri, False, f"skipped: unreadable: {e}"
+                        )
+                    )
+                    continue
+                scored.append(compare(reference, found, labels, compared_labels))
+        candidate = scoring.metrics_from_confusion(labels, matrices[0])
+        if compared_labels is not None:
+            champion = dataclasses.replace(champion, metrics=scored[0].champion)
+        else:
+            scored = scored[1:]  # the new split has no champion to be compared with
+        order = [reference_sets.NEW_SPLIT, reference_sets.CHAMPION_REFERENCE, reference_sets.GOLDEN]
+        every = tuple(sorted(scored + comparisons, key=lambda c: order.index(c.name)))
+        decision = blessing_lib.decide(candidate, champion, config, every)
         majority_label, majority_rate = blessing_lib.majority(candidate)
         result = ev.Evaluation(
             eval_split=eval_split,
@@ -248,15 +305,31 @@ class Executor(base_executor.BaseExecutor):
             candidate=candidate,
             champion=champion,
             decision=decision,
+            comparisons=every,
         )
         ev.write(evaluation_out.uri, result)
-        fileio.makedirs(blessing_out.uri)
+        report.write(evaluation_out.uri, result)
+        if decision.blessed:
+            # The Pusher copies it into the push: the next candidate is judged on it too.
+            reference_sets.write(
+                new_split, os.path.join(blessing_out.uri, reference_sets.REFERENCE_DIR)
+            )
+        else:
+            fileio.makedirs(blessing_out.uri)
         marker = spec.BLESSED_FILE if decision.blessed else spec.NOT_BLESSED_FILE
         fileio.write_text(os.path.join(blessing_out.uri, marker), "")
+        # Beside the blessing too: the Pusher's model card reads the scores there.
+        ev.write(blessing_out.uri, result)
         blessing_out.set_int_custom_property(spec.BLESSED_PROPERTY, int(decision.blessed))
         blessing_out.set_string_custom_property(spec.REASON_PROPERTY, decision.reason)
         if champion.version is not None:
             blessing_out.set_int_custom_property(spec.CHAMPION_PROPERTY, champion.version)
+        logging.info("ImageEvaluator: %s", decision.reason)
+        if champion.note:
+            logging.info("ImageEvaluator: champion: %s", champion.note)
+        for comparison in every:
+            if comparison.note:
+                logging.info("ImageEvaluator: %s: %s", comparison.name, comparison.note)
         if lease is not None:
             if not isinstance(lookup, ev.Champion):  # the Pusher's compare-and-swap
                 blessing_out.set_int_custom_property(
@@ -267,6 +340,3 @@ class Executor(base_executor.BaseExecutor):
                 blessing_out.set_string_custom_property(serving_lock.LEASE_PROPERTY, lease.token)
             else:
                 serving_lock.release(serving_dir, lease.token)
-        logging.info("ImageEvaluator: %s", decision.reason)
-        if champion.note:
-            logging.info("ImageEvaluator: champion: %s", champion.note)

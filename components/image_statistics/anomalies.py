@@ -36,16 +36,24 @@ class AnomaliesFoundError(RuntimeError):
     Attributes:
       anomalies: what stopped the run.
       report: the HTML report that shows them.
+      span: the span of the data, when it has one.
     """
 
-    def __init__(self, anomalies: Sequence[Anomaly], output_uri: str, message: str):
+    def __init__(
+        self,
+        anomalies: Sequence[Anomaly],
+        output_uri: str,
+        message: str,
+        span: int | None = None,
+    ):
         self.anomalies = tuple(anomalies)
         self.output_uri = output_uri
         self.report = os.path.join(output_uri, layout.REPORT_FILE)
+        self.span = span
         super().__init__(message)
 
     def __reduce__(self):
-        return type(self), (self.anomalies, self.output_uri, str(self))
+        return type(self), (self.anomalies, self.output_uri, str(self), self.span)
 
 
 def _reference_split(splits: list[str]) -> str:
@@ -174,14 +182,37 @@ def validator_anomalies(anomalies_uri: str, split_names: Sequence[str]) -> list[
     return found
 
 
-def blocking(anomalies: Sequence[Anomaly], config: StatisticsConfig) -> list[Anomaly]:
-    """The anomalies that stop the run: drift under fail_on_drift, the others under
-    fail_on_anomalies."""
+def blocking(
+    anomalies: Sequence[Anomaly], config: StatisticsConfig, drift_accepted: bool = False
+) -> list[Anomaly]:
+    """The anomalies that stop the run: drift under fail_on_drift unless accepted for
+    this span (accept_drift_span), the others under fail_on_anomalies."""
     return [
         a
         for a in anomalies
-        if (config.fail_on_drift if a.code == DRIFT else config.fail_on_anomalies)
+        if (
+            config.fail_on_drift and not drift_accepted
+            if a.code == DRIFT
+            else config.fail_on_anomalies
+        )
     ]
+
+
+def drift_fix(span: int | None, config: StatisticsConfig) -> str:
+    """What to do about drift: never turn the gate off; accept this one span."""
+    which = str(span) if span is not None else "SPAN"
+    other = (
+        f" (accept_drift_span is {config.accept_drift_span}, this is span {which})"
+        if config.accept_drift_span is not None
+        else ""
+    )
+    return (
+        "if the data is wrong, fix it; if it changed on purpose, accept its drift for this "
+        f"span only{other}: imgpipe run local --accept-drift {which} (statistics."
+        f"accept_drift_span: {which}, or the accept_drift_span parameter on Kubeflow); the "
+        "Evaluator still compares the new model with the served one on the data that one "
+        "was blessed on"
+    )
 
 
 def switches(anomalies: Sequence[Anomaly]) -> str:
@@ -192,9 +223,15 @@ def switches(anomalies: Sequence[Anomaly]) -> str:
     return " and ".join(f"statistics.{name}" for name in names)
 
 
-def gate_message(anomalies: Sequence[Anomaly], output_uri: str, config: StatisticsConfig) -> str:
+def gate_message(
+    anomalies: Sequence[Anomaly],
+    output_uri: str,
+    config: StatisticsConfig,
+    span: int | None = None,
+    drift_accepted: bool = False,
+) -> str:
     """The anomalies, one a line, whether the run stops, and where the report is."""
-    stopping = blocking(anomalies, config)
+    stopping = blocking(anomalies, config, drift_accepted)
     outcome = (
         f"the run stops before training ({switches(stopping)}: true)"
         if stopping
@@ -214,20 +251,21 @@ def gate_message(anomalies: Sequence[Anomaly], output_uri: str, config: Statisti
             "content (the default) keeps every copy in one split; in a pre-split folder, "
             "remove each copy from one of its split folders."
         )
+    if drift_accepted and any(a.code == DRIFT for a in anomalies):
+        lines.append(f"The drift of span {span} is accepted (statistics.accept_drift_span).")
     fixes = []
     # A label-issues line names its own fix; turning the gate off is not one.
     if any(a.code not in (DRIFT, LABEL_ISSUES) for a in anomalies):
         fixes.append(
-            "fix the data, or set statistics.fail_on_anomalies: false (or raise "
-            "statistics.leakage_threshold, lower statistics.min_supported_fraction or set "
-            "statistics.verify_images: false) in the pipeline config"
+            "fix the data (the report names each file and split)"
+            + (
+                ", or raise statistics.leakage_threshold if those copies are intended"
+                if any(a.code == LEAKAGE for a in anomalies)
+                else ""
+            )
         )
-    if any(a.code == DRIFT for a in anomalies):
-        fixes.append(
-            "if the data is wrong, fix it; if it changed on purpose, raise the "
-            "statistics.drift_* threshold named, or run once with statistics.fail_on_drift: "
-            "false, after which the model pushed carries the new data as the baseline"
-        )
+    if any(a.code == DRIFT for a in anomalies) and not drift_accepted:
+        fixes.append(drift_fix(span, config))
     lines.append(
         f"Inspect {os.path.join(output_uri, layout.REPORT_FILE)} and "
         f"{layout.IMAGE_STATS_FILE}" + (f", then {'; '.join(fixes)}." if fixes else ".")

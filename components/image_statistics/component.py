@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tfx import types
 from tfx.dsl.components.base import base_beam_component, executor_spec
+from tfx.orchestration import data_types
 
 from imgpipe.components.common import config_loader
 from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
@@ -42,6 +43,7 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
         anomalies: types.BaseChannel | None = None,
         config: StatisticsConfig | None = None,
         serving_dir: str = "",
+        accept_drift_span: int | data_types.RuntimeParameter | None = None,
     ):
         """Args:
           examples: ImageExampleGen's `Examples` (label_map.json beside the splits).
@@ -52,6 +54,8 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
           serving_dir: where served models are pushed: the newest one's training
             statistics are the drift baseline ("" for no drift check). A plain string,
             so a runtime parameter can stand in for it.
+          accept_drift_span: overrides config.accept_drift_span (a Kubeflow runtime
+            parameter; spec.NO_SPAN for none).
 
         Raises:
           ValueError: a bad setting, named.
@@ -68,6 +72,15 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
                     spec.CROP_FRACTION_KEY: crop_fraction,
                     spec.STATISTICS_CONFIG_KEY: config_loader.to_json(config),
                     spec.SERVING_DIR_KEY: serving_dir,
+                    spec.ACCEPT_DRIFT_SPAN_KEY: (
+                        accept_drift_span
+                        if accept_drift_span is not None
+                        else (
+                            spec.NO_SPAN
+                            if config.accept_drift_span is None
+                            else config.accept_drift_span
+                        )
+                    ),
                     spec.STATISTICS_KEY: types.Channel(type=ImageStatisticsArtifact),
                 }
             )

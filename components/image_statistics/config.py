@@ -28,8 +28,8 @@ class StatisticsConfig:
         warns. On by default: an unattended retrain would otherwise train and push on
         data that no longer looks like what the served model learned from (a camera
         gone grayscale, a broken resize), and every later run is compared with the same
-        served model, so the stop holds until someone looks. To accept new data, run
-        once with it off: the model pushed then carries the new baseline.
+        served model, so the stop holds until someone looks. To accept the drift of
+        one span, set accept_drift_span; leave this on.
       drift_mean_shift: the largest tolerated move of a channel's mean over all images,
         in units of that channel's std in the baseline.
       drift_class_mean_shift: the same for each class's channel means (classes on both
@@ -42,6 +42,12 @@ class StatisticsConfig:
         comparator measures categorical features).
       drift_size_distance: the largest tolerated change of the share of images in one
         bin of the width, height or aspect-ratio histogram (L-infinity distance).
+      accept_drift_span: the one span whose drift is accepted (`imgpipe run local
+        --accept-drift SPAN`, or the accept_drift_span pipeline parameter on
+        Kubeflow): its drift is recorded as accepted and does not stop the run; any
+        other span is gated as usual. The Evaluator still compares the candidate with
+        the champion on the champion's reference set, so an accepted span pushes only
+        a model not worse on the data the champion was blessed on. None for none.
       verify_images: decode every JPEG strictly (libjpeg's warnings about corrupt
         data, which TensorFlow passes over, count; the same pixels, from the same one
         decode), and make any image that is corrupt or undecodable an anomaly that
@@ -78,9 +84,14 @@ class StatisticsConfig:
     label_audit_max_images: int = DEFAULT_MAX_IMAGES
     max_label_issue_fraction: float = 0.1
     label_issue_reference_factor: float = 1.5
+    accept_drift_span: int | None = None
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
+        if self.accept_drift_span is not None and self.accept_drift_span < 0:
+            raise ValueError(
+                f"accept_drift_span must be a span number (>= 0), got {self.accept_drift_span}"
+            )
         if self.sample_thumbnails < 0:
             raise ValueError(f"sample_thumbnails must be >= 0, got {self.sample_thumbnails}")
         if not 0.0 <= self.leakage_threshold < 1.0:

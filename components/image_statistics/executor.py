@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from typing import Any
 
@@ -25,6 +27,8 @@ from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.produce import Produced, produce
 
+# The Examples artifact's span, as TFX's ExampleGen driver records it.
+SPAN = "span"
 # Beside the output folder: where the outputs of a run stopped by the gate stay.
 REJECTED_SUFFIX = ".rejected"
 
@@ -91,6 +95,10 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         outputs.clear(output.uri)
         fileio.remove(rejected)
 
+        span = span_of(examples)
+        value = exec_properties.get(spec.ACCEPT_DRIFT_SPAN_KEY)
+        accepted_span = spec.NO_SPAN if value is None else int(value)
+        drift_accepted = accepted_span != spec.NO_SPAN and accepted_span == span
         produced = produce(
             examples.uri,
             splits,
@@ -102,6 +110,19 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             drift_baseline,
             audit_serving_dir=exec_properties.get(spec.SERVING_DIR_KEY) or "",
         )
+        drifted = [a for a in produced.anomalies if a.code == anomaly_lib.DRIFT]
+        if drift_accepted and drifted and produced.stats.drift is not None:
+            note = f"span {span}: accepted by accept_drift_span: " + "; ".join(
+                a.message for a in drifted
+            )
+            produced = dataclasses.replace(
+                produced,
+                stats=dataclasses.replace(
+                    produced.stats,
+                    drift=dataclasses.replace(produced.stats.drift, accepted=note),
+                ),
+            )
+            logging.warning("ImageStatistics: drift of %s", note)
         if produced.stats.label_audit is not None:
             logging.info(
                 "ImageStatistics: label audit %s", label_audit.describe(produced.stats.label_audit)
@@ -111,17 +132,33 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         output.set_int_custom_property(spec.IMAGES_PROPERTY, produced.stats.source.images_decoded)
         if not produced.anomalies:
             return
-        if not anomaly_lib.blocking(produced.anomalies, config):
-            logging.warning("%s", anomaly_lib.gate_message(produced.anomalies, output.uri, config))
+        message = functools.partial(
+            anomaly_lib.gate_message,
+            produced.anomalies,
+            config=config,
+            span=span,
+            drift_accepted=drift_accepted,
+        )
+        stopping = anomaly_lib.blocking(produced.anomalies, config, drift_accepted)
+        if not stopping:
+            logging.warning("%s", message(output_uri=output.uri))
             return
         # TFX deletes the output folder of a failed execution; this copy stays for the
         # user to inspect.
         _write(rejected, produced)
         raise anomaly_lib.AnomaliesFoundError(
-            anomaly_lib.blocking(produced.anomalies, config),
-            rejected,
-            anomaly_lib.gate_message(produced.anomalies, rejected, config),
+            stopping, rejected, message(output_uri=rejected), span
         )
+
+
+def span_of(examples: types.Artifact) -> int | None:
+    """The span of an Examples artifact: TFX's ExampleGen driver records it as a custom
+    property; an executor may set the type's own property. None when neither is set."""
+    if examples.has_custom_property(SPAN):
+        return int(examples.get_int_custom_property(SPAN))
+    if examples.has_property(SPAN):
+        return int(examples.span)
+    return None
 
 
 def _write(folder: str, produced: Produced) -> None:

@@ -18,6 +18,11 @@ STATISTICS_CONFIG_KEY = "statistics_config"
 # against (components/common/served_models.py); "" for no drift check.
 SERVING_DIR_KEY = "serving_dir"
 
+# The span whose drift is accepted (StatisticsConfig.accept_drift_span), separate so
+# that a Kubeflow run can set it; NO_SPAN for none.
+ACCEPT_DRIFT_SPAN_KEY = "accept_drift_span"
+NO_SPAN = -1
+
 # Custom properties set on the output artifact.
 ANOMALY_COUNT_PROPERTY = "anomalies"
 IMAGES_PROPERTY = "images"
@@ -32,6 +37,7 @@ class ImageStatisticsSpec(component_spec.ComponentSpec):
         CROP_FRACTION_KEY: component_spec.ExecutionParameter(type=float),
         STATISTICS_CONFIG_KEY: component_spec.ExecutionParameter(type=str),
         SERVING_DIR_KEY: component_spec.ExecutionParameter(type=str, optional=True),
+        ACCEPT_DRIFT_SPAN_KEY: component_spec.ExecutionParameter(type=int, optional=True),
     }
     INPUTS = {
         EXAMPLES_KEY: component_spec.ChannelParameter(type=standard_artifacts.Examples),

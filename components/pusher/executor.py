@@ -41,6 +41,7 @@ from imgpipe.components.common import (
     layout,
     manifest,
     phases,
+    reference_sets,
     served_models,
     serving_lock,
 )
@@ -201,9 +202,19 @@ def publish(
 
 def extra_files(input_dict: dict[str, list[types.Artifact]]) -> dict[str, str]:
     """Files published with each push beside the model, {relpath in the version: source}:
-    covered by its manifest like the model's own files."""
-    del input_dict
-    return {}
+    covered by its manifest like the model's own files. The blessing's reference
+    evaluation set (docs/retraining.md) goes under assets.extra/reference/, where the
+    next Evaluator judges its candidate on it too."""
+    blessing = artifact_utils.get_single_instance(
+        input_dict[standard_component_specs.MODEL_BLESSING_KEY]
+    )
+    source = posixpath.join(blessing.uri, reference_sets.REFERENCE_DIR)
+    if not fileio.isdir(source):  # an Evaluator from before reference sets
+        return {}
+    return {
+        posixpath.join(served_models.REFERENCE_ASSET, relpath): posixpath.join(source, relpath)
+        for relpath in fileio.list_files(source)
+    }
 
 
 def serving_files_for(

@@ -18,6 +18,11 @@ import sys
 from collections.abc import Iterator, Sequence
 
 PREFIX = "imgpipe: error: "
+# Exit codes: 0 success (`run local`: a model was pushed), 1 a user error or a
+# failed run, 2 a command line that does not parse (argparse's), and NOT_PUSHED: the
+# run finished and pushed nothing (the Evaluator refused the model, or every step was
+# served from TFX's cache), so a scheduler can tell a refused retrain from a push.
+NOT_PUSHED_EXIT_CODE = 3
 # Beam appends the step to an exception raised in a DoFn; the user needs the message.
 _BEAM_STEP = re.compile(r"\s*\[while running '[^']*'\]")
 # A job that a portable runner (Flink, Spark) ended in a failed state: the cluster's fault

@@ -9,7 +9,7 @@ from typing import Any
 from imgpipe.components.image_example_gen.options import flat_splits
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines import sample_photos
-from imgpipe.pipelines.cli.errors import UserError
+from imgpipe.pipelines.cli.errors import NOT_PUSHED_EXIT_CODE, UserError
 from imgpipe.pipelines.cli.settings import add_set_argument
 
 # The demo: a few hundred 160-pixel photos and the three-block tiny_cnn at 96 pixels;
@@ -31,7 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "local",
         help="run the whole pipeline here with LocalDagRunner (SQLite MLMD)",
         description="Runs ImageExampleGen to Pusher on this machine. A second run on "
-        "unchanged images is served from TFX's cache.",
+        "unchanged images is served from TFX's cache. Exits 0 when a model was pushed, "
+        f"{NOT_PUSHED_EXIT_CODE} when the run finished without pushing one, 1 on an "
+        "error (docs/retraining.md).",
     )
     local.add_argument(
         "--data",
@@ -44,6 +46,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_set_argument(local)
     local.add_argument("--pipeline-root", metavar="DIR", help="overrides pipeline_root")
     local.add_argument("--serving-dir", metavar="DIR", help="overrides serving_dir")
+    local.add_argument(
+        "--accept-drift",
+        type=int,
+        metavar="SPAN",
+        help="accept the data drift of span SPAN, this once: recorded in the statistics "
+        "and the summary; other spans are gated as usual, and the new model must still "
+        "not be worse than the served one on the data that one was blessed on "
+        "(statistics.accept_drift_span)",
+    )
     local.set_defaults(handler=run_local)
 
     demo = subparsers.add_parser(
@@ -73,9 +84,12 @@ def run_local(args: argparse.Namespace) -> int:
     data = args.data
     if data is not None and "://" not in data:
         data = os.path.abspath(data)
+    settings = list(args.set or [])
+    if args.accept_drift is not None:
+        settings.append(f"statistics.accept_drift_span={args.accept_drift}")
     config = cfg.load(
         args.config,
-        args.set,
+        settings,
         data_root=data,
         pipeline_root=args.pipeline_root,
         serving_dir=args.serving_dir,
@@ -84,7 +98,7 @@ def run_local(args: argparse.Namespace) -> int:
         check_data(config, f"--data {args.data}", args.data)
     else:
         check_data(config, f"data_root {config.data_root}", config.data_root)
-    return _run_and_report(config)
+    return _run_and_report(config, not_pushed=NOT_PUSHED_EXIT_CODE)
 
 
 def check_data(config: Any, origin: str, data_root: str) -> str:
@@ -143,27 +157,39 @@ def run_demo(args: argparse.Namespace) -> int:
     return _run_and_report(config)
 
 
-def _run_and_report(config) -> int:
+def _run_and_report(config, not_pushed: int = 0) -> int:
+    """Runs, prints the summary, and returns the exit code: 0 when a model was pushed,
+    else `not_pushed` (the demo, rerun from the cache, is not a failure)."""
     from imgpipe.components.image_statistics.anomalies import (
+        DRIFT,
         LEAKAGE,
         AnomaliesFoundError,
-        switches,
+        drift_fix,
     )
     from imgpipe.pipelines import local_runner
 
     try:
         result = local_runner.run(config)
     except AnomaliesFoundError as e:
-        leaked = any(a.code == LEAKAGE for a in e.anomalies)
+        codes = {a.code for a in e.anomalies}
+        fixes = []
+        if codes - {DRIFT}:
+            fixes.append(
+                "fix the data"
+                + (
+                    " (or raise statistics.leakage_threshold if the copies are intended)"
+                    if LEAKAGE in codes
+                    else ""
+                )
+            )
+        if DRIFT in codes:
+            fixes.append(drift_fix(e.span, config.statistics))
         raise UserError(
             f"ImageStatistics found {len(e.anomalies)} data anomal"
             f"{'y' if len(e.anomalies) == 1 else 'ies'} "
             f"({', '.join(sorted({a.code for a in e.anomalies}))}), so the run stopped "
-            f"before training; see {e.report}, then fix the data or set "
-            f"{switches(e.anomalies)}: false"
-            f"{' (or raise statistics.leakage_threshold)' if leaked else ''} "
-            "in the pipeline config"
+            f"before training; see {e.report}, then {'; '.join(fixes)}"
         ) from e
     for line in local_runner.summary_lines(result, config):
         print(line)
-    return 0
+    return 0 if result.pushed else not_pushed

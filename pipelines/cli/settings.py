@@ -12,5 +12,5 @@ def add_set_argument(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="SECTION.KEY=VALUE",
         help="a config setting over the file's, e.g. evaluator.tolerance=0.02 or "
-        "statistics.fail_on_drift=false; repeatable",
+        "statistics.accept_drift_span=6; repeatable",
     )

@@ -13,7 +13,9 @@ all taken from the one `PipelineConfig` (its `kubeflow` section and the Trainer'
 - Beam args for every Beam component (Dataflow, Flink, or a local DirectRunner sized
   to the step's CPU request);
 - the project's container entrypoint (kfp_contract.ENTRYPOINT_COMMAND), which fixes
-  TFX on open-source KFP v2 (imgpipe/pipelines/container/), with TFX's own arguments.
+  TFX on open-source KFP v2 (imgpipe/pipelines/container/), with TFX's own arguments;
+- the pipeline's output PUSHED_OUTPUT, the Pusher's PushedModel, whose `pushed`
+  metadata (1 or 0) tells a scheduler whether the run pushed a model.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
 from imgpipe.pipelines.kfp_contract import ARTIFACT_IO_ENV, ENTRYPOINT_COMMAND
 from imgpipe.pipelines.kubeflow.config import DEFAULT_IMAGE_KEY, Resources
 from imgpipe.pipelines.kubeflow.quantities import cpu_cores, memory_gb
+
+# The compiled pipeline's output: the Pusher's `pushed_model` artifact.
+PUSHED_OUTPUT = "pushed_model"
+PUSHED_OUTPUT_TYPE = {"schemaTitle": "system.Artifact", "schemaVersion": "0.0.1"}
 
 
 def resource_spec(resources: Resources, accelerator: str | None = None, accelerator_count: int = 0):
@@ -127,7 +133,26 @@ def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
     # KFP's cache key covers parameters and input artifacts, not the files under
     # data_root: a cached ImageExampleGen would never see new images or a new span.
     spec["root"]["dag"]["tasks"][ids.EXAMPLE_GEN]["cachingOptions"] = {"enableCache": False}
+    expose_pushed_model(spec)
     return spec, platform_spec(spec, config)
+
+
+def expose_pushed_model(spec: dict[str, Any]) -> None:
+    """Makes the Pusher's PushedModel the pipeline's output PUSHED_OUTPUT: its `pushed`
+    metadata is 1 when the run pushed a model and 0 when it did not."""
+    from tfx.types import standard_component_specs as keys
+
+    root = spec["root"]
+    # KFP reads a pipeline's outputs by schema title; TFX's types have none (only an
+    # instance schema), so the output is declared as KFP's generic artifact.
+    root.setdefault("outputDefinitions", {}).setdefault("artifacts", {})[PUSHED_OUTPUT] = {
+        "artifactType": dict(PUSHED_OUTPUT_TYPE)
+    }
+    root["dag"].setdefault("outputs", {}).setdefault("artifacts", {})[PUSHED_OUTPUT] = {
+        "artifactSelectors": [
+            {"outputArtifactKey": keys.PUSHED_MODEL_KEY, "producerSubtask": ids.PUSHER}
+        ]
+    }
 
 
 def executor_labels(spec: dict[str, Any]) -> dict[str, str]:

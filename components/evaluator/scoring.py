@@ -1,0 +1,100 @@
+"""Scoring models on an evaluation set: confusion counts, and metrics by class name.
+
+Each model predicts ids of its own classes, and each set's label ids are its own
+classes' ids, so models with different classes are compared by name: on the classes
+the set and both models share, a prediction of any other class counting as wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from imgpipe.components.common import artifacts
+from imgpipe.components.common.features import DEFAULT_KEY_MAP
+from imgpipe.components.common.serving import EXAMPLES_INPUT, PROBABILITIES, SERVING_EXAMPLES
+from imgpipe.components.evaluator import evaluation as ev
+
+EVAL_BATCH_SIZE = 64
+
+Predict = Callable[[tf.Tensor], np.ndarray]
+
+
+def predictor(model_dir: str) -> Predict:
+    """The class ids a serving model's `serving_examples` signature predicts."""
+    signature = tf.saved_model.load(model_dir).signatures[SERVING_EXAMPLES]
+
+    def predict(serialized: tf.Tensor) -> np.ndarray:
+        return np.argmax(signature(**{EXAMPLES_INPUT: serialized})[PROBABILITIES].numpy(), -1)
+
+    return predict
+
+
+def confusion_matrices(
+    shards: Sequence[str], num_labels: int, predictors: Sequence[tuple[Predict, int]]
+) -> list[np.ndarray]:
+    """One [true, predicted] count matrix per (predictor, its class count), over the
+    same records.
+
+    Raises:
+      ValueError: a label id outside the set's num_labels classes.
+      tf.errors.OpError: a shard is unreadable or corrupt.
+    """
+    matrices: list[np.ndarray] = [
+        np.zeros((num_labels, classes), np.int64) for _, classes in predictors
+    ]
+    features = {DEFAULT_KEY_MAP.label: tf.io.FixedLenFeature([], tf.int64)}
+    by_compression: dict[str, list[str]] = {}
+    for shard in shards:
+        by_compression.setdefault(artifacts.shard_compression(shard), []).append(shard)
+    for compression, group in sorted(by_compression.items()):
+        for serialized in tf.data.TFRecordDataset(group, compression).batch(EVAL_BATCH_SIZE):
+            labels = tf.io.parse_example(serialized, features)[DEFAULT_KEY_MAP.label].numpy()
+            if labels.size and (labels.min() < 0 or labels.max() >= num_labels):
+                raise ValueError(
+                    f"label ids {sorted(set(labels.tolist()))} do not fit {num_labels} classes"
+                )
+            for matrix, (predict, _) in zip(matrices, predictors, strict=True):
+                np.add.at(matrix, (labels, predict(serialized)), 1)
+    return matrices
+
+
+def metrics_from_confusion(labels: Sequence[str], matrix: np.ndarray) -> ev.ModelMetrics:
+    """Metrics of a model whose classes are the set's, in the same order."""
+    return shared_metrics(labels, labels, matrix, labels)
+
+
+def shared_classes(set_labels: Sequence[str], *model_labels: Sequence[str]) -> tuple[str, ...]:
+    """The set's classes that every model knows, in the set's order."""
+    return tuple(name for name in set_labels if all(name in m for m in model_labels))
+
+
+def shared_metrics(
+    set_labels: Sequence[str],
+    model_labels: Sequence[str],
+    matrix: np.ndarray,
+    shared: Sequence[str],
+) -> ev.ModelMetrics:
+    """A model's metrics on the images of the `shared` classes only, by class name.
+
+    Args:
+      set_labels: the set's class names in id order (matrix rows).
+      model_labels: the model's class names in id order (matrix columns).
+      matrix: counts of [true id, predicted id].
+      shared: classes both the set and the model have.
+    """
+    rows = [set_labels.index(name) for name in shared]
+    columns = {name: i for i, name in enumerate(model_labels)}
+    return ev.ModelMetrics.of(
+        tuple(
+            ev.ClassMetrics(
+                label=name,
+                examples=int(matrix[row].sum()),
+                correct=int(matrix[row, columns[name]]),
+                predicted=int(matrix[rows, columns[name]].sum()),
+            )
+            for name, row in zip(shared, rows, strict=True)
+        )
+    )
