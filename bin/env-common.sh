@@ -119,6 +119,12 @@ chroot_exec() {
     set -e
     rootfs="$1" repo="$2" cwd="$3"; shift 3
     for fs in proc dev sys; do mount --rbind "/$fs" "$rootfs/$fs"; done
+    # The Docker engine'"'"'s socket, when one runs: `imgpipe kfp run-local` and the
+    # container tests talk to it from inside.
+    if [ -S /run/docker.sock ] && [ -d "$rootfs/run" ]; then
+      [ -e "$rootfs/run/docker.sock" ] || : > "$rootfs/run/docker.sock"
+      mount --bind /run/docker.sock "$rootfs/run/docker.sock"
+    fi
     # The top folder of every absolute path among the arguments (PATH or --flag=PATH)
     # first, so an output named outside /tmp and the repository is not written into the
     # rootfs instead of where it was named.

@@ -9,6 +9,7 @@ Every test belongs to exactly one tier, marked with its pytest marker:
              started on this machine)
   platform   what production runs on: object-store emulators and NVIDIA DALI's readers
              (the Kubeflow backend's own compiler cannot be fetched here: k8s/README.md)
+  container  the compiled pipeline's steps in the project image on a local Docker engine
 `make test-fast` runs the unit tier; `make test` runs them all. A test with no tier, or
 with two, fails the collection, so the tiers cannot drift.
 """
@@ -21,7 +22,7 @@ import pytest
 
 from imgpipe.pipelines.beam_args import DEFAULT_LOCAL_BEAM_ARGS
 
-TIERS = ("unit", "component", "pipeline", "engine", "platform")
+TIERS = ("unit", "component", "pipeline", "engine", "platform", "container")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
