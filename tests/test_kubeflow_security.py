@@ -123,8 +123,12 @@ def test_every_step_gets_the_settings_a_platform_spec_can_carry(compiled):
     assert set(executors) == set(compiler.executor_labels(spec).values())
     for label, entry in executors.items():
         config = json_format.ParseDict(entry, k8s_pb2.KubernetesExecutorConfig())
-        context = json_format.MessageToDict(config.security_context)
-        assert context == security.STEP_SECURITY_CONTEXT, label
+        context = config.security_context
+        assert {
+            "runAsNonRoot": context.run_as_non_root,
+            "runAsUser": context.run_as_user,
+            "runAsGroup": context.run_as_group,
+        } == security.STEP_SECURITY_CONTEXT, label
         (secret,) = config.secret_as_env
         assert secret.secret_name_parameter.runtime_value.constant.string_value == (
             security.OBJECT_STORE_SECRET
@@ -153,7 +157,11 @@ def test_no_compiled_package_carries_a_credential(source, compiled, tmp_path):
     if source == "golden":
         text = compiled[0]
     else:
-        config = cfg.load(PIPELINE_CONFIG) if source != "defaults" else cfg.from_dict({})
+        config = (
+            cfg.load(PIPELINE_CONFIG)
+            if source != "defaults"
+            else cfg.from_dict({"data_root": "/data/span-{SPAN}"})
+        )
         path = compiler.compile_to_file(config, str(tmp_path / "pipeline.yaml"))
         with open(path) as f:
             text = f.read()
