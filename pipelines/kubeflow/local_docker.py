@@ -23,14 +23,15 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
-import re
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from imgpipe.pipelines.cli.errors import UserError
+from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
 from imgpipe.pipelines.kubeflow import security
 
 LOG_TAIL_LINES = 30
@@ -157,7 +158,7 @@ def runner_options(
     network_options = {"network_mode": network} if network else {}
     return {
         **network_options,
-        "user": f"{security.RUNTIME_UID}:{security.RUNTIME_GID}",
+        "user": f"{RUNTIME_UID}:{RUNTIME_GID}",
         "read_only": security.CONTAINER_SECURITY_CONTEXT["readOnlyRootFilesystem"],
         "tmpfs": {security.WRITABLE_TMP: "rw,exec,mode=1777"},
         # Kubernetes' `command` replaces the image's ENTRYPOINT; Docker's would be
@@ -224,27 +225,29 @@ def check_outputs(spec: Mapping[str, Any], run_dir: str, tails: _LogTail | None 
     Complete: the step wrote its executor output, it names an artifact for every output
     the component declares, and each artifact's folder or file exists.
     """
+    tasks = spec["root"]["dag"]["tasks"]
     for task, folder in sorted(task_folders(spec).items(), key=lambda kv: _order(spec, kv[0])):
-        path = os.path.join(run_dir, folder, EXECUTOR_OUTPUT_FILE)
-        problem = None
-        if not os.path.isfile(path):
-            problem = f"wrote no {EXECUTOR_OUTPUT_FILE}"
-        else:
-            with open(path) as f:
-                written = json.load(f).get("artifacts", {})
-            component = spec["components"][spec["root"]["dag"]["tasks"][task]["componentRef"]["name"]]
-            declared = component.get("outputDefinitions", {}).get("artifacts", {})
-            for name in sorted(declared):
-                uris = [a.get("uri", "") for a in written.get(name, {}).get("artifacts", [])]
-                if not uris:
-                    problem = f"named no {name} artifact"
-                    break
-                missing = [u for u in uris if "://" not in u and not os.path.exists(u)]
-                if missing:
-                    problem = f"left no {name} at {missing[0]}"
-                    break
+        component = spec["components"][tasks[task]["componentRef"]["name"]]
+        declared = component.get("outputDefinitions", {}).get("artifacts", {})
+        problem = _output_problem(os.path.join(run_dir, folder, EXECUTOR_OUTPUT_FILE), declared)
         if problem:
             raise UserError(step_failure(task, problem, tails.tail(folder) if tails else []))
+
+
+def _output_problem(executor_output: str, declared: Mapping[str, Any]) -> str | None:
+    """What is missing from one step's outputs, or None."""
+    if not os.path.isfile(executor_output):
+        return f"wrote no {EXECUTOR_OUTPUT_FILE}"
+    with open(executor_output) as f:
+        written = json.load(f).get("artifacts", {})
+    for name in sorted(declared):
+        uris = [a.get("uri", "") for a in written.get(name, {}).get("artifacts", [])]
+        if not uris:
+            return f"named no {name} artifact"
+        missing = [u for u in uris if "://" not in u and not os.path.exists(u)]
+        if missing:
+            return f"left no {name} at {missing[0]}"
+    return None
 
 
 def step_failure(task: str, problem: str, tail: Sequence[str]) -> str:
@@ -265,6 +268,14 @@ def _order(spec: Mapping[str, Any], task: str) -> tuple[int, str]:
         depth += 1
         frontier = [d for t in frontier for d in tasks[t].get("dependentTasks", [])]
     return depth, task
+
+
+def load_spec(package: str) -> dict[str, Any]:
+    """The PipelineSpec document of a compiled package (the first YAML document)."""
+    import yaml
+
+    with open(package) as f:
+        return next(d for d in yaml.safe_load_all(f) if d)
 
 
 def run_package(
@@ -291,11 +302,9 @@ def run_package(
         of its log).
     """
     import docker
-    import yaml
     from kfp import components, local
 
-    with open(package) as f:
-        spec = next(d for d in yaml.safe_load_all(f) if d)
+    spec = load_spec(package)
     client = docker_client()
     try:
         check_images(client, step_images(spec))
