@@ -1,7 +1,7 @@
 """The pipeline in containers against the pipeline in one process, on the same photos.
 
 Runs, one after the other and each as the command users type (a fresh process):
-  imgpipe run local --config C              LocalDagRunner, every step in one process
+  imgpipe run local --data D --config C     LocalDagRunner, every step in one process
   imgpipe kfp compile --config C -o P.yaml  (timed apart)
   imgpipe kfp run-local --config C --package P.yaml --network none
                                             kfp.local's DockerRunner, a container a step
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
             data, per_class=args.per_class, size=64, seed=1, classes=CLASSES
         )
         local_config = _config(os.path.join(work, "local"), data, args.image)
-        local_s = _timed(["run", "local", "--config", local_config])
+        local_s = _timed(["run", "local", "--data", data, "--config", local_config])
         docker_config = _config(os.path.join(work, "docker"), data, args.image)
         package = os.path.join(work, "pipeline.yaml")
         compile_s = _timed(["kfp", "compile", "--config", docker_config, "-o", package])

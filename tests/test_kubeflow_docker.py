@@ -59,12 +59,13 @@ SETTINGS = {
 WITH_MANIFEST = (ids.EXAMPLE_GEN, ids.IMAGE_STATISTICS, ids.TRAINER)
 
 
-def _photos(folder: str, seed: int, per_class: int = PER_CLASS) -> str:
-    staged = folder + ".staged"
+def _photos(folder: str, staging: str, seed: int, per_class: int = PER_CLASS) -> str:
+    """The demo's photos, made in `staging` and copied in: new data landing."""
+    staged = os.path.join(staging, f"seed-{seed}")
     sample_photos.make_dataset(
         staged, per_class=per_class, size=PHOTO_SIZE, seed=seed, classes=CLASSES
     )
-    shutil.copytree(staged, folder)  # the stamp stays beside the staged copy
+    shutil.copytree(staged, folder)  # the stamp file stays beside the staged copy
     return folder
 
 
@@ -140,7 +141,7 @@ def test_the_compiled_package_runs_in_containers_twice_and_serves(
     data, serving = os.path.join(volume, "data"), os.path.join(volume, "serving")
     os.makedirs(data)
     os.makedirs(serving)
-    _photos(os.path.join(data, "span-1"), seed=1)
+    _photos(os.path.join(data, "span-1"), str(tmp_path / "staging"), seed=1)
     _open_to_the_steps_user(volume)
     config = tmp_path / "config.yaml"
     config.write_text(
@@ -171,7 +172,9 @@ def test_the_compiled_package_runs_in_containers_twice_and_serves(
     assert champion_1 is not None
     assert os.stat(champion_1.path).st_uid == RUNTIME_UID
 
-    _photos(os.path.join(data, "span-2"), seed=2, per_class=SPAN_2_PER_CLASS)  # new data
+    _photos(
+        os.path.join(data, "span-2"), str(tmp_path / "staging"), 2, SPAN_2_PER_CLASS
+    )  # new data
     _open_to_the_steps_user(data)
     second_dir = _run(run, capsys)
     second = _check_steps(spec, second_dir)
@@ -186,5 +189,5 @@ def test_the_compiled_package_runs_in_containers_twice_and_serves(
     assert champion is not None
     assert (champion != champion_1) == evaluation.decision.blessed
 
-    held_back = _photos(str(tmp_path / "held-back"), seed=3, per_class=8)
+    held_back = _photos(str(tmp_path / "held-back"), str(tmp_path / "staging"), 3, 8)
     assert _classify(champion.path, held_back) >= 0.75

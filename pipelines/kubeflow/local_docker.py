@@ -34,7 +34,7 @@ from imgpipe.pipelines.cli.errors import UserError
 from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
 from imgpipe.pipelines.kubeflow import security
 
-LOG_TAIL_LINES = 30
+LOG_TAIL_LINES = 15
 # kfp.local's pipeline orchestrator names each task's folder after its component.
 EXECUTOR_OUTPUT_FILE = "executor_output.json"
 _TASK_START = "Executing task "
