@@ -9,7 +9,8 @@ and prints the wall times and their ratio as one JSON object.
 
   bin/in-env python -m benchmarks.container_bench [--image REF] [--per-class N]
 
-The image defaults to IMGPIPE_TEST_IMAGE or tfx-image-pipeline:dev (tests/containers.py).
+The image defaults to IMGPIPE_TEST_IMAGE, else the one `make image` tags
+(pipelines/images.py), as in the container tier.
 The settings are the container tier's (tests/test_kubeflow_docker.py): tiny training,
 so the figure is mostly the cost of a process and an image start per step.
 """
@@ -27,10 +28,9 @@ import time
 import yaml
 
 from imgpipe.pipelines import component_ids as ids
-from imgpipe.pipelines import sample_photos
+from imgpipe.pipelines import images, sample_photos
 
-IMAGE_ENV = "IMGPIPE_TEST_IMAGE"
-DEFAULT_IMAGE = "tfx-image-pipeline:dev"
+IMAGE_ENV = "IMGPIPE_TEST_IMAGE"  # the container tier's (tests/containers.py)
 CLASSES = ("animal", "chessboard")
 SETTINGS = {
     "pipeline_name": "container-bench",
@@ -80,7 +80,7 @@ def _config(folder: str, data: str, image: str) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--image", default=os.environ.get(IMAGE_ENV, DEFAULT_IMAGE))
+    parser.add_argument("--image", default=os.environ.get(IMAGE_ENV) or images.RUNTIME_IMAGE)
     parser.add_argument("--per-class", type=int, default=24)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="container-bench-") as work:

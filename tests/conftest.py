@@ -9,13 +9,17 @@ Every test belongs to exactly one tier, marked with its pytest marker:
              started on this machine)
   platform   what production runs on: object-store emulators and NVIDIA DALI's readers
              (the Kubeflow backend's own compiler cannot be fetched here: k8s/README.md)
-  container  the compiled pipeline's steps in the project image on a local Docker engine
+  container  the built image under Docker: kfp.local's DockerRunner, Flink in containers
+             (tests/containers.py finds the engine and the image `make image` built).
+             Where no Docker engine answers, the tier is skipped, loudly: a line on
+             stderr at collection and at the end, and the reason in the skip summary.
 `make test-fast` runs the unit tier; `make test` runs them all. A test with no tier, or
 with two, fails the collection, so the tiers cannot drift.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -23,6 +27,8 @@ import pytest
 from imgpipe.pipelines.beam_args import DEFAULT_LOCAL_BEAM_ARGS
 
 TIERS = ("unit", "component", "pipeline", "engine", "platform", "container")
+CONTAINER_TIER = "container"
+_NO_ENGINE_KEY = pytest.StashKey[str]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -36,6 +42,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "every test needs exactly one tier marker "
             f"({', '.join(TIERS)}):\n  " + "\n  ".join(wrong)
         )
+    _skip_the_container_tier_without_an_engine(config, items)
+
+
+def _skip_the_container_tier_without_an_engine(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    selected = [item for item in items if item.get_closest_marker(CONTAINER_TIER)]
+    if not selected:
+        return
+    from tests import containers
+
+    problem = containers.engine_problem()
+    if problem is None:
+        return
+    reason = (
+        f"NO DOCKER ENGINE ({problem}): the container tier did not run; run 'make docker-engine'"
+    )
+    config.stash[_NO_ENGINE_KEY] = f"{len(selected)} container-tier tests SKIPPED: {reason}"
+    print(f"\nimgpipe tests: warning: {config.stash[_NO_ENGINE_KEY]}", file=sys.stderr)
+    for item in selected:
+        item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    if _NO_ENGINE_KEY in config.stash:
+        terminalreporter.write_sep("!", config.stash[_NO_ENGINE_KEY], red=True, bold=True)
 
 
 @pytest.fixture(scope="session")

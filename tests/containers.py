@@ -1,39 +1,84 @@
-"""The project image for the container tier: which one, and whether an engine runs it.
+"""The container tier's access to Docker and to the built production image.
 
-The image is IMGPIPE_TEST_IMAGE, by default what `make image` tags locally. No Docker
-engine skips the tier loudly; an engine without the image fails it, naming the build.
+The tests run inside bin/in-env, which binds the host's Docker socket
+(/run/docker.sock) into the environment; they talk to the engine through the `docker`
+package (the lock's). The image is built on the host by `make image` (make test builds
+it first, bin/build-image): the tier finds it by the checkout's content tag, or by the
+reference in IMGPIPE_TEST_IMAGE.
+
+    client = containers.docker_client()        # None (and why) without an engine
+    image = containers.runtime_image()         # the reference; fails when not built
+    code, output = containers.run(image, ["--help"])
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
+from imgpipe.pipelines import images
+
 IMAGE_ENV = "IMGPIPE_TEST_IMAGE"
-DEFAULT_IMAGE = "tfx-image-pipeline:dev"
+ENGINE_TIMEOUT_S = 20
+RUN_TIMEOUT_S = 300
 
 
-@pytest.fixture(scope="session")
-def project_image() -> str:
-    """The image reference the container tests compile into the package."""
+def engine_problem() -> str | None:
+    """None when a Docker engine answers, else why none does."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=ENGINE_TIMEOUT_S)
+        client.ping()
+        client.close()
+    except Exception as e:  # noqa: BLE001 - every way of not answering is the same answer
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"{type(e).__name__}: {first}"
+    return None
+
+
+def docker_client() -> Any:
+    """A client of the engine; the caller closes it."""
     import docker
 
-    from imgpipe.pipelines.cli.errors import UserError
-    from imgpipe.pipelines.kubeflow.local_docker import docker_client
+    return docker.from_env(timeout=RUN_TIMEOUT_S)
 
-    image = os.environ.get(IMAGE_ENV, DEFAULT_IMAGE)
+
+def runtime_image() -> str:
+    """The CPU image built from this checkout (or IMGPIPE_TEST_IMAGE's); fails, naming
+    the fix, when Docker does not hold it."""
+    import docker
+
+    reference = os.environ.get(IMAGE_ENV) or images.RUNTIME_IMAGE
+    client = docker_client()
     try:
-        client = docker_client()
-    except UserError as e:
-        pytest.skip(f"CONTAINER TIER SKIPPED, NO DOCKER ENGINE: {e}")
-    try:
-        client.images.get(image)
+        client.images.get(reference)
     except docker.errors.ImageNotFound:
         pytest.fail(
-            f"the Docker engine has no image {image}: build it with `make image`, or set "
-            f"{IMAGE_ENV} to an image of this checkout"
+            f"the image {reference} is not built: run 'make image' (make test builds it), "
+            f"or name a built one in {IMAGE_ENV}",
+            pytrace=False,
         )
     finally:
         client.close()
-    return image
+    return reference
+
+
+def run(
+    image: str, command: list[str], entrypoint: list[str] | None = None, **kwargs: Any
+) -> tuple[int, str]:
+    """(exit code, stdout and stderr) of a container of `image` running `command`; the
+    container is removed. No network: these checks need none."""
+    client = docker_client()
+    container = client.containers.create(
+        image, command, entrypoint=entrypoint, network_mode="none", **kwargs
+    )
+    try:
+        container.start()
+        code = container.wait(timeout=RUN_TIMEOUT_S)["StatusCode"]
+        return code, container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+        client.close()

@@ -31,7 +31,7 @@ from imgpipe.pipelines import cli, sample_photos
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines.images import RUNTIME_UID
 from imgpipe.pipelines.kubeflow import local_docker
-from tests.containers import project_image  # noqa: F401  (the fixture)
+from tests import containers
 
 pytestmark = pytest.mark.container
 
@@ -55,6 +55,14 @@ SETTINGS = {
     "evaluator": {"accuracy_threshold": 0.6, "significance": 0.1},
     "statistics": {"fail_on_drift": False},
 }
+
+
+@pytest.fixture(scope="module")
+def project_image() -> str:
+    """The built image (IMGPIPE_TEST_IMAGE, or the checkout's own tag)."""
+    return containers.runtime_image()
+
+
 # Outputs that end with a manifest (components/common/manifest.py).
 WITH_MANIFEST = (ids.EXAMPLE_GEN, ids.IMAGE_STATISTICS, ids.TRAINER)
 
@@ -133,7 +141,7 @@ def _classify(model_dir: str, folder: str) -> float:
 
 
 def test_the_compiled_package_runs_in_containers_twice_and_serves(
-    project_image,  # noqa: F811
+    project_image,
     tmp_path,
     capsys,
 ):

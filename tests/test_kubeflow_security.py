@@ -44,7 +44,7 @@ def _project_containers() -> list[tuple[str, dict, dict]]:
         (name, pod, container)
         for name, pod in _pod_specs()
         for container in pod["containers"]
-        if container.get("image") == images.RUNTIME_IMAGE
+        if container.get("image", "").startswith(f"{images.REGISTRY}/{images.IMAGE_NAME}:")
     ]
 
 
