@@ -63,8 +63,12 @@ def project_image() -> str:
     return containers.runtime_image()
 
 
-# Outputs that end with a manifest (components/common/manifest.py).
-WITH_MANIFEST = (ids.EXAMPLE_GEN, ids.IMAGE_STATISTICS, ids.TRAINER)
+# Outputs that end with a manifest (components/common/manifest.py), by task.
+WITH_MANIFEST = {
+    ids.EXAMPLE_GEN: "examples",
+    ids.IMAGE_STATISTICS: "statistics",
+    ids.TRAINER: "model",
+}
 
 
 def _photos(folder: str, staging: str, seed: int, per_class: int = PER_CLASS) -> str:
@@ -115,13 +119,12 @@ def _check_steps(spec: dict, run_dir: str) -> dict[str, dict[str, list[str]]]:
         }
         for task, folder in folders.items()
     }
-    for task in WITH_MANIFEST:
-        for artifact_uris in uris[task].values():
-            for uri in artifact_uris:
-                listed = glob.glob(os.path.join(uri, "**", "manifest.json"), recursive=True)
-                assert listed, f"{task}: no manifest under {uri}"
-                for path in listed:
-                    manifest.verify(os.path.dirname(path), checksums=True)
+    for task, output in WITH_MANIFEST.items():
+        for uri in uris[task][output]:
+            listed = glob.glob(os.path.join(uri, "**", layout.MANIFEST_FILE), recursive=True)
+            assert listed, f"{task}: no manifest under {uri}"
+            for path in listed:
+                manifest.verify(os.path.dirname(path), checksums=True)
     return uris
 
 
