@@ -255,7 +255,7 @@ def test_folders_outside_the_pipeline_root_are_mounted_at_their_own_paths(tmp_pa
         (str(serving), str(serving), False),
     ]
     assert serving.is_dir()  # made, so that Docker can bind it
-    with pytest.raises(local_docker.UserError, match="no such folder"):
+    with pytest.raises(local_docker.LocalRunError, match="no such folder"):
         local_docker.volume_mounts(str(root), read_only=[str(tmp_path / "nowhere")], writable=[])
 
 
@@ -292,7 +292,7 @@ def test_a_step_without_complete_outputs_is_reported_with_the_end_of_its_log(tmp
     tails = local_docker._LogTail(io.StringIO())
     tails.write(f"12:00 - INFO - Executing task \x1b[96m'{folders['second']}'\x1b[0m\n")
     tails.write("    Traceback (most recent call last):\n    MemoryError: out of memory\n")
-    with pytest.raises(local_docker.UserError) as failed:
+    with pytest.raises(local_docker.LocalRunError) as failed:
         local_docker.check_outputs(spec, str(tmp_path), tails)
     message = str(failed.value)
     assert message.startswith("step second failed: it wrote no executor_output.json")
@@ -302,7 +302,7 @@ def test_a_step_without_complete_outputs_is_reported_with_the_end_of_its_log(tmp
     (tmp_path / folders["second"] / "executor_output.json").write_text(
         json.dumps({"artifacts": {"model": {"artifacts": [{"uri": str(tmp_path / "gone")}]}}})
     )
-    with pytest.raises(local_docker.UserError, match=r"step second failed: it left no model at"):
+    with pytest.raises(local_docker.LocalRunError, match="step second failed: it left no model"):
         local_docker.check_outputs(spec, str(tmp_path), tails)
     os.makedirs(tmp_path / "gone")
     local_docker.check_outputs(spec, str(tmp_path), tails)

@@ -425,14 +425,17 @@ def run_local(args: argparse.Namespace) -> int:
         data_root = params.get(
             DATA_ROOT_PARAMETER, declared.get(DATA_ROOT_PARAMETER, {}).get("defaultValue", "")
         )
-        run_dir = local_docker.run_package(
-            package,
-            root,
-            params,
-            read_only=[data_root] if data_root else [],
-            # The config the package was compiled from names it (--config).
-            writable=[config.serving_dir],
-            network=args.network,
-        )
+        try:
+            run_dir = local_docker.run_package(
+                package,
+                root,
+                params,
+                read_only=[data_root] if data_root else [],
+                # The config the package was compiled from names it (--config).
+                writable=[config.serving_dir],
+                network=args.network,
+            )
+        except local_docker.LocalRunError as e:
+            raise UserError(str(e)) from None
     print(f"ran {spec['pipelineInfo']['name']} in containers; artifacts in {run_dir}")
     return 0

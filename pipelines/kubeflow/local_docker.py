@@ -30,7 +30,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from imgpipe.pipelines.cli.errors import UserError
 from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
 from imgpipe.pipelines.kubeflow import security
 
@@ -40,16 +39,21 @@ EXECUTOR_OUTPUT_FILE = "executor_output.json"
 _TASK_START = "Executing task "
 
 
+class LocalRunError(Exception):
+    """A local run that cannot start or did not finish; the message names the fix or
+    the failed step (the CLI prints it as a user error)."""
+
+
 def docker_client():
     """A client of the local Docker engine, asked once that it answers.
 
     Raises:
-      UserError: the docker package is missing or no engine answers, naming the fix.
+      LocalRunError: the docker package is missing or no engine answers, naming the fix.
     """
     try:
         import docker
     except ImportError:
-        raise UserError(
+        raise LocalRunError(
             "kfp run-local needs the `docker` Python package: pip install docker"
         ) from None
     where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
@@ -58,7 +62,7 @@ def docker_client():
         client.ping()
     except Exception as e:  # docker raises DockerException, requests' and OS errors
         reason = " ".join(str(e).split())[:200]
-        raise UserError(
+        raise LocalRunError(
             f"no Docker engine answers at {where} ({reason}); start one "
             "(`sudo systemctl start docker`) or set DOCKER_HOST, then run again"
         ) from None
@@ -72,7 +76,7 @@ def step_images(spec: Mapping[str, Any]) -> list[str]:
 
 
 def check_images(client, images: Sequence[str]) -> None:
-    """Raises UserError unless every image is on the engine (no registry is asked).
+    """Raises LocalRunError unless every image is on the engine (no registry is asked).
 
     kfp.local would pull a missing image, and a failed pull surfaces as a traceback in
     the middle of the run.
@@ -83,7 +87,7 @@ def check_images(client, images: Sequence[str]) -> None:
         try:
             client.images.get(image)
         except docker.errors.ImageNotFound:
-            raise UserError(
+            raise LocalRunError(
                 f"image {image} is not on the local Docker engine: build it (`make image`) "
                 "or `docker pull` it, or name a local image in the config's kubeflow.images "
                 "and compile again"
@@ -94,7 +98,7 @@ def step_environment(spec: Mapping[str, Any]) -> dict[str, str]:
     """The container environment the package declares (kfp.local does not pass it on).
 
     Raises:
-      UserError: steps declare different values for one variable (DockerRunner takes
+      LocalRunError: steps declare different values for one variable (DockerRunner takes
         one environment for all).
     """
     env: dict[str, str] = {}
@@ -102,7 +106,7 @@ def step_environment(spec: Mapping[str, Any]) -> dict[str, str]:
         for item in executor.get("container", {}).get("env", []):
             name, value = item["name"], item.get("value", "")
             if env.setdefault(name, value) != value:
-                raise UserError(
+                raise LocalRunError(
                     f"{label} sets {name}={value!r}, another step {env[name]!r}; "
                     "kfp run-local gives every step one environment"
                 )
@@ -133,7 +137,7 @@ def volume_mounts(pipeline_root: str, read_only: Sequence[str], writable: Sequen
             if not ro:
                 os.makedirs(path, exist_ok=True)
             elif not os.path.isdir(path):
-                raise UserError(f"{path}: no such folder; the steps read their data from it")
+                raise LocalRunError(f"{path}: no such folder; the steps read their data from it")
             mounts.append(Mount(target=path, source=path, type="bind", read_only=ro))
     return mounts
 
@@ -220,7 +224,7 @@ def task_folders(spec: Mapping[str, Any]) -> dict[str, str]:
 
 
 def check_outputs(spec: Mapping[str, Any], run_dir: str, tails: _LogTail | None = None) -> None:
-    """Raises UserError naming the first step without complete outputs, with its log.
+    """Raises LocalRunError naming the first step without complete outputs, with its log.
 
     Complete: the step wrote its executor output, it names an artifact for every output
     the component declares, and each artifact's folder or file exists.
@@ -231,7 +235,7 @@ def check_outputs(spec: Mapping[str, Any], run_dir: str, tails: _LogTail | None 
         declared = component.get("outputDefinitions", {}).get("artifacts", {})
         problem = _output_problem(os.path.join(run_dir, folder, EXECUTOR_OUTPUT_FILE), declared)
         if problem:
-            raise UserError(step_failure(task, problem, tails.tail(folder) if tails else []))
+            raise LocalRunError(step_failure(task, problem, tails.tail(folder) if tails else []))
 
 
 def _output_problem(executor_output: str, declared: Mapping[str, Any]) -> str | None:
@@ -298,7 +302,7 @@ def run_package(
         reachable), "none" runs them offline.
 
     Raises:
-      UserError: no Docker engine, a missing image, or a step that failed (with the end
+      LocalRunError: no Docker engine, a missing image, or a step that failed (with the end
         of its log).
     """
     import docker
@@ -328,16 +332,16 @@ def run_package(
         except RuntimeError as e:  # kfp.local: "Task X finished with status FAILURE"
             failure = str(e)
         except docker.errors.DockerException as e:  # the engine refused a container
-            raise UserError(
+            raise LocalRunError(
                 f"step {tails.task}: the Docker engine refused it: {_docker_reason(e)}"
             ) from None
     runs = sorted(set(os.listdir(pipeline_root)) - before)
     if not runs:  # the first step wrote nothing
         by_folder = {folder: task for task, folder in task_folders(spec).items()}
         task = by_folder.get(tails.task, tails.task or "?")
-        raise UserError(step_failure(task, "wrote nothing", tails.tail(tails.task)))
+        raise LocalRunError(step_failure(task, "wrote nothing", tails.tail(tails.task)))
     run_dir = os.path.join(pipeline_root, runs[-1])
     check_outputs(spec, run_dir, tails)
     if failure:
-        raise UserError(f"kfp.local: {_strip_colour(failure)}")
+        raise LocalRunError(f"kfp.local: {_strip_colour(failure)}")
     return run_dir
