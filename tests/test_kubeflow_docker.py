@@ -202,3 +202,30 @@ def test_the_compiled_package_runs_in_containers_twice_and_serves(
 
     held_back = _photos(str(tmp_path / "held-back"), str(tmp_path / "staging"), 3, 8)
     assert _classify(champion.path, held_back) >= 0.75
+
+
+def test_a_failing_step_is_one_error_with_the_end_of_its_log(project_image, tmp_path, capsys):
+    volume = str(tmp_path / "volume")
+    os.makedirs(os.path.join(volume, "data"))  # no span has landed
+    _open_to_the_steps_user(volume)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                **SETTINGS,
+                "data_root": os.path.join(volume, "data", "span-{SPAN}"),
+                "pipeline_root": volume,
+                "serving_dir": os.path.join(volume, "serving"),
+                "kubeflow": {"images": {"default": project_image, ids.TRAINER: project_image}},
+            }
+        )
+    )
+    code = cli.main(["kfp", "run-local", "--config", str(config), "--network", "none"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and len(err.splitlines()) == 1
+    assert err.startswith("imgpipe: error: step ImageExampleGen failed: it wrote nothing; ")
+    # The step's own last words, from inside its container.
+    tail = err.split("the end of its log: ", 1)[1]
+    assert "span-{SPAN}" in tail and "Error" in tail
+    serving = os.path.join(volume, "serving")
+    assert not os.path.exists(serving) or not os.listdir(serving)
