@@ -51,7 +51,7 @@ def docker_client():
       LocalRunError: the docker package is missing or no engine answers, naming the fix.
     """
     try:
-        import docker
+        import docker  # type: ignore[import-untyped]
     except ImportError:
         raise LocalRunError(
             "kfp run-local needs the `docker` Python package: pip install docker"
@@ -125,7 +125,7 @@ def volume_mounts(pipeline_root: str, read_only: Sequence[str], writable: Sequen
     Object-store paths (with a scheme) and folders under the pipeline root (which
     DockerRunner mounts itself) are left out.
     """
-    from docker.types import Mount
+    from docker.types import Mount  # type: ignore[import-untyped]
 
     mounts = []
     for paths, ro in ((read_only, True), (writable, False)):
