@@ -22,6 +22,9 @@ import pytest
 def subprocess_runner_for_tfx_steps():
     """kfp.local's SubprocessRunner, allowed to run container steps in this environment.
 
+    The fallback for machines with no Docker engine, and for the tests that run a
+    package many times: users run a compiled package with `imgpipe kfp run-local`
+    (kfp.local's DockerRunner, every step in its image; tests/test_kubeflow_docker.py).
     SubprocessRunner accepts only lightweight Python components (commands that name
     kfp.dsl.executor_main); the check is lifted for the block. The task dispatcher picks
     handlers by runner type, so the runner itself stays kfp's.

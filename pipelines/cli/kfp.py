@@ -1,8 +1,10 @@
-"""`imgpipe kfp compile|submit|schedule`: the pipeline on Kubeflow Pipelines v2.
+"""`imgpipe kfp compile|submit|schedule|run-local`: the pipeline on Kubeflow Pipelines v2.
 
 `compile` writes the YAML package; `submit` starts one run and `schedule` creates a
-recurring run (max concurrency 1, no catch-up), both through kfp.Client. Without
---package, submit and schedule compile from --config first.
+recurring run (max concurrency 1, no catch-up), both through kfp.Client; `run-local`
+runs the package on this machine, every step in its image, under kfp.local's
+DockerRunner (kubeflow/local_docker.py). Without --package, submit, schedule and
+run-local compile from --config first.
 """
 
 from __future__ import annotations
@@ -61,6 +63,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     schedule.add_argument("--job-name", help="default: <pipeline>-schedule")
     schedule.set_defaults(handler=run_schedule)
+
+    local = commands.add_parser(
+        "run-local",
+        help="run the package here, each step in its image (kfp.local DockerRunner)",
+    )
+    local.add_argument("--config", metavar="FILE", help="pipeline config YAML")
+    add_set_argument(local)
+    local.add_argument(
+        "--package", metavar="FILE", help="a compiled pipeline.yaml (default: compile --config now)"
+    )
+    local.add_argument(
+        "--pipeline-root",
+        metavar="DIR",
+        help="local folder for the run's artifacts, writable by the image's user "
+        "(default: the config's pipeline_root)",
+    )
+    local.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a pipeline parameter; repeatable",
+    )
+    local.add_argument(
+        "--network",
+        default=None,
+        metavar="MODE",
+        help="Docker network of the steps (default: Docker's own; `none` runs them "
+        "offline, for local data)",
+    )
+    local.set_defaults(handler=run_local)
 
 
 def _client_args(parser: argparse.ArgumentParser) -> None:
@@ -371,4 +404,38 @@ def run_schedule(args: argparse.Namespace) -> int:
         f"scheduled {name} as recurring run {job.recurring_run_id} ({args.cron}), "
         f"max concurrency 1, no catch-up"
     )
+    return 0
+
+
+def run_local(args: argparse.Namespace) -> int:
+    from imgpipe.pipelines.kubeflow import local_docker
+    from imgpipe.pipelines.pipeline import DATA_ROOT_PARAMETER
+
+    with tempfile.TemporaryDirectory() as workdir:
+        package, config = _package_and_config(args, workdir)
+        spec = load_package(package)
+        params = parse_params(args.param, spec)
+        root = args.pipeline_root or config.pipeline_root
+        if "://" in root:
+            raise UserError(
+                f"pipeline root {root}: kfp run-local keeps artifacts in a local folder; "
+                "give --pipeline-root DIR"
+            )
+        declared = spec["root"].get("inputDefinitions", {}).get("parameters", {})
+        data_root = params.get(
+            DATA_ROOT_PARAMETER, declared.get(DATA_ROOT_PARAMETER, {}).get("defaultValue", "")
+        )
+        try:
+            run_dir = local_docker.run_package(
+                package,
+                root,
+                params,
+                read_only=[data_root] if data_root else [],
+                # The config the package was compiled from names it (--config).
+                writable=[config.serving_dir],
+                network=args.network,
+            )
+        except local_docker.LocalRunError as e:
+            raise UserError(str(e)) from None
+    print(f"ran {spec['pipelineInfo']['name']} in containers; artifacts in {run_dir}")
     return 0

@@ -6,9 +6,10 @@ all taken from the one `PipelineConfig` (its `kubeflow` section and the Trainer'
 - per-component resources (CPU/memory requests and limits) and, for the Trainer with
   num_gpus > 0, the accelerator type and count;
 - a Kubernetes platform spec (the second YAML document, as kfp's own compiler and
-  kfp-kubernetes write it): every step runs as the image's non-root user, GPU steps get
-  their node selector and tolerations, and every step an optional PersistentVolumeClaim
-  mount;
+  kfp-kubernetes write it): every step runs as the image's non-root user with an
+  emptyDir on /tmp and the object-store Secret's keys in its environment (security.py),
+  GPU steps get their node selector and tolerations, and every step an optional
+  PersistentVolumeClaim mount;
 - an image per component;
 - Beam args for every Beam component (Dataflow, Flink, or a local DirectRunner sized
   to the step's CPU request);
@@ -28,10 +29,18 @@ from imgpipe.pipelines import pipeline as pl
 from imgpipe.pipelines import tfx_patches
 from imgpipe.pipelines.beam_args import local_beam_args
 from imgpipe.pipelines.config import PipelineConfig
-from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
 from imgpipe.pipelines.kfp_contract import ARTIFACT_IO_ENV, ENTRYPOINT_COMMAND
 from imgpipe.pipelines.kubeflow.config import DEFAULT_IMAGE_KEY, Resources
 from imgpipe.pipelines.kubeflow.quantities import cpu_cores, memory_gb
+from imgpipe.pipelines.kubeflow.security import (
+    OBJECT_STORE_SECRET,
+    SECRET_ENV,
+    STEP_ENV,
+    STEP_SECURITY_CONTEXT,
+    TMP_VOLUME,
+    WRITABLE_TMP,
+    refuse_credentials,
+)
 
 # The compiled pipeline's output: the Pusher's `pushed_model` artifact.
 PUSHED_OUTPUT = "pushed_model"
@@ -96,7 +105,12 @@ def configure_for_kubeflow(components: list, config: PipelineConfig) -> None:
 
 
 def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Compiles to (pipeline spec, platform spec) dicts."""
+    """Compiles to (pipeline spec, platform spec) dicts.
+
+    Raises:
+      ValueError: beam_args carry a credential (security.refuse_credentials).
+    """
+    refuse_credentials(config.beam_args)
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as v2
 
     components = pl.create_components(config, parameterized=True)
@@ -121,8 +135,9 @@ def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
     for executor in spec["deploymentSpec"]["executors"].values():
         container = executor.get("container")
         if container is not None:
-            container.setdefault("env", []).append(
-                {"name": ARTIFACT_IO_ENV, "value": config.kubeflow.artifact_io}
+            env = {ARTIFACT_IO_ENV: config.kubeflow.artifact_io, **STEP_ENV}
+            container.setdefault("env", []).extend(
+                {"name": name, "value": value} for name, value in env.items()
             )
     # TFX declares the root parameters without their defaults; KFP needs them to run
     # the package with no arguments.
@@ -172,9 +187,23 @@ def security_context() -> dict[str, Any]:
     step's container allowPrivilegeEscalation: false, capabilities drop ALL and the
     RuntimeDefault seccomp profile (kubeflow/pipelines #12782, #12832), and a namespace
     labelled for the restricted Pod Security Standard refuses a pod without them
-    (k8s/namespace.yaml).
+    (k8s/namespace.yaml). A read-only root filesystem cannot be asked for, and KFP's
+    launcher writes its local artifact copies (/minio, /s3, /gcs) into it.
     """
-    return {"runAsNonRoot": True, "runAsUser": RUNTIME_UID, "runAsGroup": RUNTIME_GID}
+    return dict(STEP_SECURITY_CONTEXT)
+
+
+def secret_env() -> list[dict[str, Any]]:
+    """The object-store Secret's keys as environment variables, optional (kfp-kubernetes'
+    use_secret_as_env form): a missing Secret or key leaves the variable unset."""
+    return [
+        {
+            "keyToEnv": [{"envVar": env, "secretKey": key} for key, env in SECRET_ENV.items()],
+            "optional": True,
+            "secretName": OBJECT_STORE_SECRET,
+            "secretNameParameter": {"runtimeValue": {"constant": OBJECT_STORE_SECRET}},
+        }
+    ]
 
 
 def platform_spec(spec: dict[str, Any], config: PipelineConfig) -> dict[str, Any]:
@@ -182,7 +211,11 @@ def platform_spec(spec: dict[str, Any], config: PipelineConfig) -> dict[str, Any
     gpu = config.kubeflow.gpu
     executors: dict[str, dict[str, Any]] = {}
     for task, label in sorted(executor_labels(spec).items()):
-        entry: dict[str, Any] = {"securityContext": security_context()}
+        entry: dict[str, Any] = {
+            "securityContext": security_context(),
+            "secretAsEnv": secret_env(),
+            "emptyDirMounts": [{"volumeName": TMP_VOLUME, "mountPath": WRITABLE_TMP}],
+        }
         if gpu_count(config, task):
             if gpu.node_selector:
                 entry["nodeSelector"] = {"labels": dict(gpu.node_selector)}

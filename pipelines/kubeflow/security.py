@@ -1,0 +1,100 @@
+"""How every step of the pipeline runs, and where its object-store credentials come from:
+the one definition that the compiler, `imgpipe kfp run-local`, the container tests and
+the k8s/ manifests' test read.
+
+The steps run as the image's own user, never as root, with no privilege escalation, no
+Linux capabilities and a read-only root filesystem; /tmp is the one writable place
+outside the volumes (an emptyDir on Kubernetes, a tmpfs under Docker), and HOME and
+TMPDIR point there, because TensorFlow, Keras and Beam write caches and temporary files
+under them.
+
+Object-store credentials never enter a compiled package: every step reads them from the
+Kubernetes Secret OBJECT_STORE_SECRET, whose keys are the environment variables boto3
+and Beam's S3 filesystem read (SECRET_ENV). The Secret is optional, so a step on a
+cluster with workload identity (GCS) or a local volume runs without it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
+
+# ---- the user and the container's restrictions --------------------------------------
+
+# Pod level: the fields the restricted Pod Security Standard checks on the pod.
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": RUNTIME_UID,
+    "runAsGroup": RUNTIME_GID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+# Container level, for every container that runs the project image.
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
+}
+# What a KFP 2.16 platform spec can set on a step (kfp-kubernetes' SecurityContext has
+# only these three fields); the backend adds the rest (compiler.security_context).
+STEP_SECURITY_CONTEXT: dict[str, Any] = {
+    key: POD_SECURITY_CONTEXT[key] for key in ("runAsNonRoot", "runAsUser", "runAsGroup")
+}
+
+# The one writable path outside the volumes, and the variables that send writes there.
+WRITABLE_TMP = "/tmp"
+TMP_VOLUME = "imgpipe-tmp"
+STEP_ENV: dict[str, str] = {"TMPDIR": WRITABLE_TMP, "HOME": WRITABLE_TMP}
+
+# ---- object-store credentials ------------------------------------------------------
+
+OBJECT_STORE_SECRET = "imgpipe-object-store"
+# Secret key -> environment variable: the same names, the ones boto3 (the file seam)
+# and Beam's S3 filesystem read; the endpoint is there for MinIO and other S3 stores.
+SECRET_ENV: dict[str, str] = {
+    name: name
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_ENDPOINT_URL_S3",
+    )
+}
+
+# Beam options whose values are credentials: Beam's S3 options and Azure's connection
+# string by name, and any option whose name says it holds a secret.
+CREDENTIAL_FLAGS = (
+    "s3_access_key_id",
+    "s3_secret_access_key",
+    "s3_session_token",
+    "azure_connection_string",
+)
+_SECRET_WORDS = re.compile(r"secret|password|passwd|token|credential|private_key|access_key")
+
+
+def credential_flags(beam_args: Sequence[str]) -> list[str]:
+    """The options in `beam_args` that carry a credential, by name (values left out)."""
+    found = []
+    for arg in beam_args:
+        name = arg.lstrip("-").split("=", 1)[0].lower()
+        if arg.startswith("--") and (name in CREDENTIAL_FLAGS or _SECRET_WORDS.search(name)):
+            found.append(f"--{name}")
+    return found
+
+
+def refuse_credentials(beam_args: Sequence[str]) -> None:
+    """Raises ValueError when beam_args would write a credential into a compiled package.
+
+    Refused rather than moved: the value would still sit in the config file, and the
+    steps already read the same credentials from the Secret's environment variables.
+    """
+    found = credential_flags(beam_args)
+    if found:
+        raise ValueError(
+            f"beam_args {', '.join(found)}: a compiled package must not carry credentials; "
+            f"remove them and put the keys in the Kubernetes Secret {OBJECT_STORE_SECRET} "
+            f"({', '.join(SECRET_ENV)}), which every step reads as environment variables "
+            "(docs/kubeflow.md)"
+        )
