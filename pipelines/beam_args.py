@@ -9,7 +9,17 @@ from collections.abc import Sequence
 # 3,000 photos (benchmarks/README.md), the multi-process mode was 4x slower: each
 # worker process starts TensorFlow, and elements cross processes over gRPC. Pass
 # --direct_running_mode=multi_processing in beam_args to choose it.
-DEFAULT_LOCAL_BEAM_ARGS = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
+#
+# The runner is named, not left to Beam: since 2.6x Beam's DirectRunner first tries the
+# Prism runner, which downloads a Prism binary from GitHub at every run (a network call
+# where none should be, and another runner where there is one). Its fallback, the FnApi
+# runner, is what ran; naming it skips the attempt.
+FN_API_RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
+DEFAULT_LOCAL_BEAM_ARGS = (
+    f"--runner={FN_API_RUNNER}",
+    "--direct_running_mode=in_memory",
+    "--direct_num_workers=1",
+)
 
 
 def local_beam_args(given: Sequence[str]) -> list[str]:

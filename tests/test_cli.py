@@ -536,3 +536,18 @@ def test_convert_warns_of_a_class_that_lost_every_file_and_of_one_class(tmp_path
         "warning: the dataset has 1 class with images ('dog'), and a classifier needs at "
         "least 2: add a folder <label>/ of images for each other class",
     ]
+
+
+@pytest.mark.component
+def test_local_beam_runs_never_try_to_download_a_runner(caplog, make_pipeline):
+    """Beam's DirectRunner tries Prism first, downloading it from GitHub; the local runs'
+    default arguments name the in-process runner instead, so nothing is fetched."""
+    import logging
+
+    import apache_beam as beam
+
+    caplog.set_level(logging.INFO)
+    with make_pipeline() as p:
+        _ = p | beam.Create([1, 2, 3]) | beam.CombineGlobally(sum)
+    said = " ".join(record.getMessage() for record in caplog.records)
+    assert "rism" not in said and "Downloading" not in said

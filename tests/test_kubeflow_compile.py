@@ -153,7 +153,7 @@ def test_every_step_runs_the_project_entrypoint_with_tfxs_arguments(compiled):
         assert {"name": ARTIFACT_IO_ENV, "value": "auto"} in container["env"]
     for task in (ids.EXAMPLE_GEN, ids.STATISTICS_GEN, ids.IMAGE_STATISTICS):
         args = executor(spec, task)["container"]["args"]
-        assert args[-2:] == list(DEFAULT_LOCAL_BEAM_ARGS), task
+        assert args[-len(DEFAULT_LOCAL_BEAM_ARGS) :] == list(DEFAULT_LOCAL_BEAM_ARGS), task
     tasks = spec["root"]["dag"]["tasks"]
     assert tasks[ids.EXAMPLE_GEN]["cachingOptions"] == {"enableCache": False}
     assert tasks[ids.TRAINER]["cachingOptions"] == {"enableCache": True}
@@ -185,7 +185,10 @@ def test_beam_args_without_a_runner_keep_beam_in_process():
     config = cfg.from_dict({**TEST_SETTINGS, "beam_args": ["--direct_num_workers=3"]})
     spec, _ = compiler.compile_pipeline(config)
     args = executor(spec, ids.EXAMPLE_GEN)["container"]["args"]
-    assert args[-3:] == [*DEFAULT_LOCAL_BEAM_ARGS, "--direct_num_workers=3"]
+    assert args[-len(DEFAULT_LOCAL_BEAM_ARGS) - 1 :] == [
+        *DEFAULT_LOCAL_BEAM_ARGS,
+        "--direct_num_workers=3",
+    ]
 
 
 def test_beam_args_for_flink_reach_every_beam_component():
