@@ -39,7 +39,7 @@ IMAGE_INPUTS = (
     "Dockerfile",
     "pyproject.toml",
     "requirements.lock",
-    "docker/base.recipe",
+    "bin/image-base.recipe",
     "components",
     "pipelines",
 )

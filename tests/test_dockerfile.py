@@ -374,7 +374,7 @@ def test_the_image_builds_the_strict_jpeg_decoder_with_the_libjpeg_it_links():
     assert "cp /tmp/strict-jpeg/* /src/components/image_statistics/" in build_runs
     install = "pip install --require-virtualenv --no-deps --no-build-isolation /src"
     assert build_runs.index(build_step) < build_runs.index(install)
-    recipe = read("docker/base.recipe")
+    recipe = read("bin/image-base.recipe")
     assert "libjpeg62-turbo-dev" in recipe and ",g++," in recipe  # the Debian build base
 
 

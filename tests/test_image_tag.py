@@ -56,7 +56,7 @@ def test_another_checkout_of_the_same_files_has_the_same_tag(checkout):
         "components/image_statistics/strict_jpeg.c",
         "requirements.lock",
         "Dockerfile",
-        "docker/base.recipe",
+        "bin/image-base.recipe",
     ],
 )
 def test_the_tag_changes_when_an_input_changes(checkout, edit):
@@ -85,7 +85,7 @@ def test_ignored_files_do_not_change_the_tag(checkout):
 
 
 def test_a_missing_input_is_named(checkout):
-    os.remove(checkout / "docker" / "base.recipe")
+    os.remove(checkout / "bin" / "image-base.recipe")
     with pytest.raises(FileNotFoundError, match="base.recipe"):
         images.content_tag(str(checkout))
 

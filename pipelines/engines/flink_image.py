@@ -2,7 +2,7 @@
 
 `make flink-image` (bin/flink-image) builds it without an image registry: a Debian 13
 base with Debian's Java runtime (debootstrap, then `docker import`), and on it
-docker/flink/Dockerfile with Flink's module jars and Beam's Flink job server from the
+pipelines/engines/flink-image/Dockerfile with Flink's module jars and Beam's Flink job server from the
 artifact cache (`make engines-fetch`) and the configuration below. Both images are
 tagged by a hash of everything they are made from, so a build is skipped when its
 image exists and redone when any of it changes. docs/flink-containers.md.
@@ -19,7 +19,7 @@ from pathlib import Path
 from imgpipe.pipelines.engines import artifacts, flink
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DOCKER_DIR = REPO_ROOT / "docker" / "flink"
+DOCKER_DIR = REPO_ROOT / "pipelines" / "engines" / "flink-image"
 # The base: bump BASE_RECIPE_VERSION when bin/flink-image's base steps change.
 BASE_RECIPE_VERSION = 1
 BASE_SUITE = "trixie"
@@ -130,7 +130,7 @@ def image_tag() -> str:
 
 
 def write_context(context: str) -> None:
-    """Fills the folder `context` with docker/flink/Dockerfile's build context."""
+    """Fills the folder `context` with pipelines/engines/flink-image/Dockerfile's build context."""
     os.makedirs(os.path.join(context, "conf"), exist_ok=True)
     for name in ("Dockerfile", "docker-entrypoint.sh"):
         shutil.copy2(DOCKER_DIR / name, os.path.join(context, name))
