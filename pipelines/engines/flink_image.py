@@ -2,8 +2,8 @@
 
 `make flink-image` (bin/flink-image) builds it without an image registry: a Debian 13
 base with Debian's Java runtime (debootstrap, then `docker import`), and on it
-pipelines/engines/flink-image/Dockerfile with Flink's module jars and Beam's Flink job server from the
-artifact cache (`make engines-fetch`) and the configuration below. Both images are
+flink-image/Dockerfile (beside this file) with Flink's module jars and Beam's Flink job
+server from the artifact cache (`make engines-fetch`) and the configuration below. Both images are
 tagged by a hash of everything they are made from, so a build is skipped when its
 image exists and redone when any of it changes. docs/flink-containers.md.
 """
