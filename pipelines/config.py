@@ -7,6 +7,8 @@ default, is defined once, by the component that reads it:
   statistics    ImageStatistics    components/image_statistics/config.py
   trainer       ImageTrainer       components/trainer/config.py
   evaluator     ImageEvaluator     components/evaluator/config.py
+  serving       ImagePusher        components/pusher/serving_files.py (each push's
+                                   KServe InferenceService)
   kubeflow      the KFP compiler   pipelines/kubeflow/config.py
 
 Example YAML (every key optional; unknown keys are errors that list the allowed ones):
@@ -45,6 +47,7 @@ from imgpipe.components.common import config_loader
 from imgpipe.components.evaluator.config import EvaluatorConfig
 from imgpipe.components.image_example_gen.options import LAYOUT_SPLIT, ExampleGenConfig
 from imgpipe.components.image_statistics.config import StatisticsConfig
+from imgpipe.components.pusher.serving_files import ServingConfig
 from imgpipe.components.trainer.config import TrainerConfig
 from imgpipe.pipelines.kubeflow.config import KubeflowConfig
 
@@ -93,6 +96,7 @@ class PipelineConfig:
       trainer: the Trainer's settings; its image_size and crop_fraction are also the
         geometry ImageStatistics computes the pixel statistics at.
       evaluator: the blessing rules.
+      serving: how a pushed model is served: the InferenceService each push carries.
       kubeflow: images, resources, GPU scheduling and volumes on Kubeflow.
     """
 
@@ -107,6 +111,7 @@ class PipelineConfig:
     statistics: StatisticsConfig = dataclasses.field(default_factory=StatisticsConfig)
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
     evaluator: EvaluatorConfig = dataclasses.field(default_factory=EvaluatorConfig)
+    serving: ServingConfig = dataclasses.field(default_factory=ServingConfig)
     kubeflow: KubeflowConfig = dataclasses.field(default_factory=KubeflowConfig)
 
     def validate(self) -> None:
@@ -128,6 +133,7 @@ class PipelineConfig:
             ("statistics", self.statistics),
             ("trainer", self.trainer),
             ("evaluator", self.evaluator),
+            ("serving", self.serving),
             ("kubeflow", self.kubeflow),
         ):
             try:

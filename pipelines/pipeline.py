@@ -76,11 +76,13 @@ def create_components(
     from tfx import v1 as tfx
     from tfx.proto import pusher_pb2
 
+    from imgpipe.components.common import config_loader
     from imgpipe.components.evaluator.component import ImageEvaluator
     from imgpipe.components.image_example_gen.component import ImageExampleGen
     from imgpipe.components.image_statistics.component import ImageStatistics
     from imgpipe.components.image_statistics.tfdv_options import image_stats_options
     from imgpipe.components.pusher.component import ImagePusher
+    from imgpipe.components.pusher.serving_files import SERVING_CONFIG_KEY
     from imgpipe.components.trainer.component import ImageTrainer
 
     parameters = runtime_parameters(config) if parameterized else {}
@@ -135,6 +137,7 @@ def create_components(
         push_destination=pusher_pb2.PushDestination(
             filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=config.serving_dir)
         ),
+        custom_config={SERVING_CONFIG_KEY: config_loader.to_dict(config.serving)},
     ).with_id(ids.PUSHER)
     return [
         example_gen,

@@ -47,9 +47,6 @@ from imgpipe.components.common import (
 )
 from imgpipe.components.pusher import serving_files
 
-# The Pusher's custom_config key of the ServingConfig.
-SERVING_CONFIG_KEY = "serving"
-
 STAGING_PREFIX = ".push-"
 # Written after PUSH_COMPLETE; each is a TF Serving ModelServerConfig naming the newest
 # whole version: one with the serving directory's own URI as base path, for a server
@@ -264,7 +261,9 @@ def serving_config(exec_properties: dict[str, Any]) -> serving_files.ServingConf
     """The ServingConfig in the Pusher's custom_config ("serving"), or the defaults."""
     custom = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or "{}"
     values = json.loads(custom) if isinstance(custom, str) else dict(custom)
-    return config_loader.from_dict(serving_files.ServingConfig, values.get(SERVING_CONFIG_KEY))
+    return config_loader.from_dict(
+        serving_files.ServingConfig, values.get(serving_files.SERVING_CONFIG_KEY)
+    )
 
 
 def _card_inputs(model_dir: str, blessing: types.Artifact) -> dict[str, Any]:

@@ -25,6 +25,8 @@ MODEL_CARD_JSON_FILE = "model_card.json"
 MODEL_CARD_MARKDOWN_FILE = "model_card.md"
 REST_REQUEST_FILE = "rest_request.json"
 MODEL_CARD_VERSION = 1
+# The Pusher's custom_config key of the ServingConfig (the pipeline config's `serving:`).
+SERVING_CONFIG_KEY = "serving"
 
 # KServe's API and its name for the TensorFlow Serving runtime's model format.
 KSERVE_API_VERSION = "serving.kserve.io/v1beta1"
