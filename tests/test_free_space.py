@@ -124,3 +124,50 @@ def test_a_failed_atomic_write_leaves_no_temporary_file_and_names_its_file(tmp_p
         .args[0]
         .startswith(f"Pusher: no space left on the filesystem of {target}; ")
     )
+
+
+@pytest.mark.component
+def test_a_push_onto_a_full_disk_names_the_pusher_and_leaves_nothing(tmp_path, small_filesystem):
+    """The Pusher's copy runs out of room: one user error naming the Pusher and the serving
+    folder (it was `internal error: ResourceExhaustedError ... (a bug)`), no staging folder
+    left, nothing that a reader takes for a push."""
+    from google.protobuf import json_format
+    from tfx.proto import pusher_pb2
+    from tfx.types import standard_artifacts
+
+    from imgpipe.components.common import served_models
+    from imgpipe.components.pusher import executor as pusher
+    from imgpipe.pipelines.cli import errors
+
+    model = standard_artifacts.Model()
+    model.uri = str(tmp_path / "model")
+    serving_model = os.path.join(model.uri, "Format-Serving")
+    os.makedirs(os.path.join(serving_model, "variables"))
+    with open(os.path.join(serving_model, "saved_model.pb"), "wb") as f:
+        f.write(os.urandom(64 << 10))
+    with open(os.path.join(serving_model, "variables", "variables.data-00000-of-00001"), "wb") as f:
+        f.write(os.urandom(512 << 10))  # twice the filesystem
+    os.makedirs(os.path.join(serving_model, served_models.ASSETS_EXTRA_DIR))
+    with open(os.path.join(serving_model, served_models.ASSETS_EXTRA_DIR, "labels.txt"), "w") as f:
+        f.write("a\nb\n")
+    blessing = standard_artifacts.ModelBlessing()
+    blessing.uri = str(tmp_path / "blessing")
+    os.makedirs(blessing.uri)
+    blessing.set_int_custom_property("blessed", 1)
+    pushed = standard_artifacts.PushedModel()
+    pushed.uri = str(tmp_path / "pushed")
+    serving = os.path.join(small_filesystem, "serving")
+    destination = pusher_pb2.PushDestination(
+        filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=serving)
+    )
+    with pytest.raises(disk_full.DiskFullError) as raised:
+        pusher.Executor().Do(
+            {"model": [model], "model_blessing": [blessing]},
+            {"pushed_model": [pushed]},
+            {"push_destination": json_format.MessageToJson(destination)},
+        )
+    line = errors.one_line(raised.value)
+    assert line.startswith("imgpipe: error: Pusher: no space left on the filesystem of ")
+    assert serving in line and "\n" not in line
+    assert [n for n in os.listdir(serving) if n.startswith(".push-") or n.isdigit()] == []
+    assert served_models.find(serving).model is None

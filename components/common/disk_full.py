@@ -74,6 +74,12 @@ def explained(who: str, where: Callable[..., str]) -> Callable[[F], F]:
     return decorate
 
 
+def first_output(inputs: Any, outputs: Any, properties: Any) -> str:
+    """The place an executor writes: its first output artifact's folder (for `explained`)."""
+    del inputs, properties
+    return next(iter(outputs.values()))[0].uri
+
+
 def _named_file(error: BaseException | None) -> str | None:
     seen: set[int] = set()
     while error is not None and id(error) not in seen:

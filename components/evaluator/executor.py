@@ -21,6 +21,7 @@ from tfx.utils import path_utils
 
 from imgpipe.components.common import (
     config_loader,
+    disk_full,
     fileio,
     manifest,
     reference_sets,
@@ -177,6 +178,7 @@ class Executor(base_executor.BaseExecutor):
     """Keys: inputs `examples`, `model`; outputs `evaluation`, `blessing`; parameters
     `evaluator_config` (EvaluatorConfig JSON), `tolerance`, `serving_dir`, `eval_split`."""
 
+    @disk_full.explained("Evaluator", disk_full.first_output)
     def Do(  # noqa: N802 - TFX's executor interface
         self,
         input_dict: dict[str, list[types.Artifact]],

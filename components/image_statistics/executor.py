@@ -14,6 +14,7 @@ from tfx.types import artifact_utils
 
 from imgpipe.components.common import (
     config_loader,
+    disk_full,
     fileio,
     image_stats,
     label_audit,
@@ -67,6 +68,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
     checked against and which audits the labels, label_gate.py; "" for none); output
     `statistics` (ImageStatistics). Splits are the Examples' split_names."""
 
+    @disk_full.explained("ImageStatistics", disk_full.first_output)
     def Do(  # noqa: N802 - TFX's executor interface
         self,
         input_dict: dict[str, list[types.Artifact]],

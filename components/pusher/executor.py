@@ -19,6 +19,7 @@ Here (served_models.py has the contract):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -37,6 +38,7 @@ from tfx.utils import io_utils, proto_utils
 
 from imgpipe.components.common import (
     config_loader,
+    disk_full,
     fileio,
     layout,
     manifest,
@@ -184,13 +186,20 @@ def publish(
         entries = {
             relpath: manifest.describe("", [source])[source] for relpath, source in files.items()
         }
-        _copy_files(files, target)
-    phases.reached(phases.PUBLISHED)
-    manifest.write(target, entries)
-    problem = served_models.damage(target)
-    if problem is not None:
-        raise OSError(f"{target}: the copy differs from its source ({problem}); push again")
-    fileio.write_text(posixpath.join(target, served_models.PUSH_COMPLETE_FILE), model_dir)
+        try:
+            _copy_files(files, target)
+            phases.reached(phases.PUBLISHED)
+            manifest.write(target, entries)
+            problem = served_models.damage(target)
+            if problem is not None:
+                raise OSError(f"{target}: the copy differs from its source ({problem}); push again")
+            fileio.write_text(posixpath.join(target, served_models.PUSH_COMPLETE_FILE), model_dir)
+        except Exception:
+            # A failed push (a full disk, a damaged copy) takes no room and shows nothing; a
+            # killed one is cleared by the next push.
+            with contextlib.suppress(OSError):
+                fileio.remove(target)
+            raise
     if local:
         fileio.rename(target, final)
     _write_pointers(serving_dir, version)
@@ -302,9 +311,25 @@ def _card_inputs(model_dir: str, blessing: types.Artifact) -> dict[str, Any]:
     }
 
 
+def serving_dir_of(exec_properties: dict[str, Any]) -> str:
+    """The serving directory the push destination names.
+
+    Raises:
+      ValueError: a destination other than a filesystem.
+    """
+    destination = pusher_pb2.PushDestination()
+    proto_utils.json_to_proto(
+        exec_properties[standard_component_specs.PUSH_DESTINATION_KEY], destination
+    )
+    if destination.WhichOneof("destination") != "filesystem":
+        raise ValueError("ImagePusher pushes to a filesystem destination only")
+    return destination.filesystem.base_directory
+
+
 class Executor(tfx_pusher.Executor):
     """TFX Pusher's keys and filesystem destination; see the module docstring."""
 
+    @disk_full.explained("Pusher", lambda inputs, outputs, properties: serving_dir_of(properties))
     def Do(  # noqa: N802 - TFX's executor interface
         self,
         input_dict: dict[str, list[types.Artifact]],
@@ -315,13 +340,7 @@ class Executor(tfx_pusher.Executor):
         model_push = artifact_utils.get_single_instance(
             output_dict[standard_component_specs.PUSHED_MODEL_KEY]
         )
-        destination = pusher_pb2.PushDestination()
-        proto_utils.json_to_proto(
-            exec_properties[standard_component_specs.PUSH_DESTINATION_KEY], destination
-        )
-        if destination.WhichOneof("destination") != "filesystem":
-            raise ValueError("ImagePusher pushes to a filesystem destination only")
-        serving_dir = destination.filesystem.base_directory
+        serving_dir = serving_dir_of(exec_properties)
         blessing = artifact_utils.get_single_instance(
             input_dict[standard_component_specs.MODEL_BLESSING_KEY]
         )

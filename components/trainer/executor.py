@@ -9,6 +9,7 @@ from tfx.components.trainer import executor as trainer_executor
 from tfx.components.trainer import fn_args_utils
 from tfx.types import artifact_utils
 
+from imgpipe.components.common import disk_full
 from imgpipe.components.trainer import config as config_lib
 from imgpipe.components.trainer import spec
 
@@ -17,6 +18,15 @@ class Executor(trainer_executor.GenericExecutor):
     """TFX's Trainer keys plus the optional input `image_statistics`, whose URI run_fn
     gets as fn_args.custom_config["image_statistics_uri"], and the parameters `epochs`
     (overrides custom_config's) and `serving_dir` (custom_config["serving_dir"])."""
+
+    @disk_full.explained("Trainer", disk_full.first_output)
+    def Do(  # noqa: N802 - TFX's executor interface
+        self,
+        input_dict: dict[str, list[types.Artifact]],
+        output_dict: dict[str, list[types.Artifact]],
+        exec_properties: dict[str, Any],
+    ) -> None:
+        super().Do(input_dict, output_dict, exec_properties)
 
     def _GetFnArgs(  # noqa: N802 - TFX's executor interface
         self,
