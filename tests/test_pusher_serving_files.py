@@ -46,6 +46,15 @@ def test_the_inference_service_serves_the_folder_with_the_configured_resources()
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("custom_config", [None, "null", "{}", {}])
+def test_a_pusher_without_a_serving_config_uses_the_defaults(custom_config):
+    from imgpipe.components.pusher import executor as pusher
+
+    properties = {} if custom_config is None else {"custom_config": custom_config}
+    assert pusher.serving_config(properties) == sf.ServingConfig()
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "values, match",
     [

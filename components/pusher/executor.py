@@ -268,8 +268,9 @@ def _sample_jpeg() -> bytes:
 
 def serving_config(exec_properties: dict[str, Any]) -> serving_files.ServingConfig:
     """The ServingConfig in the Pusher's custom_config ("serving"), or the defaults."""
-    custom = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or "{}"
-    values = json.loads(custom) if isinstance(custom, str) else dict(custom)
+    custom = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
+    # TFX stores an unset custom_config as the JSON text "null".
+    values = (json.loads(custom) if isinstance(custom, str) else custom) or {}
     return config_loader.from_dict(
         serving_files.ServingConfig, values.get(serving_files.SERVING_CONFIG_KEY)
     )
