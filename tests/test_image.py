@@ -77,3 +77,43 @@ def test_the_default_command_is_the_cli_help(image):
     code, output = containers.run(image, [])
     assert code == 0, output
     assert "usage: imgpipe" in output
+
+
+@pytest.mark.parametrize("signal_name, code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signal_to_the_containers_pid_1_stops_the_work_and_publishes_nothing(
+    image, tmp_path, signal_name, code
+):
+    """In a pod the step is PID 1, which ignores a signal it has no handler for: the CLI
+    converts SIGTERM (the kubelet's) and SIGINT into a clean stop, exit 128+n, and the
+    output holds no manifest that a reader would accept."""
+    import os
+    import time
+
+    from imgpipe.components.common import layout
+    from tests import imagegen
+
+    src, out = tmp_path / "src", tmp_path / "out"
+    imagegen.make_image_folder(str(src), {"a": 600, "b": 600}, size=(160, 160))
+    os.chmod(tmp_path, 0o777)
+    client = containers.docker_client()
+    container = client.containers.create(
+        image,
+        ["convert", "/data/src", "/data/out", "--resize", "96", "--verify", "decode"],
+        network_mode="none",
+        volumes={str(tmp_path): {"bind": "/data", "mode": "rw"}},
+    )
+    try:
+        container.start()
+        deadline = time.monotonic() + 300
+        while not out.exists() and time.monotonic() < deadline:  # the conversion has begun
+            time.sleep(0.2)
+        assert out.exists(), container.logs().decode(errors="replace")
+        container.kill(signal=signal_name)
+        status = container.wait(timeout=120)["StatusCode"]
+        logs = container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+        client.close()
+    assert status == code, logs
+    assert f"stopped by {signal_name}" in logs
+    assert not (out / layout.MANIFEST_FILE).exists()
