@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -24,10 +25,13 @@ def test_without_an_engine_the_container_tier_is_skipped_loudly(tmp_path):
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "imgpipe tests: warning: 6 container-tier tests SKIPPED: NO DOCKER ENGINE" in (
-        result.stderr
+    warned = re.search(
+        r"imgpipe tests: warning: (\d+) container-tier tests SKIPPED: NO DOCKER ENGINE",
+        result.stderr,
     )
+    assert warned and int(warned.group(1)) >= 6, result.stderr
     summary = result.stdout.splitlines()
     assert any(line.startswith("!") and "SKIPPED: NO DOCKER ENGINE" in line for line in summary)
-    assert any(line.startswith("SKIPPED [6]") and "make docker-engine" in line for line in summary)
+    skipped = f"SKIPPED [{warned.group(1)}]"
+    assert any(line.startswith(skipped) and "make docker-engine" in line for line in summary)
     assert "passed" not in summary[-1]
