@@ -82,28 +82,21 @@ def _mobilenet_v3_small(shape, weights, config, pretrained):
     )
 
 
-def _efficientnet_v2_b0(shape, weights, config, pretrained):
-    import keras
+def _efficientnet_v2(constructor: str) -> Builder:
+    """A builder of keras.applications' EfficientNetV2 `constructor` (B0, S, ...)."""
 
-    return keras.applications.EfficientNetV2B0(
-        input_shape=shape,
-        include_top=False,
-        weights=weights,
-        pooling="avg",
-        include_preprocessing=pretrained,
-    )
+    def build(shape, weights, config, pretrained):
+        import keras
 
+        return getattr(keras.applications, constructor)(
+            input_shape=shape,
+            include_top=False,
+            weights=weights,
+            pooling="avg",
+            include_preprocessing=pretrained,
+        )
 
-def _efficientnet_v2_s(shape, weights, config, pretrained):
-    import keras
-
-    return keras.applications.EfficientNetV2S(
-        input_shape=shape,
-        include_top=False,
-        weights=weights,
-        pooling="avg",
-        include_preprocessing=pretrained,
-    )
+    return build
 
 
 def _resnet50(shape, weights, config, pretrained):
@@ -145,7 +138,7 @@ BACKBONES: dict[str, Backbone] = {
         ),
         Backbone(
             EFFICIENTNET_V2_B0,
-            _efficientnet_v2_b0,
+            _efficientnet_v2("EfficientNetV2B0"),
             native_size=224,
             pixels=IN_MODEL,
             family="efficientnet_v2",
@@ -153,7 +146,7 @@ BACKBONES: dict[str, Backbone] = {
         ),
         Backbone(
             EFFICIENTNET_V2_S,
-            _efficientnet_v2_s,
+            _efficientnet_v2("EfficientNetV2S"),
             native_size=384,
             pixels=IN_MODEL,
             family="efficientnet_v2",
