@@ -243,7 +243,7 @@ def _by_name(result: ev.Evaluation) -> dict[str, ev.Comparison]:
 
 @pytest.mark.component
 def test_grey_photos_are_not_blessed_over_a_colour_champion(tmp_path):
-    from imgpipe.components.pusher.executor import publish
+    from imgpipe.components.pusher.executor import publish, reference_files
 
     folders = _photo_folders(str(tmp_path / "photos"))
     labels = tuple(sorted(os.listdir(folders["colour"])))
@@ -258,7 +258,7 @@ def test_grey_photos_are_not_blessed_over_a_colour_champion(tmp_path):
     first, blessed = _evaluate(tmp_path, "first", colour, champion, serving)
     assert first.decision.blessed, first.decision.reason
     assert first.champion.status == ev.NO_CHAMPION
-    pushed = publish(champion, serving, blessing_uri=blessed.uri)
+    pushed = publish(champion, serving, extras=reference_files(blessed.uri))
     # The push keeps the eval split it was blessed on.
     kept = reference_sets.read(os.path.join(pushed, served_models.REFERENCE_ASSET))
     assert kept.labels == labels
@@ -300,7 +300,7 @@ def test_grey_photos_are_not_blessed_over_a_colour_champion(tmp_path):
 
 @pytest.mark.component
 def test_a_class_added_is_judged_on_the_shared_classes(tmp_path):
-    from imgpipe.components.pusher.executor import publish
+    from imgpipe.components.pusher.executor import publish, reference_files
 
     folders = _photo_folders(str(tmp_path / "photos"))
     four = tuple(sorted(os.listdir(folders["colour"])))
@@ -311,7 +311,7 @@ def test_a_class_added_is_judged_on_the_shared_classes(tmp_path):
         tmp_path, "first", _examples(folders["three"], str(tmp_path / "e3")), champion, serving
     )
     assert first.decision.blessed, first.decision.reason
-    publish(champion, serving, blessing_uri=blessed.uri)
+    publish(champion, serving, extras=reference_files(blessed.uri))
 
     four_examples = _examples(folders["colour"], str(tmp_path / "e4"))
     candidate = _trained(folders["colour"], four, str(tmp_path / "four-model" / "Format-Serving"))

@@ -214,8 +214,14 @@ def extra_files(input_dict: dict[str, list[types.Artifact]]) -> dict[str, str]:
     blessing = artifact_utils.get_single_instance(
         input_dict[standard_component_specs.MODEL_BLESSING_KEY]
     )
-    source = posixpath.join(blessing.uri, reference_sets.REFERENCE_DIR)
-    if not fileio.isdir(source):  # an Evaluator from before reference sets
+    return reference_files(blessing.uri)
+
+
+def reference_files(blessing_uri: str) -> dict[str, str]:
+    """The reference evaluation set the Evaluator left in a blessing, as extra files of a
+    push ({relpath in the version: source}); none from an Evaluator before them."""
+    source = posixpath.join(blessing_uri, reference_sets.REFERENCE_DIR)
+    if not fileio.isdir(source):
         return {}
     return {
         posixpath.join(served_models.REFERENCE_ASSET, relpath): posixpath.join(source, relpath)
