@@ -185,13 +185,16 @@ def decide(
     if compared:
         on = [c.name for c in comparisons if c.compared]
         skipped = [c.name for c in comparisons if not c.compared]
-        against = f"not worse than champion {champion.version} on {', '.join(on) or 'nothing'}"
+        # The note names damaged pushes passed over to find the champion, and classes
+        # added or removed.
+        noted = f" ({champion.note})" if champion.note else ""
+        against = (
+            f"not worse than champion {champion.version}{noted} on {', '.join(on) or 'nothing'}"
+        )
         if skipped:
             against += f" ({', '.join(skipped)} skipped)"
         if champion.classes_added:
             against += f"; new classes {list(champion.classes_added)} above their floor"
-        if champion.note:  # damaged pushes passed over to find the champion
-            against += f" ({champion.note})"
     else:
         against = f"floor alone: {champion.note}"
     floor = next(c for c in checks if c.name == "floor")
