@@ -186,14 +186,18 @@ def blocking(
     anomalies: Sequence[Anomaly], config: StatisticsConfig, drift_accepted: bool = False
 ) -> list[Anomaly]:
     """The anomalies that stop the run: drift under fail_on_drift unless accepted for
-    this span (accept_drift_span), the others under fail_on_anomalies."""
+    this span (accept_drift_span), the others under fail_on_anomalies. With drift
+    accepted, the champion's label audit of the span is reported but stops nothing: a
+    champion that has not seen data like it (grey where it learned colour) flags what
+    changed, not the labels; the reference sets still judge the model trained on it."""
+    accepted = drift_accepted and any(a.code == DRIFT for a in anomalies)
     return [
         a
         for a in anomalies
         if (
             config.fail_on_drift and not drift_accepted
             if a.code == DRIFT
-            else config.fail_on_anomalies
+            else config.fail_on_anomalies and not (accepted and a.code == LABEL_ISSUES)
         )
     ]
 
