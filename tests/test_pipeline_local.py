@@ -14,6 +14,7 @@ import pytest
 from imgpipe.components.common import conversion_summary, layout, served_models
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.pipelines import cli, local_runner, sample_photos
+from imgpipe.pipelines.cli.errors import NOT_PUSHED_EXIT_CODE
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines.cli.errors import NOT_PUSHED_EXIT_CODE
@@ -155,7 +156,8 @@ def test_a_validation_folder_is_evaluated_and_the_data_gate_advice_can_be_follow
     assert not (tmp_path / "serving").exists()
 
     config_file.write_text(settings + "statistics: {leakage_threshold: 0.5}\n")
-    assert cli.main(argv) == 0
+    # Past the gate, the run finishes: two training steps may not earn a push (exit 3).
+    assert cli.main(argv) in (0, NOT_PUSHED_EXIT_CODE)
     config = cfg.load(
         str(config_file),
         data_root=str(data),
