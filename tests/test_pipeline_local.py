@@ -14,7 +14,6 @@ import pytest
 from imgpipe.components.common import conversion_summary, layout, served_models
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.pipelines import cli, local_runner, sample_photos
-from imgpipe.pipelines.cli.errors import NOT_PUSHED_EXIT_CODE
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines.cli.errors import NOT_PUSHED_EXIT_CODE
