@@ -11,10 +11,9 @@ import os
 
 import numpy as np
 import pytest
-from tfx import types
 from tfx.types import artifact_utils, standard_artifacts
 
-from imgpipe.components.common import served_models, serving_lock
+from imgpipe.components.common import served_models
 from imgpipe.components.evaluator import blessing
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator.config import EvaluatorConfig
@@ -252,30 +251,6 @@ def _constant_model():
     return model
 
 
-def _evaluate(tmp_path, name, examples, model_dir, serving_dir, **config):
-    from imgpipe.components.evaluator.component import ImageEvaluator
-    from imgpipe.components.evaluator.executor import Executor
-
-    model = standard_artifacts.Model()
-    model.uri = os.path.dirname(model_dir)
-    evaluation, blessed = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
-    evaluation.uri, blessed.uri = str(tmp_path / name / "evaluation"), str(tmp_path / name / "b")
-    component = ImageEvaluator(
-        types.Channel(type=standard_artifacts.Examples),
-        types.Channel(type=standard_artifacts.Model),
-        EvaluatorConfig(**config),
-        serving_dir=serving_dir,
-    )
-    Executor().Do(
-        {"examples": [examples], "model": [model]},
-        {"evaluation": [evaluation], "blessing": [blessed]},
-        component.exec_properties,
-    )
-    if blessed.has_custom_property(serving_lock.LEASE_PROPERTY):  # as the Pusher would
-        serving_lock.release(serving_dir, blessed.get_string_custom_property("serving_lease"))
-    return ev.read(evaluation.uri), blessed
-
-
 @pytest.mark.component
 def test_evaluator_blesses_against_the_served_champion(tmp_path):
     from imgpipe.components.pusher.executor import publish
@@ -286,7 +261,7 @@ def test_evaluator_blesses_against_the_served_champion(tmp_path):
     constant = _export(_constant_model(), str(tmp_path / "constant" / "Format-Serving"))
 
     # First run: no champion, the floor alone.
-    result, blessed = _evaluate(tmp_path, "first", examples, good, serving, significance=0.05)
+    result, blessed = th.evaluate(tmp_path, "first", examples, good, serving, significance=0.05)
     assert result.champion.status == ev.NO_CHAMPION
     assert result.candidate.examples == 12 and result.candidate.accuracy > 0.9
     assert result.majority_rate == pytest.approx(1 / 3)
@@ -296,7 +271,7 @@ def test_evaluator_blesses_against_the_served_champion(tmp_path):
     champion_dir = publish(good, serving)
 
     # A model that answers one class: refused, whatever the champion.
-    result, blessed = _evaluate(tmp_path, "constant", examples, constant, serving)
+    result, blessed = th.evaluate(tmp_path, "constant", examples, constant, serving)
     assert blessed.get_int_custom_property("blessed") == 0
     assert os.path.exists(os.path.join(blessed.uri, "NOT_BLESSED"))
     assert result.champion.status == ev.COMPARED
@@ -306,7 +281,7 @@ def test_evaluator_blesses_against_the_served_champion(tmp_path):
     assert result.candidate.predicted_classes == 1
 
     # The same model again is not worse than itself: blessed, compared.
-    result, blessed = _evaluate(tmp_path, "again", examples, good, serving, significance=0.05)
+    result, blessed = th.evaluate(tmp_path, "again", examples, good, serving, significance=0.05)
     assert blessed.get_int_custom_property("blessed") == 1
     assert result.champion.metrics == result.candidate
     assert "not worse than champion" in result.decision.reason
@@ -314,7 +289,9 @@ def test_evaluator_blesses_against_the_served_champion(tmp_path):
     # A champion with other labels is not comparable: the floor alone, and said so.
     renamed = _export(_trained_model(), str(tmp_path / "renamed" / "m"), ("x", "y", "z"))
     publish(renamed, serving)
-    result, blessed = _evaluate(tmp_path, "relabelled", examples, good, serving, significance=0.05)
+    result, blessed = th.evaluate(
+        tmp_path, "relabelled", examples, good, serving, significance=0.05
+    )
     assert result.champion.status == ev.LABELS_DIFFER
     assert "['x', 'y', 'z']" in result.champion.note
     assert blessed.get_int_custom_property("blessed") == 1

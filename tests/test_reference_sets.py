@@ -19,6 +19,7 @@ from imgpipe.components.common import reference_sets, served_models
 from imgpipe.components.evaluator import blessing, scoring
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator.config import EvaluatorConfig
+from tests import trainer_helpers as th
 
 
 def metrics(*classes: tuple[str, int, int, int]) -> ev.ModelMetrics:
@@ -167,8 +168,6 @@ def _photo_folders(root: str) -> dict[str, str]:
 def _examples(folder: str, uri: str):
     from tfx.types import artifact_utils, standard_artifacts
 
-    from tests import trainer_helpers as th
-
     examples = standard_artifacts.Examples()
     examples.uri = uri
     th.convert(folder, uri, num_shards=1)
@@ -212,31 +211,6 @@ def _trained(folder: str, labels: tuple[str, ...], path: str) -> str:
     return path
 
 
-def _evaluate(tmp_path, name, examples, model_dir, serving_dir, **config):
-    from tfx import types
-    from tfx.types import standard_artifacts
-
-    from imgpipe.components.evaluator.component import ImageEvaluator
-    from imgpipe.components.evaluator.executor import Executor
-
-    model = standard_artifacts.Model()
-    model.uri = os.path.dirname(model_dir)
-    evaluation, blessed = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
-    evaluation.uri, blessed.uri = str(tmp_path / name / "evaluation"), str(tmp_path / name / "b")
-    component = ImageEvaluator(
-        types.Channel(type=standard_artifacts.Examples),
-        types.Channel(type=standard_artifacts.Model),
-        EvaluatorConfig(**config),
-        serving_dir=serving_dir,
-    )
-    Executor().Do(
-        {"examples": [examples], "model": [model]},
-        {"evaluation": [evaluation], "blessing": [blessed]},
-        component.exec_properties,
-    )
-    return ev.read(evaluation.uri), blessed
-
-
 def _by_name(result: ev.Evaluation) -> dict[str, ev.Comparison]:
     return {c.name: c for c in result.comparisons}
 
@@ -255,7 +229,7 @@ def test_grey_photos_are_not_blessed_over_a_colour_champion(tmp_path):
     )
     candidate = _trained(folders["grey"], labels, str(tmp_path / "grey-model" / "Format-Serving"))
 
-    first, blessed = _evaluate(tmp_path, "first", colour, champion, serving)
+    first, blessed = th.evaluate(tmp_path, "first", colour, champion, serving)
     assert first.decision.blessed, first.decision.reason
     assert first.champion.status == ev.NO_CHAMPION
     pushed = publish(champion, serving, extras=reference_files(blessed.uri))
@@ -264,7 +238,7 @@ def test_grey_photos_are_not_blessed_over_a_colour_champion(tmp_path):
     assert kept.labels == labels
     assert served_models.latest(serving).reference_dir == kept.uri
 
-    result, blessed = _evaluate(tmp_path, "grey", grey, candidate, serving)
+    result, blessed = th.evaluate(tmp_path, "grey", grey, candidate, serving)
     compared = _by_name(result)
     new_split = compared[reference_sets.NEW_SPLIT]
     reference = compared[reference_sets.CHAMPION_REFERENCE]
@@ -279,20 +253,22 @@ def test_grey_photos_are_not_blessed_over_a_colour_champion(tmp_path):
     assert not os.path.exists(os.path.join(blessed.uri, reference_sets.REFERENCE_DIR))
 
     # The same grey photos as the golden set: scored too (and the candidate is fine there).
-    golden, _ = _evaluate(tmp_path, "golden", grey, candidate, serving, golden_examples=grey.uri)
+    golden, _ = th.evaluate(tmp_path, "golden", grey, candidate, serving, golden_examples=grey.uri)
     assert _by_name(golden)[reference_sets.GOLDEN].compared
 
-    # A damaged reference set is skipped, said so, and the run does not crash.
+    # A damaged reference set damages its push: the champion is passed over, the file
+    # named, and the candidate is judged on its own floor; the run does not crash.
     (shard,) = glob.glob(os.path.join(kept.uri, "data_tfrecord-*"))
     with open(shard, "r+b") as f:
         f.seek(20)
         f.write(b"\xff\xff\xff\xff")
-    result, _ = _evaluate(tmp_path, "damaged", colour, champion, serving)
-    skipped = _by_name(result)[reference_sets.CHAMPION_REFERENCE]
-    assert not skipped.compared and "damaged" in skipped.note
-    assert result.decision.blessed and "(champion_reference skipped)" in result.decision.reason
+    result, _ = th.evaluate(tmp_path, "damaged", colour, champion, serving)
+    assert result.champion.status == ev.UNREADABLE
+    assert "damaged (assets.extra/reference/data_tfrecord-" in result.champion.note
+    assert reference_sets.CHAMPION_REFERENCE not in _by_name(result)
+    assert result.decision.blessed and "floor alone" in result.decision.reason
     # A missing golden set: skipped, said so.
-    result, _ = _evaluate(
+    result, _ = th.evaluate(
         tmp_path, "nogolden", colour, champion, serving, golden_examples=str(tmp_path / "none")
     )
     assert "unreadable" in _by_name(result)[reference_sets.GOLDEN].note
@@ -307,7 +283,7 @@ def test_a_class_added_is_judged_on_the_shared_classes(tmp_path):
     three = tuple(sorted(os.listdir(folders["three"])))
     serving = str(tmp_path / "serving")
     champion = _trained(folders["three"], three, str(tmp_path / "three-model" / "Format-Serving"))
-    first, blessed = _evaluate(
+    first, blessed = th.evaluate(
         tmp_path, "first", _examples(folders["three"], str(tmp_path / "e3")), champion, serving
     )
     assert first.decision.blessed, first.decision.reason
@@ -315,7 +291,7 @@ def test_a_class_added_is_judged_on_the_shared_classes(tmp_path):
 
     four_examples = _examples(folders["colour"], str(tmp_path / "e4"))
     candidate = _trained(folders["colour"], four, str(tmp_path / "four-model" / "Format-Serving"))
-    result, _ = _evaluate(tmp_path, "added", four_examples, candidate, serving)
+    result, _ = th.evaluate(tmp_path, "added", four_examples, candidate, serving)
     assert result.champion.status == ev.COMPARED
     assert result.champion.classes_added == ("fruit",)
     for name in (reference_sets.NEW_SPLIT, reference_sets.CHAMPION_REFERENCE):
@@ -323,7 +299,7 @@ def test_a_class_added_is_judged_on_the_shared_classes(tmp_path):
         assert _by_name(result)[name].classes == three
     assert "new_class:fruit" in {c.name for c in result.decision.checks}
     # A floor the new class cannot reach refuses the model, naming the class.
-    result, _ = _evaluate(
+    result, _ = th.evaluate(
         tmp_path, "strict", four_examples, candidate, serving, new_class_min_recall=1.0
     )
     fruit = next(c for c in result.decision.checks if c.name == "new_class:fruit")

@@ -115,7 +115,15 @@ def test_plan_memory_caches_only_what_fits():
     )
     assert not budgeted.cache and budgeted.budget_bytes == 100 * memory.MB
     forced = memory.plan_memory(3000 * memory.MB, 10, 1, cache="on", shuffle_buffer=5)
-    assert forced.cache and forced.shuffle_buffer == 5
+    assert forced.cache and forced.shuffle_buffer == 5 and not forced.decoded
+    # EVAL's decoded pixels are cached instead when they fit, unless caching is off.
+    args = (100 * memory.MB, 10_000, 4096 * memory.MB)
+    decoded = memory.plan_memory(*args, decoded_bytes=500 * memory.MB)
+    assert decoded.cache and decoded.decoded and "decoded" in decoded.reason
+    assert decoded.autotune_ram_budget == 2048 * memory.MB - 500 * memory.MB - 10_000 * 10_485
+    too_big = memory.plan_memory(*args, decoded_bytes=1500 * memory.MB)
+    assert too_big.cache and not too_big.decoded and "encoded" in too_big.reason
+    assert not memory.plan_memory(*args, cache="off", decoded_bytes=1).cache
     assert memory.available_memory_bytes() > 0
 
 
@@ -243,18 +251,25 @@ def test_eval_images_center_crop_without_resize_at_the_output_size():
 def test_eval_is_deterministic_and_matches_eval_image(data):
     source = input_lib.split_source(data["examples"], "eval")
     cached = memory.plan_memory(1, 1, 1 << 30, cache="on", shuffle_buffer=1)
+    decoded = memory.plan_memory(1, 1, 1 << 30, shuffle_buffer=1, decoded_bytes=1)
+    assert decoded.decoded
 
-    def run(plan):
+    def run(plan, passes=1):
         dataset = input_lib.make_dataset(
             source, input_lib.EVAL, image_size=SIZE, batch_size=8, memory=plan
         )
-        return [(x.numpy(), y.numpy()) for x, y in dataset]
+        return [[(x.numpy(), y.numpy()) for x, y in dataset] for _ in range(passes)]
 
-    first, second, from_cache = run(NO_CACHE), run(NO_CACHE), run(cached)
-    for a, b, c in zip(first, second, from_cache, strict=True):
-        np.testing.assert_array_equal(a[0], b[0])
-        np.testing.assert_array_equal(a[0], c[0])
-        np.testing.assert_array_equal(a[1], b[1])
+    (first,), (second,), (from_cache,) = run(NO_CACHE), run(NO_CACHE), run(cached)
+    from_decoded = run(decoded, passes=2)  # the second pass reads the decoded cache
+    for a, *others in zip(first, second, from_cache, *from_decoded, strict=True):
+        for other in others:
+            np.testing.assert_array_equal(a[0], other[0])
+            np.testing.assert_array_equal(a[1], other[1])
+    with pytest.raises(ValueError, match="augmented"):
+        input_lib.make_dataset(
+            source, input_lib.TRAIN, image_size=SIZE, batch_size=8, memory=decoded
+        )
     images = np.concatenate([x for x, _ in first])
     labels = np.concatenate([y for _, y in first])
     for i, record in enumerate(eval_records(data["examples"])):

@@ -116,3 +116,37 @@ def write_stats(
     )
     manifest.write(statistics_dir, manifest.describe(statistics_dir, [IMAGE_STATS_FILE]))
     return statistics_dir
+
+
+def evaluate(tmp_path, name: str, examples, model_dir: str, serving_dir: str, **config):
+    """Runs the Evaluator executor on `model_dir` (a Format-Serving folder), then gives
+    the serving lease back as the Pusher would; returns (Evaluation, ModelBlessing)."""
+    from tfx import types
+    from tfx.types import standard_artifacts
+
+    from imgpipe.components.common import serving_lock
+    from imgpipe.components.evaluator import evaluation
+    from imgpipe.components.evaluator.component import ImageEvaluator
+    from imgpipe.components.evaluator.config import EvaluatorConfig
+    from imgpipe.components.evaluator.executor import Executor
+
+    model = standard_artifacts.Model()
+    model.uri = os.path.dirname(model_dir)
+    result, blessing = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
+    result.uri, blessing.uri = str(tmp_path / name / "evaluation"), str(tmp_path / name / "b")
+    component = ImageEvaluator(
+        types.Channel(type=standard_artifacts.Examples),
+        types.Channel(type=standard_artifacts.Model),
+        EvaluatorConfig(**config),
+        serving_dir=serving_dir,
+    )
+    Executor().Do(
+        {"examples": [examples], "model": [model]},
+        {"evaluation": [result], "blessing": [blessing]},
+        component.exec_properties,
+    )
+    if blessing.has_custom_property(serving_lock.LEASE_PROPERTY):
+        serving_lock.release(
+            serving_dir, blessing.get_string_custom_property(serving_lock.LEASE_PROPERTY)
+        )
+    return evaluation.read(result.uri), blessing

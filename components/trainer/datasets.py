@@ -86,12 +86,17 @@ def plan_input_memory(
     train_source: input_lib.SplitSource,
     eval_source: input_lib.SplitSource,
     global_batch: int,
+    decoded_image_bytes: int,
 ) -> tuple[memory.MemoryPlan, memory.MemoryPlan]:
-    """Memory plans for the train split, then for eval out of what train left."""
+    """Memory plans for the train split, then for eval out of what train left; eval's
+    cache may hold its decoded images, `decoded_image_bytes` each."""
     available = memory.available_memory_bytes()
     budget = int(config.ram_budget_mb * memory.MB) if config.ram_budget_mb else None
     plans = []
     for source in (train_source, eval_source):
+        decoded = None
+        if source is eval_source and source.records is not None:
+            decoded = source.records * decoded_image_bytes
         plan = memory.plan_memory(
             encoded_bytes=source.encoded_bytes or 0,
             records=source.records or 0,
@@ -100,6 +105,7 @@ def plan_input_memory(
             ram_budget_bytes=budget,
             shuffle_buffer=config.shuffle_buffer,
             min_shuffle_buffer=global_batch,
+            decoded_bytes=decoded,
         )
         logging.info(
             "Input pipeline, %s: %s; shuffle buffer %d images; tf.data RAM budget %.0f MB",
@@ -130,7 +136,11 @@ def make_datasets(
       eval_steps: None evaluates the whole eval split, once per evaluation.
     """
     train_source, eval_source = splits
-    train_memory, eval_memory = plan_input_memory(config, train_source, eval_source, global_batch)
+    side = common["image_size"]
+    pixel_bytes = 1 if common.get("normalization") is None else 4  # uint8, or float32
+    train_memory, eval_memory = plan_input_memory(
+        config, train_source, eval_source, global_batch, side * side * 3 * pixel_bytes
+    )
     train_ds = input_lib.make_dataset(
         train_source,
         input_lib.TRAIN,

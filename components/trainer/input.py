@@ -3,7 +3,10 @@
 Stages, in the order of tensorflow/models' input_reader: list shards -> shuffle shard
 order (train) -> parallel interleave -> count check -> [RAM cache] -> [repeat] ->
 shuffle (train) -> batch -> parse the batch -> decode + crop + resize -> [normalize]
--> prefetch.
+-> prefetch. EVAL, whose pixels are the same every pass, may cache its decoded batches
+instead (MemoryPlan.decoded): later passes then cost nothing but the copy, where setting
+up the decode function alone takes seconds a pass (Keras makes a new validation iterator
+each epoch).
 
 `decode_batch(..., EVAL)` is also the serving signature's preprocessing, so the
 exported model sees exactly the pixels eval saw.
@@ -206,11 +209,13 @@ def make_dataset(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     training = mode == TRAIN
+    if training and memory.decoded:
+        raise ValueError("TRAIN images are augmented each pass: their decode cannot be cached")
     repeat = training if repeat is None else repeat
     records = read_records(source, mode, seed)
-    if memory.cache:
+    if memory.cache and not memory.decoded:
         records = records.cache()
-    if repeat:
+    if repeat and not memory.decoded:
         records = records.repeat()
     if training:
         records = records.shuffle(memory.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
@@ -222,11 +227,14 @@ def make_dataset(
             images = normalize(images, *normalization)
         return images, labels
 
-    dataset = (
-        records.batch(batch_size, drop_remainder=training)
-        .map(parse_and_decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
-        .prefetch(tf.data.AUTOTUNE)
+    dataset = records.batch(batch_size, drop_remainder=training).map(
+        parse_and_decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training
     )
+    if memory.decoded:
+        dataset = dataset.cache()
+        if repeat:
+            dataset = dataset.repeat()
+    dataset = dataset.prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.deterministic = not training
     options.autotune.enabled = True

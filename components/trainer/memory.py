@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from imgpipe.components.trainer.config import CACHE_AUTO, CACHE_ON
+from imgpipe.components.trainer.config import CACHE_AUTO, CACHE_OFF, CACHE_ON
 
 MB = 1 << 20
 # tf.data's in-memory cache stores each serialized record in a tensor; measured overhead
@@ -32,6 +32,9 @@ class MemoryPlan:
     autotune_ram_budget: int
     budget_bytes: int
     reason: str
+    # The cache holds decoded batches rather than encoded records (EVAL, whose decode is
+    # the same every pass): later passes neither decode nor set up the decode function.
+    decoded: bool = False
 
 
 def _read_int(path: str) -> int | None:
@@ -83,6 +86,7 @@ def plan_memory(
     ram_budget_bytes: int | None = None,
     shuffle_buffer: int | None = None,
     min_shuffle_buffer: int = 1,
+    decoded_bytes: int | None = None,
 ) -> MemoryPlan:
     """Decides caching, the shuffle buffer (in images) and tf.data's autotune RAM budget.
 
@@ -94,6 +98,9 @@ def plan_memory(
       ram_budget_bytes: the input pipeline's whole budget; None is half of available.
       shuffle_buffer: a fixed buffer in images, or None to size it from the budget.
       min_shuffle_buffer: the smallest useful buffer (a batch).
+      decoded_bytes: the split's pixels once decoded, for a split whose decode is the
+        same every pass (EVAL); None for one that is augmented (TRAIN). When caching is
+        not off and they fit, the cache holds them instead of the encoded records.
     """
     budget = int(
         ram_budget_bytes
@@ -101,7 +108,17 @@ def plan_memory(
         else available_bytes * DEFAULT_BUDGET_FRACTION
     )
     cache_bytes = int(encoded_bytes * CACHE_OVERHEAD)
-    if cache == CACHE_AUTO:
+    decoded = (
+        decoded_bytes is not None and cache != CACHE_OFF and decoded_bytes <= budget * CACHE_SHARE
+    )
+    if decoded_bytes is not None and decoded:
+        do_cache, cache_bytes = True, decoded_bytes
+        reason = (
+            f"cache on, decoded: the decoded split ({decoded_bytes / MB:.1f} MB) fits in "
+            f"{CACHE_SHARE:.0%} of the {budget / MB:.0f} MB input budget "
+            f"({available_bytes / MB:.0f} MB available)"
+        )
+    elif cache == CACHE_AUTO:
         do_cache = cache_bytes <= budget * CACHE_SHARE
         verdict = "fits" if do_cache else "does not fit"
         reason = (
@@ -125,4 +142,5 @@ def plan_memory(
         autotune_ram_budget=autotune,
         budget_bytes=budget,
         reason=reason,
+        decoded=decoded,
     )
