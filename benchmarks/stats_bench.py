@@ -53,11 +53,9 @@ from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION, DEFAULT
 from imgpipe.components.image_statistics import strict_jpeg
 from imgpipe.components.image_statistics.analyze import (
     DECODE_CHUNK,
-    REDUCING_THREADS,
     AnalysisOptions,
     BatchDecoder,
     analyze_batch,
-    channel_histograms,
     parse_record,
 )
 from imgpipe.components.image_statistics.compute import (
@@ -66,6 +64,8 @@ from imgpipe.components.image_statistics.compute import (
     thumbnail_fraction,
 )
 from imgpipe.components.image_statistics.config import StatisticsConfig
+from imgpipe.components.image_statistics.decoding import REDUCING_THREADS
+from imgpipe.components.image_statistics.pixel_summaries import channel_histograms
 from imgpipe.components.image_statistics.transforms import (
     BATCH_SIZE,
     BATCHES_IN_FLIGHT,

@@ -40,13 +40,10 @@ from imgpipe.components.image_statistics import anomalies as anomaly_lib
 from imgpipe.components.image_statistics import spec, summary
 from imgpipe.components.image_statistics import transforms as stats_transforms
 from imgpipe.components.image_statistics.analyze import (
-    THUMBNAIL_SIZE,
     AnalysisOptions,
     BatchDecoder,
     ImageKey,
     analyze_batch,
-    difference_hashes,
-    thumbnail_jpeg,
 )
 from imgpipe.components.image_statistics.compute import strict_check_needed
 from imgpipe.components.image_statistics.config import StatisticsConfig
@@ -54,6 +51,11 @@ from imgpipe.components.image_statistics.executor import (
     REJECTED_SUFFIX,
     Executor,
     options_from_properties,
+)
+from imgpipe.components.image_statistics.pixel_summaries import (
+    THUMBNAIL_SIZE,
+    difference_hashes,
+    thumbnail_jpeg,
 )
 from imgpipe.components.image_statistics.produce import produce
 from tests import imagegen

@@ -18,8 +18,9 @@ from imgpipe.components.common import config_loader, image_stats, layout, served
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
 from imgpipe.components.image_statistics import baseline, drift, report, summary
 from imgpipe.components.image_statistics.accumulator import SplitAccumulator
-from imgpipe.components.image_statistics.analyze import AnalysisOptions, channel_histograms
+from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.config import StatisticsConfig
+from imgpipe.components.image_statistics.pixel_summaries import channel_histograms
 from tests import imagegen
 
 pytestmark = pytest.mark.unit

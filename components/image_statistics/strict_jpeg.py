@@ -5,7 +5,7 @@ TensorFlow decodes a JPEG with corrupt data behind valid markers into garbage wi
 word. The library makes the same libjpeg calls as TensorFlow's crop-decode in
 `eval_images`, and resizes the crop as `eval_images` does, so its pixels are TensorFlow's,
 bit for bit, but libjpeg's warnings are errors. The statistics then need no second,
-checking decode (see analyze.py).
+checking decode (see decoding.py).
 
 The library is built by `make env` (strict_jpeg_build) into the artifact cache, or into
 the package folder by the Dockerfile. Without it, `library()` is None and the statistics
