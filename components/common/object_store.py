@@ -20,228 +20,32 @@ object is written on close, in one request: readers see it whole or not at all.
 
 from __future__ import annotations
 
-import functools
 import io
 import os
 import re
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import IO, Any
 
 from tfx.dsl.io import filesystem, filesystem_registry
 
-S3 = "s3://"
-GCS = "gs://"
-SCHEMES = (S3, GCS)
+from imgpipe.components.common.object_store_clients import (
+    GCS,
+    S3,
+    SCHEMES,
+    ObjectStoreError,
+    Stat,
+    calling,
+    is_object_store,
+    store_for_path,
+)
+
+__all__ = ["GCS", "S3", "SCHEMES", "ObjectStoreError", "Stat", "is_object_store"]
+
 # Objects up to this size are written from memory, larger ones from a temporary file.
 _SPOOL_BYTES = 64 << 20
 # Ranged reads fetch at least this much: records are read in offset order.
 _READ_BUFFER_BYTES = 4 << 20
-_SETTINGS = {
-    S3: "set AWS_ENDPOINT_URL_S3 for an S3-compatible store, and AWS_ACCESS_KEY_ID and "
-    "AWS_SECRET_ACCESS_KEY",
-    GCS: "set up Application Default Credentials, or STORAGE_EMULATOR_HOST for an emulator",
-}
-
-
-class ObjectStoreError(OSError):
-    """The store refused a request, or could not be reached; the message says which
-    settings it uses."""
-
-
-def is_object_store(path: str) -> bool:
-    return path.startswith(SCHEMES)
-
-
-@dataclass(frozen=True)
-class Stat:
-    """What tf.io.gfile.stat returns that the project reads."""
-
-    length: int
-    is_directory: bool
-    mtime_nsec: int = 0
-
-
-def _split(path: str) -> tuple[str, str, str]:
-    """(scheme, bucket, key) of an s3:// or gs:// URI."""
-    scheme = S3 if path.startswith(S3) else GCS
-    bucket, _, key = path[len(scheme) :].partition("/")
-    if not bucket:
-        raise ValueError(f"{path}: no bucket in the URI ({scheme}BUCKET/PATH)")
-    return scheme, bucket, key
-
-
-def _error(path: str, error: Exception) -> ObjectStoreError:
-    scheme = S3 if path.startswith(S3) else GCS
-    reason = " ".join(str(error).split()) or type(error).__name__
-    return ObjectStoreError(
-        f"{path}: {reason} ({scheme} uses its own settings: {_SETTINGS[scheme]})"
-    )
-
-
-class _Store:
-    """The few operations the seam needs, on one store."""
-
-    def read_range(self, bucket: str, key: str, start: int, end: int) -> bytes:
-        raise NotImplementedError
-
-    def info(self, bucket: str, key: str) -> Stat | None:
-        """The object's size and modification time; None if there is no such object."""
-        raise NotImplementedError
-
-    def upload(self, bucket: str, key: str, file: IO[bytes]) -> None:
-        raise NotImplementedError
-
-    def keys(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]:
-        """(key, size) of every object under `prefix`, in key order."""
-        raise NotImplementedError
-
-    def delete(self, bucket: str, keys: list[str]) -> None:
-        raise NotImplementedError
-
-    def copy(self, bucket: str, key: str, target_bucket: str, target_key: str) -> None:
-        raise NotImplementedError
-
-    def create(self, bucket: str, key: str, data: bytes) -> bool:
-        """Writes the object only if there is none yet; False when there was one."""
-        raise NotImplementedError
-
-
-class _S3(_Store):
-    def __init__(self) -> None:
-        import boto3  # type: ignore[import-untyped] # only for s3:// paths
-
-        self._client = boto3.client("s3")
-        self._missing = self._client.exceptions.ClientError
-
-    def read_range(self, bucket: str, key: str, start: int, end: int) -> bytes:
-        response = self._client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")
-        return response["Body"].read()
-
-    def info(self, bucket: str, key: str) -> Stat | None:
-        try:
-            head = self._client.head_object(Bucket=bucket, Key=key)
-            modified = int(head["LastModified"].timestamp() * 1e9)
-            return Stat(int(head["ContentLength"]), False, modified)
-        except self._missing as e:
-            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-                return None
-            raise
-
-    def upload(self, bucket: str, key: str, file: IO[bytes]) -> None:
-        self._client.upload_fileobj(file, bucket, key)
-
-    def keys(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]:
-        pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-        for page in pages:
-            for item in page.get("Contents", []):
-                yield item["Key"], int(item["Size"])
-
-    def delete(self, bucket: str, keys: list[str]) -> None:
-        for start in range(0, len(keys), 1000):  # the API's limit a request
-            objects = [{"Key": key} for key in keys[start : start + 1000]]
-            self._client.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
-
-    def copy(self, bucket: str, key: str, target_bucket: str, target_key: str) -> None:
-        source = {"Bucket": bucket, "Key": key}
-        self._client.copy(source, target_bucket, target_key)
-
-    def create(self, bucket: str, key: str, data: bytes) -> bool:
-        try:  # S3's conditional write (moto 5.2.5 honours it too)
-            self._client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
-        except self._missing as e:
-            code = e.response.get("Error", {}).get("Code")
-            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
-                return False
-            raise
-        return True
-
-
-class _GCS(_Store):
-    def __init__(self) -> None:
-        from google.api_core import exceptions
-        from google.cloud import storage
-
-        if os.environ.get("STORAGE_EMULATOR_HOST"):
-            from google.auth.credentials import AnonymousCredentials
-
-            self._client = storage.Client(credentials=AnonymousCredentials(), project="emulator")
-        else:
-            self._client = storage.Client()
-        self._not_found = exceptions.NotFound
-
-    def read_range(self, bucket: str, key: str, start: int, end: int) -> bytes:
-        blob = self._client.bucket(bucket).blob(key)
-        return blob.download_as_bytes(start=start, end=end - 1, checksum=None)
-
-    def info(self, bucket: str, key: str) -> Stat | None:
-        blob = self._client.bucket(bucket).get_blob(key)
-        if blob is None:
-            return None
-        modified = int(blob.updated.timestamp() * 1e9) if blob.updated else 0
-        return Stat(int(blob.size or 0), False, modified)
-
-    def upload(self, bucket: str, key: str, file: IO[bytes]) -> None:
-        self._client.bucket(bucket).blob(key).upload_from_file(file, rewind=True)
-
-    def keys(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]:
-        for blob in self._client.list_blobs(bucket, prefix=prefix):
-            yield blob.name, int(blob.size or 0)
-
-    def delete(self, bucket: str, keys: list[str]) -> None:
-        handle = self._client.bucket(bucket)
-        for key in keys:
-            try:
-                handle.delete_blob(key)
-            except self._not_found:
-                pass
-
-    def copy(self, bucket: str, key: str, target_bucket: str, target_key: str) -> None:
-        source = self._client.bucket(bucket)
-        source.copy_blob(source.blob(key), self._client.bucket(target_bucket), target_key)
-
-    def create(self, bucket: str, key: str, data: bytes) -> bool:
-        from google.api_core import exceptions
-
-        # Generation 0: only if there is no live object (gcp-storage-emulator ignores it).
-        try:
-            self._client.bucket(bucket).blob(key).upload_from_string(data, if_generation_match=0)
-        except exceptions.PreconditionFailed:
-            return False
-        return True
-
-
-# What a client is made from: a client is made again when they change.
-_CLIENT_SETTINGS = {
-    S3: ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_PROFILE"),
-    GCS: ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"),
-}
-
-
-@functools.cache
-def _store_for(scheme: str, pid: int, settings: tuple[str | None, ...]) -> _Store:
-    del pid, settings  # clients are not shared across a fork, nor across settings
-    return _S3() if scheme == S3 else _GCS()
-
-
-def _store(path: str) -> tuple[_Store, str, str]:
-    scheme, bucket, key = _split(path)
-    settings = tuple(os.environ.get(name) for name in _CLIENT_SETTINGS[scheme])
-    try:
-        return _store_for(scheme, os.getpid(), settings), bucket, key
-    except Exception as e:  # noqa: BLE001 - a client that cannot be made is a settings error
-        raise _error(path, e) from e
-
-
-def _calling(path: str, call: Any, *args: Any) -> Any:
-    """Runs a store call, its failures as one ObjectStoreError naming the path."""
-    try:
-        return call(*args)
-    except (ObjectStoreError, FileNotFoundError, FileExistsError):
-        raise
-    except Exception as e:  # noqa: BLE001 - boto3 and google-cloud raise their own types
-        raise _error(path, e) from e
 
 
 def _folder_key(key: str) -> str:
@@ -253,7 +57,7 @@ class _RangedReader(io.RawIOBase):
 
     def __init__(self, path: str, length: int) -> None:
         self._path = path
-        self._store, self._bucket, self._key = _store(path)
+        self._store, self._bucket, self._key = store_for_path(path)
         self._length = length
         self._position = 0
 
@@ -275,7 +79,7 @@ class _RangedReader(io.RawIOBase):
         end = min(self._length, self._position + len(buffer))
         if end <= self._position:
             return 0
-        data = _calling(
+        data = calling(
             self._path, self._store.read_range, self._bucket, self._key, self._position, end
         )
         buffer[: len(data)] = data
@@ -300,9 +104,9 @@ class _Writer(io.BufferedIOBase):
         if self.closed:
             return
         try:
-            store, bucket, key = _store(self._path)
+            store, bucket, key = store_for_path(self._path)
             self._spool.seek(0)
-            _calling(self._path, store.upload, bucket, key, self._spool)
+            calling(self._path, store.upload, bucket, key, self._spool)
         finally:
             self._spool.close()
             super().close()
@@ -321,8 +125,8 @@ class _Writer(io.BufferedIOBase):
 def open_file(path: str, mode: str = "rb") -> IO:
     """Opens an object for reading (ranged requests) or writing (one upload on close)."""
     if "r" in mode:
-        store, bucket, key = _store(path)
-        info = _calling(path, store.info, bucket, key) if key else None
+        store, bucket, key = store_for_path(path)
+        info = calling(path, store.info, bucket, key) if key else None
         if info is None:
             raise FileNotFoundError(f"{path}: no such object")
         raw = _RangedReader(path, info.length)
@@ -336,9 +140,9 @@ def open_file(path: str, mode: str = "rb") -> IO:
 
 def _objects(path: str) -> list[tuple[str, int]]:
     """(relative path, size) of every object below a folder, folder markers left out."""
-    store, bucket, key = _store(path)
+    store, bucket, key = store_for_path(path)
     prefix = _folder_key(key)
-    found = _calling(path, lambda: list(store.keys(bucket, prefix)))
+    found = calling(path, lambda: list(store.keys(bucket, prefix)))
     return [(name[len(prefix) :], size) for name, size in found if name != prefix]
 
 
@@ -347,21 +151,21 @@ def exists(path: str) -> bool:
 
 
 def is_file(path: str) -> bool:
-    store, bucket, key = _store(path)
+    store, bucket, key = store_for_path(path)
     return (
-        bool(key) and not key.endswith("/") and _calling(path, store.info, bucket, key) is not None
+        bool(key) and not key.endswith("/") and calling(path, store.info, bucket, key) is not None
     )
 
 
 def isdir(path: str) -> bool:
-    store, bucket, key = _store(path)
+    store, bucket, key = store_for_path(path)
     prefix = _folder_key(key)
-    return _calling(path, lambda: next(iter(store.keys(bucket, prefix)), None)) is not None
+    return calling(path, lambda: next(iter(store.keys(bucket, prefix)), None)) is not None
 
 
 def stat(path: str) -> Stat:
-    store, bucket, key = _store(path)
-    info = _calling(path, store.info, bucket, key) if key else None
+    store, bucket, key = store_for_path(path)
+    info = calling(path, store.info, bucket, key) if key else None
     if info is not None:
         return info
     if isdir(path):
@@ -425,32 +229,32 @@ def _pattern_regex(pattern: str) -> re.Pattern[str]:
 
 
 def makedirs(path: str) -> None:
-    store, bucket, key = _store(path)
+    store, bucket, key = store_for_path(path)
     if key.strip("/") and not isdir(path):
-        _calling(path, store.upload, bucket, _folder_key(key), io.BytesIO(b""))
+        calling(path, store.upload, bucket, _folder_key(key), io.BytesIO(b""))
 
 
 def remove(path: str) -> None:
-    store, bucket, key = _store(path)
-    if _calling(path, store.info, bucket, key) is None:
+    store, bucket, key = store_for_path(path)
+    if calling(path, store.info, bucket, key) is None:
         raise FileNotFoundError(f"{path}: no such object")
-    _calling(path, store.delete, bucket, [key])
+    calling(path, store.delete, bucket, [key])
 
 
 def create_new(path: str, data: bytes) -> bool:
     """Writes an object only if there is none at `path` (one conditional request);
     returns False, writing nothing, when there is one."""
-    store, bucket, key = _store(path)
-    return bool(_calling(path, store.create, bucket, key, data))
+    store, bucket, key = store_for_path(path)
+    return bool(calling(path, store.create, bucket, key, data))
 
 
 def rmtree(path: str) -> None:
-    store, bucket, key = _store(path)
+    store, bucket, key = store_for_path(path)
     prefix = _folder_key(key)
     if not prefix:
         raise ValueError(f"{path}: refusing to delete a whole bucket")
-    keys = _calling(path, lambda: [name for name, _ in store.keys(bucket, prefix)])
-    _calling(path, store.delete, bucket, keys)
+    keys = calling(path, lambda: [name for name, _ in store.keys(bucket, prefix)])
+    calling(path, store.delete, bucket, keys)
 
 
 def copy(source: str, target: str, overwrite: bool = False) -> None:
@@ -459,9 +263,9 @@ def copy(source: str, target: str, overwrite: bool = False) -> None:
     if not overwrite and _exists_anywhere(target):
         raise FileExistsError(f"{target}: exists already")
     if is_object_store(source) and source[:5] == target[:5]:
-        store, bucket, key = _store(source)
-        _, target_bucket, target_key = _store(target)
-        _calling(source, store.copy, bucket, key, target_bucket, target_key)
+        store, bucket, key = store_for_path(source)
+        _, target_bucket, target_key = store_for_path(target)
+        calling(source, store.copy, bucket, key, target_bucket, target_key)
         return
     with _open_anywhere(source, "rb") as reader, _open_anywhere(target, "wb") as writer:
         while chunk := reader.read(_READ_BUFFER_BYTES):
