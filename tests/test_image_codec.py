@@ -8,6 +8,7 @@ import pytest
 import simplejpeg
 from PIL import Image, ImageOps
 
+from imgpipe.components.common import image_formats
 from imgpipe.components.common import image_header as hdr
 from imgpipe.components.image_example_gen import image_codec
 from imgpipe.components.image_example_gen.options import ImageOptions
@@ -35,14 +36,14 @@ def test_cmyk_jpeg_becomes_rgb_jpeg():
     image, header = image_codec.convert_image(imagegen.cmyk_jpeg_bytes(rgb), ImageOptions())
     assert header.mode in ("cmyk", "ycck")
     assert (image.format, image.channels, image.reencoded) == ("jpeg", 3, True)
-    assert hdr.read_header(image.data).mode == "rgb"
+    assert image_formats.read_header(image.data).mode == "rgb"
     assert np.abs(_decode_rgb(image.data).astype(int) - rgb).mean() < 12
 
 
 def test_sixteen_bit_png_becomes_eight_bit():
     deep = np.arange(64 * 3, dtype=np.uint16).reshape(8, 8, 3) * 300
     image, _ = image_codec.convert_image(imagegen.png_bytes(deep), ImageOptions())
-    header = hdr.read_header(image.data)
+    header = image_formats.read_header(image.data)
     assert (header.bit_depth, image.format) == (8, "png")
     decoded = cv2.cvtColor(cv2.imdecode(np.frombuffer(image.data, np.uint8), -1), cv2.COLOR_BGR2RGB)
     np.testing.assert_array_equal(decoded, np.round(deep / 257.0).astype(np.uint8))
@@ -91,9 +92,9 @@ def test_grayscale_keeps_one_channel_unless_rgb_is_asked():
     gray = imagegen.photo_like(16, 16)[:, :, 0]
     data = imagegen.pillow_bytes(Image.fromarray(gray), "JPEG")
     kept, _ = image_codec.convert_image(data, ImageOptions(resize=8))
-    assert kept.channels == 1 and hdr.read_header(kept.data).channels == 1
+    assert kept.channels == 1 and image_formats.read_header(kept.data).channels == 1
     rgb, _ = image_codec.convert_image(data, ImageOptions(channels=3))
-    assert rgb.channels == 3 and hdr.read_header(rgb.data).channels == 3
+    assert rgb.channels == 3 and image_formats.read_header(rgb.data).channels == 3
 
 
 @pytest.mark.parametrize("fmt", ["GIF", "BMP", "WEBP"])
@@ -126,7 +127,7 @@ def test_a_rotated_jpeg_is_stored_upright_even_passed_through(orientation):
     data = imagegen.exif_jpeg_bytes(imagegen.stored_for(upright, orientation), orientation)
     image, _ = image_codec.convert_image(data, ImageOptions())
     assert image.reencoded and image.rotated and not image.composited
-    assert hdr.read_header(image.data).exif_orientation == 1  # not rotated twice
+    assert image_formats.read_header(image.data).exif_orientation == 1  # not rotated twice
     pixels = _decode_rgb(image.data)
     assert pixels.shape[:2] == (24, 40)
     assert np.abs(pixels.astype(int) - upright).mean() < 6
@@ -149,7 +150,7 @@ def test_resize_shorter_side_and_center_crop():
 
 def test_large_jpeg_is_decoded_reduced_in_the_dct_domain():
     data = imagegen.jpeg_bytes(imagegen.photo_like(800, 1200))
-    header = hdr.read_header(data)
+    header = image_formats.read_header(data)
     reduced = image_codec.decode(data, header, min_side=100)
     assert 100 <= min(reduced.shape[:2]) <= 200  # 1/4 scale, not the full 800x1200
     full = simplejpeg.decode_jpeg(data)
@@ -185,7 +186,7 @@ def test_verify_decode_catches_a_corrupt_body_with_intact_markers():
 def test_decodes_every_image_matches_what_the_codec_does(options, decodes):
     """The converter runs its thread pool exactly when every image's pixels are decoded."""
     jpeg = imagegen.jpeg_bytes(imagegen.photo_like(24, 20))
-    header = hdr.read_header(jpeg)
+    header = image_formats.read_header(jpeg)
     assert options.decodes_every_image is decodes
     assert (image_codec.needs_pixels(header, options) or options.verify == "decode") is decodes
 
@@ -224,7 +225,7 @@ def test_every_frame_and_every_claimed_size_is_checked_before_decoding(data, rea
 def test_well_formed_animations_convert_from_their_first_frame(data):
     image, header = image_codec.convert_image(data, ImageOptions())
     assert (image.width, image.height) == (header.width, header.height)
-    assert hdr.read_header(image.data).format in ("png", "jpeg")
+    assert image_formats.read_header(image.data).format in ("png", "jpeg")
 
 
 def test_a_decoder_failure_of_any_kind_is_an_image_error():

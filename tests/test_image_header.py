@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from imgpipe.components.common import image_formats
 from imgpipe.components.common import image_header as hdr
 from tests import imagegen
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.unit
 
 def test_jpeg_rgb_and_gray_sizes_come_from_the_header():
     rgb = imagegen.photo_like(37, 53)
-    header = hdr.read_header(imagegen.jpeg_bytes(rgb))
+    header = image_formats.read_header(imagegen.jpeg_bytes(rgb))
     assert (header.format, header.height, header.width, header.channels, header.mode) == (
         "jpeg",
         37,
@@ -25,42 +26,45 @@ def test_jpeg_rgb_and_gray_sizes_come_from_the_header():
         "rgb",
     )
     gray = imagegen.pillow_bytes(Image.fromarray(rgb[:, :, 0]), "JPEG")
-    assert hdr.read_header(gray).channels == 1
+    assert image_formats.read_header(gray).channels == 1
 
 
 def test_cmyk_jpeg_is_recognised():
-    header = hdr.read_header(imagegen.cmyk_jpeg_bytes(imagegen.photo_like(20, 30)))
+    header = image_formats.read_header(imagegen.cmyk_jpeg_bytes(imagegen.photo_like(20, 30)))
     assert header.mode in ("cmyk", "ycck") and header.channels == 4
 
 
 @pytest.mark.parametrize("orientation", [1, 3, 6, 8])
 def test_exif_orientation_is_read(orientation):
     data = imagegen.exif_jpeg_bytes(imagegen.photo_like(20, 30), orientation)
-    assert hdr.read_header(data).exif_orientation == orientation
+    assert image_formats.read_header(data).exif_orientation == orientation
 
 
 def test_png_modes_and_bit_depth():
     rgba = np.zeros((5, 7, 4), np.uint8)
-    header = hdr.read_header(imagegen.png_bytes(rgba))
+    header = image_formats.read_header(imagegen.png_bytes(rgba))
     assert (header.width, header.height, header.channels, header.mode) == (7, 5, 4, "rgba")
-    deep = hdr.read_header(imagegen.png_bytes(np.zeros((4, 4), np.uint16)))
+    deep = image_formats.read_header(imagegen.png_bytes(np.zeros((4, 4), np.uint16)))
     assert (deep.bit_depth, deep.channels) == (16, 1)
     palette = Image.fromarray(imagegen.photo_like(6, 6)).convert("P")
-    assert hdr.read_header(imagegen.pillow_bytes(palette, "PNG")).mode == "palette"
+    assert image_formats.read_header(imagegen.pillow_bytes(palette, "PNG")).mode == "palette"
     palette.info["transparency"] = 0
-    assert hdr.read_header(imagegen.pillow_bytes(palette, "PNG", transparency=0)).channels == 4
+    assert (
+        image_formats.read_header(imagegen.pillow_bytes(palette, "PNG", transparency=0)).channels
+        == 4
+    )
 
 
 @pytest.mark.parametrize("fmt, expected", [("GIF", "gif"), ("BMP", "bmp"), ("WEBP", "webp")])
 def test_other_formats_by_magic_bytes(fmt, expected):
     data = imagegen.pillow_bytes(Image.fromarray(imagegen.photo_like(9, 11)), fmt)
-    header = hdr.read_header(data)
+    header = image_formats.read_header(data)
     assert (header.format, header.height, header.width) == (expected, 9, 11)
 
 
 def test_format_comes_from_content_not_name():
     png = imagegen.png_bytes(imagegen.photo_like(4, 4))
-    assert hdr.sniff_format(png) == "png"  # whatever the file is called
+    assert image_formats.sniff_format(png) == "png"  # whatever the file is called
 
 
 @pytest.mark.parametrize(
@@ -74,17 +78,17 @@ def test_format_comes_from_content_not_name():
 )
 def test_bad_bytes_give_a_reason(data, reason):
     with pytest.raises(hdr.ImageHeaderError, match=reason):
-        hdr.read_header(data)
+        image_formats.read_header(data)
 
 
 def test_truncated_body_is_caught_without_decoding():
     jpeg = imagegen.jpeg_bytes(imagegen.photo_like(64, 64))
-    hdr.check_complete(jpeg, hdr.read_header(jpeg))
+    hdr.check_complete(jpeg, image_formats.read_header(jpeg))
     with pytest.raises(hdr.ImageHeaderError, match="truncated jpeg"):
-        hdr.check_complete(jpeg[: len(jpeg) // 2], hdr.read_header(jpeg))
+        hdr.check_complete(jpeg[: len(jpeg) // 2], image_formats.read_header(jpeg))
     png = imagegen.png_bytes(imagegen.photo_like(64, 64))
     with pytest.raises(hdr.ImageHeaderError, match="truncated png"):
-        hdr.check_complete(png[:-40], hdr.read_header(png))
+        hdr.check_complete(png[:-40], image_formats.read_header(png))
 
 
 def _uniform(fmt: str, mode: str, **kwargs) -> bytes:
@@ -105,7 +109,7 @@ def _uniform(fmt: str, mode: str, **kwargs) -> bytes:
     ],
 )
 def test_no_real_file_is_shorter_than_its_size_requires(data):
-    header = hdr.read_header(data)
+    header = image_formats.read_header(data)
     assert header.min_bytes <= len(data)
     hdr.check_complete(data, header)
 
@@ -116,36 +120,38 @@ def test_a_header_that_claims_more_than_the_bytes_can_hold_is_refused():
     bmp = imagegen.pillow_bytes(Image.fromarray(imagegen.photo_like(40, 40)), "BMP")
     webp = imagegen.pillow_bytes(Image.fromarray(imagegen.photo_like(40, 40)), "WEBP")
     for data in (imagegen.lying_jpeg(10000, 10000), bytes(png), bmp[:-100], webp[:-10]):
-        header = hdr.read_header(data)
+        header = image_formats.read_header(data)
         with pytest.raises(hdr.ImageHeaderError, match=f"truncated or corrupt {header.format}"):
             hdr.check_complete(data, header)
 
 
 def test_frames_are_read_from_every_animated_format():
     gif = imagegen.gif_bytes((5, 5), [(0, 0, 1, 1), (2, 3, 1, 1)])
-    assert list(hdr.frames(gif, hdr.read_header(gif))) == [
+    assert list(image_formats.frames(gif, image_formats.read_header(gif))) == [
         hdr.Frame(0, 0, 1, 1),
         hdr.Frame(2, 3, 1, 1),
     ]
     for fmt in ("PNG", "WEBP"):
         data = imagegen.animated_bytes(fmt, size=8, later=(6, 7))
-        header = hdr.read_header(data)
+        header = image_formats.read_header(data)
         assert header.animated
-        assert [(f.width, f.height) for f in hdr.frames(data, header)] == [(8, 8), (6, 7)]
+        assert [(f.width, f.height) for f in image_formats.frames(data, header)] == [(8, 8), (6, 7)]
     with pytest.raises(hdr.ImageHeaderError, match="truncated gif"):
-        list(hdr.frames(gif[:20], hdr.read_header(gif)))
+        list(image_formats.frames(gif[:20], image_formats.read_header(gif)))
 
 
 def test_the_byte_floor_covers_arithmetic_coding():
     from tests import jpeg_tools
 
     bomb = jpeg_tools.arithmetic_bomb(4000)
-    header = hdr.read_header(bomb)
+    header = image_formats.read_header(bomb)
     assert len(bomb) < 1000 and header.min_bytes == 250_000 // hdr.ARITHMETIC_BLOCKS_PER_BYTE
     with pytest.raises(hdr.ImageHeaderError, match=r"cannot hold the 4000x4000 image"):
         hdr.check_complete(bomb, header)
     photo = jpeg_tools.arithmetic_photo()
-    hdr.check_complete(photo, hdr.read_header(photo))  # an ordinary arithmetic file passes
+    hdr.check_complete(
+        photo, image_formats.read_header(photo)
+    )  # an ordinary arithmetic file passes
 
 
 def test_scans_are_counted_and_a_scan_bomb_is_refused():
@@ -153,14 +159,14 @@ def test_scans_are_counted_and_a_scan_bomb_is_refused():
 
     progressive = jpeg_tools.progressive_with_scans(0)
     assert hdr.count_jpeg_scans(progressive, stop_after=1000) == 64
-    header = hdr.read_header(progressive)
+    header = image_formats.read_header(progressive)
     assert header.jpeg_coding == hdr.JPEG_PROGRESSIVE
     hdr.check_complete(progressive, header)
     bomb = jpeg_tools.progressive_with_scans(2000)
     assert hdr.count_jpeg_scans(bomb, stop_after=10_000) == 2064
     assert hdr.count_jpeg_scans(bomb, stop_after=hdr.MAX_JPEG_SCANS) == hdr.MAX_JPEG_SCANS + 1
     with pytest.raises(hdr.ImageHeaderError, match=r"more than 100 scans"):
-        hdr.check_complete(bomb, hdr.read_header(bomb))
+        hdr.check_complete(bomb, image_formats.read_header(bomb))
     # A baseline JPEG holds one scan, and EXIF's thumbnail scans are not counted.
     assert hdr.count_jpeg_scans(imagegen.jpeg_bytes(imagegen.photo_like(16, 16)), 10) == 1
 
@@ -169,7 +175,7 @@ def test_codings_tensorflow_cannot_decode_are_refused_by_name():
     from tests import jpeg_tools
 
     lossless = jpeg_tools.lossless_grey()
-    header = hdr.read_header(lossless)
+    header = image_formats.read_header(lossless)
     assert header.jpeg_coding == hdr.JPEG_LOSSLESS
     with pytest.raises(hdr.ImageHeaderError, match="lossless jpeg: TensorFlow cannot decode it"):
         hdr.check_complete(lossless, header)
@@ -177,4 +183,4 @@ def test_codings_tensorflow_cannot_decode_are_refused_by_name():
     sof = twelve_bit.index(b"\xff\xc0")
     twelve_bit[sof + 4] = 12  # the frame header's sample precision
     with pytest.raises(hdr.ImageHeaderError, match="12-bit jpeg"):
-        hdr.check_complete(bytes(twelve_bit), hdr.read_header(bytes(twelve_bit)))
+        hdr.check_complete(bytes(twelve_bit), image_formats.read_header(bytes(twelve_bit)))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from imgpipe.components.common import image_header, preprocessing, upright
+from imgpipe.components.common import image_formats, preprocessing, upright
 from imgpipe.components.image_example_gen import image_codec
 from imgpipe.components.trainer import export
 from tests import imagegen
@@ -44,7 +44,7 @@ def test_the_orientation_read_in_graph_ops_is_the_header_readers():
         imagegen.png_bytes(np.zeros((4, 4, 3), np.uint8)),
         b"",
     ]
-    expected = [image_header.read_header(e).exif_orientation for e in encoded[:-1]] + [1]
+    expected = [image_formats.read_header(e).exif_orientation for e in encoded[:-1]] + [1]
     assert expected[:16] == [*ORIENTATIONS, *ORIENTATIONS]  # the files say what they should
     assert upright.exif_orientations(tf.constant(encoded)).numpy().tolist() == expected
 
@@ -54,7 +54,7 @@ def test_the_orientation_read_in_graph_ops_is_the_header_readers():
 def test_a_rotated_jpeg_decodes_upright_as_the_conversion_stores_it(orientation):
     data = rotated_jpeg(orientation)
     decoded = upright.decode_upright(tf.constant(data)).numpy()
-    expected = image_codec.decode(data, image_header.read_header(data), min_side=None)
+    expected = image_codec.decode(data, image_formats.read_header(data), min_side=None)
     assert decoded.shape == expected.shape == (24, 40, 3)
     assert np.abs(decoded.astype(int) - expected).mean() < 3  # two JPEG decoders
     assert decoded[2, 2, 0] > 200 and decoded[-3, -3, 0] < 80  # the marker at top-left
@@ -64,7 +64,7 @@ def test_a_rotated_jpeg_decodes_upright_as_the_conversion_stores_it(orientation)
 def test_transparency_decodes_onto_white_exactly_as_the_conversion_composites():
     data = imagegen.half_transparent_png(6, 8)
     decoded = upright.decode_upright(tf.constant(data)).numpy()
-    header = image_header.read_header(data)
+    header = image_formats.read_header(data)
     expected = image_codec.composite_alpha(image_codec.decode(data, header, None), (255,) * 3)
     np.testing.assert_array_equal(decoded, expected)
     assert (decoded[-1] == 255).all()

@@ -12,7 +12,7 @@ the one decode the training, evaluation and serving inputs take for such images
 The orientation is read from the first EXIF_WINDOW_BYTES bytes: the JPEG's segments
 are walked to its APP1 "Exif" segment (at most MAX_SEGMENTS of them), then IFD0's
 entries (at most MAX_IFD_ENTRIES) are searched for tag 0x0112, as
-image_header._exif_orientation reads them in Python. A value outside 1..8, or any field
+header_parsers.exif_orientation reads them in Python. A value outside 1..8, or any field
 beyond the window, reads as 1 (upright).
 """
 

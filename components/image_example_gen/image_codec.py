@@ -17,6 +17,7 @@ import cv2
 import numpy as np
 import simplejpeg
 
+from imgpipe.components.common import image_formats
 from imgpipe.components.common import image_header as hdr
 from imgpipe.components.image_example_gen.options import (
     OUTPUT_JPEG,
@@ -62,7 +63,7 @@ def convert_image(data: bytes, options: ImageOptions) -> tuple[EncodedImage, hdr
     Raises:
       ImageHeaderError, ImageDecodeError: the image is bad; the message says why.
     """
-    header = hdr.read_header(data)
+    header = image_formats.read_header(data)
     check_pixels(data, header, options.max_pixels)
     hdr.check_complete(data, header)
     if not needs_pixels(header, options):
@@ -119,10 +120,10 @@ def check_pixels(data: bytes, header: hdr.ImageHeader, max_pixels: int) -> None:
       ImageHeaderError: a decompression bomb, or a frame outside the canvas.
     """
     _check_area(header.width, header.height, max_pixels, "")
-    if header.format not in (hdr.GIF, hdr.PNG, hdr.WEBP):
+    if not image_formats.is_multi_frame(header.format):
         return  # one frame, the header's: checked
     canvas_width, canvas_height = header.width, header.height
-    for index, frame in enumerate(hdr.frames(data, header)):
+    for index, frame in enumerate(image_formats.frames(data, header)):
         where = f"frame {index}: "
         _check_area(frame.width, frame.height, max_pixels, where)
         right, bottom = frame.left + frame.width, frame.top + frame.height
@@ -155,7 +156,7 @@ def _check_area(width: int, height: int, max_pixels: int, where: str) -> None:
 def needs_pixels(header: hdr.ImageHeader, options: ImageOptions) -> bool:
     if options.transforms_pixels:
         return True
-    if header.format not in (hdr.JPEG, hdr.PNG):
+    if not image_formats.stored_as_is(header.format):
         return True
     if header.format == hdr.JPEG and header.mode in (hdr.MODE_CMYK, hdr.MODE_YCCK):
         return True
@@ -167,7 +168,7 @@ def needs_pixels(header: hdr.ImageHeader, options: ImageOptions) -> bool:
 def target_format(header: hdr.ImageHeader, options: ImageOptions, has_alpha: bool) -> str:
     if options.output_format != OUTPUT_KEEP:
         return options.output_format
-    if header.format in (hdr.JPEG, hdr.PNG):
+    if image_formats.stored_as_is(header.format):
         return header.format
     if options.other_formats_to == OUTPUT_JPEG and not has_alpha:
         return OUTPUT_JPEG

@@ -14,12 +14,12 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 
+from imgpipe.components.common import image_formats
 from imgpipe.components.common.label_map import class_name_problem
 from imgpipe.components.image_example_gen.options import LAYOUT_AUTO, LAYOUT_FLAT, LAYOUT_SPLIT
 from imgpipe.components.image_example_gen.split_names import SPLIT_ALIASES
 from imgpipe.components.image_example_gen.walk import Unlisted, walk_tree
 
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp"})
 # The folder names that make a tree a split layout (split_names.py maps them to splits).
 KNOWN_SPLIT_NAMES = frozenset(SPLIT_ALIASES)
 
@@ -63,7 +63,7 @@ def is_hidden(relpath: str) -> bool:
 
 
 def has_image_extension(relpath: str) -> bool:
-    return posixpath.splitext(relpath)[1].lower() in IMAGE_EXTENSIONS
+    return posixpath.splitext(relpath)[1].lower() in image_formats.EXTENSIONS
 
 
 def detect_layout(relpaths: list[str]) -> str:

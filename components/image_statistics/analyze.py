@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from imgpipe.components.common import image_header
+from imgpipe.components.common import image_formats, image_header
 from imgpipe.components.image_statistics.accumulator import SplitAccumulator, Thumbnail
 from imgpipe.components.image_statistics.decoding import (
     BatchDecoder,
@@ -171,7 +171,7 @@ def analyze_batch(
     for record in records:
         image = parse_record(record)
         try:
-            header = image_header.read_header(image.encoded)
+            header = image_formats.read_header(image.encoded)
             # Bounded work for any record, converted here or not: bombs and JPEG codings
             # TensorFlow cannot decode are failures, as at conversion.
             image_header.check_bounded(image.encoded, header)
