@@ -26,25 +26,21 @@ import apache_beam as beam
 
 from imgpipe.components.common import (
     artifacts,
-    config_loader,
-    conversion_summary,
     disk_full,
     fileio,
     label_map,
     layout,
     manifest,
-    outputs,
     phases,
 )
 from imgpipe.components.common.conversion_summary import (
     ConversionSummary,
-    ConversionWarning,
-    SplitSummary,
 )
 from imgpipe.components.common.printable import printable
 from imgpipe.components.image_example_gen import (
     data_warnings,
     free_space,
+    publishing,
     shards,
     split_assignment,
     splitting,
@@ -61,10 +57,6 @@ from imgpipe.components.image_example_gen.options import (
     OutputOptions,
 )
 from imgpipe.components.image_example_gen.split_names import GivenSplits, resolve_given_splits
-
-
-class CountMismatchError(RuntimeError):
-    """Files seen != written + skipped + ignored: something was lost; nothing is published."""
 
 
 @dataclasses.dataclass
@@ -212,11 +204,11 @@ def run_conversion(
       ValueError: bad options, no images, a bad image under on_error=fail, or a file in
         output_dir that a conversion does not write.
       NotEnoughSpaceError: the output filesystem is too small.
-      CountMismatchError: the counts do not reconcile.
+      publishing.CountMismatchError: the counts do not reconcile.
     """
     image_options.validate()
     output_options.validate()
-    clear_output(output_dir)
+    publishing.clear_output(output_dir)
     try:
         phases.reached(phases.LISTING)
         plan = _plan(input_root, output_options)
@@ -240,37 +232,9 @@ def run_conversion(
         phases.reached(phases.PUBLISHED)
         manifest.write(output_dir, entries)
     except BaseException:  # a stop by signal too: what was written goes
-        clear_output(output_dir)
+        publishing.clear_output(output_dir)
         raise
     return ConversionResult(output_dir, plan.split_names, plan.labels, summary)
-
-
-def is_conversion_file(name: str) -> bool:
-    """Whether a name at the top of an output folder is one a conversion writes."""
-    return (
-        name.startswith((layout.SPLIT_DIR_PREFIX, layout.WORK_DIR_PREFIX))
-        or name == layout.DALI_INDEX_DIR
-        or name in layout.EXAMPLES_METADATA_FILES
-        or name in (layout.MANIFEST_FILE, layout.MANIFEST_FILE + fileio.ATOMIC_TEMP_SUFFIX)
-    )
-
-
-def clear_output(output_dir: str) -> None:
-    """Empties an output folder of what an earlier conversion left (making the folder if
-    needed).
-
-    Raises:
-      ValueError: the folder holds something a conversion does not write; it is named,
-        and nothing is removed.
-    """
-    names = fileio.list_dir(output_dir)
-    foreign = [name for name in names if not is_conversion_file(name)]
-    if foreign:
-        raise ValueError(
-            f"{os.path.join(output_dir, foreign[0])} was not written by a conversion; give "
-            "a new or empty output folder"
-        )
-    outputs.clear(output_dir)
 
 
 def _plan(input_root: str, output_options: OutputOptions) -> _Plan:
@@ -365,7 +329,7 @@ def _convert_and_publish(
             raise transforms.ImageConversionError(message) from e
         shard_results = shards.read_shard_results(os.path.join(work_dir, "results"))
         conflicts = split_assignment.read_conflicts(os.path.join(work_dir, "results"))
-        summary = _summarize(
+        summary = publishing.summarize(
             plan.listing,
             shard_results,
             plan.split_names,
@@ -380,7 +344,7 @@ def _convert_and_publish(
             warnings=tuple(
                 data_warnings.conversion_warnings(
                     split_labels={split: s.labels for split, s in summary.splits.items()},
-                    listed_by_label=_listed_by_label(plan.listing),
+                    listed_by_label=publishing.listed_by_label(plan.listing),
                     class_folders=plan.class_folders,
                     given_splits=plan.given is not None,
                     conflicts=conflicts,
@@ -388,152 +352,14 @@ def _convert_and_publish(
                     refused_folders=listing_lib.refused_class_folders(plan.listing),
                 )
             )
-            + _index_warnings(output_options),
+            + publishing.index_warnings(output_options),
         )
-        entries = _publish(staged, output_dir, plan.split_names, shard_results, output_options)
+        entries = publishing.publish_shards(
+            staged, output_dir, plan.split_names, shard_results, output_options
+        )
     finally:
         fileio.remove(work_dir)
-    entries.update(_write_metadata(output_dir, plan, summary, shard_results))
+    entries.update(
+        publishing.write_metadata(output_dir, plan.listing, plan.labels, summary, shard_results)
+    )
     return summary, entries
-
-
-def _write_metadata(
-    output_dir: str,
-    plan: _Plan,
-    summary: ConversionSummary,
-    shard_results: list[shards.ShardResult],
-) -> dict[str, manifest.FileEntry]:
-    """Writes the files beside the splits; returns their manifest entries."""
-    listing = plan.listing
-    skipped = sorted(
-        [{"path": f.relpath, "reason": f.reason} for f in listing.skipped]
-        + [
-            {"path": relpath, "reason": reason}
-            for result in shard_results
-            for relpath, reason in result.skipped
-        ],
-        key=lambda row: row["path"],
-    )
-    label_map.write(output_dir, plan.labels)
-    artifacts.write_json(os.path.join(output_dir, layout.SKIPPED_FILE), skipped)
-    artifacts.write_json(
-        os.path.join(output_dir, layout.IGNORED_FILE),
-        [{"path": f.relpath, "reason": f.reason} for f in listing.ignored],
-    )
-    conversion_summary.write(output_dir, summary)
-    return manifest.describe(output_dir, layout.EXAMPLES_METADATA_FILES)
-
-
-def _index_warnings(output_options: OutputOptions) -> tuple[ConversionWarning, ...]:
-    if not (output_options.dali_index and output_options.gzip):
-        return ()
-    return (
-        ConversionWarning(
-            conversion_summary.NO_DALI_INDEX,
-            "no DALI index files were written: DALI cannot index GZIP shards "
-            "(convert without gzip to read the shards with DALI)",
-        ),
-    )
-
-
-def _relpath(folder: str, path: str) -> str:
-    """`path` relative to `folder` (which it is inside), with / separators."""
-    return path[len(folder.rstrip("/")) + 1 :]
-
-
-def _listed_by_label(listing: listing_lib.Listing) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for image in listing.images:
-        counts[image.label] = counts.get(image.label, 0) + 1
-    return counts
-
-
-def _summarize(
-    listing, shard_results, split_names, labels, image_options, output_options
-) -> ConversionSummary:
-    written = sum(result.records for result in shard_results)
-    skipped = sum(len(result.skipped) for result in shard_results) + len(listing.skipped)
-    ignored = len(listing.ignored)
-    if listing.files_seen != written + skipped + ignored:
-        raise CountMismatchError(
-            f"{listing.files_seen} files seen but {written} written + {skipped} skipped + "
-            f"{ignored} ignored = {written + skipped + ignored}; nothing was published"
-        )
-    splits = {}
-    for split in split_names:
-        results = [result for result in shard_results if result.split == split]
-        label_counts: dict[str, int] = {}
-        for result in results:
-            for label, count in result.labels:
-                label_counts[label] = label_counts.get(label, 0) + count
-        splits[split] = SplitSummary(
-            records=sum(result.records for result in results),
-            bytes_in=sum(result.bytes_in for result in results),
-            bytes_out=sum(result.bytes_out for result in results),
-            reencoded=sum(result.reencoded for result in results),
-            rotated=sum(result.rotated for result in results),
-            composited=sum(result.composited for result in results),
-            num_shards=max([result.num_shards for result in results], default=1),
-            labels=dict(sorted(label_counts.items())),
-        )
-    bytes_in = sum(s.bytes_in for s in splits.values())
-    bytes_out = sum(s.bytes_out for s in splits.values())
-    ignored_reasons: dict[str, int] = {}
-    for f in listing.ignored:
-        ignored_reasons[f.reason] = ignored_reasons.get(f.reason, 0) + 1
-    return ConversionSummary(
-        version=conversion_summary.SCHEMA_VERSION,
-        layout=listing.layout,
-        files_seen=listing.files_seen,
-        written=written,
-        skipped=skipped,
-        ignored=ignored,
-        ignored_by_reason=dict(sorted(ignored_reasons.items())),
-        bytes_in=bytes_in,
-        bytes_out=bytes_out,
-        size_ratio=round(bytes_out / bytes_in, 4) if bytes_in else None,
-        num_labels=len(labels),
-        splits=splits,
-        compression="gzip" if output_options.gzip else "none",
-        image_options=config_loader.to_dict(image_options),
-        decoded_every_image=image_options.decodes_every_image,
-    )
-
-
-def _publish(
-    staged: str,
-    output_dir: str,
-    split_names: list[str],
-    shard_results: list[shards.ShardResult],
-    output_options: OutputOptions,
-) -> dict[str, manifest.FileEntry]:
-    """Moves the staged shards into Split-<name>/ and their DALI index files into
-    dali_index/Split-<name>/, adding empty shards so that every split has its -of-N
-    complete; returns the files' manifest entries."""
-    gzip, dali_index = output_options.gzip, output_options.writes_dali_index
-    entries = {}
-    for split in split_names:
-        results = {result.shard: result for result in shard_results if result.split == split}
-        num_shards = next(iter(results.values())).num_shards if results else 1
-        for shard in range(num_shards):
-            path, index_path = shards.shard_paths(
-                staged, split, shard, num_shards, gzip, dali_index
-            )
-            if shard in results:
-                written = shards.WrittenShard(
-                    results[shard].manifest_entry, results[shard].index_manifest_entry
-                )
-            else:
-                written = shards.write_tfrecord(path, [], gzip, index_path)
-            entries[_relpath(staged, path)] = written.shard
-            if index_path is not None:
-                assert written.index is not None, f"{path} was written without its index"
-                entries[_relpath(staged, index_path)] = written.index
-    for split in split_names:
-        fileio.makedirs(artifacts.split_dir(output_dir, split))
-        if dali_index:
-            fileio.makedirs(artifacts.dali_index_dir(output_dir, split))
-    for relpath in entries:
-        fileio.rename(os.path.join(staged, relpath), os.path.join(output_dir, relpath))
-        phases.reached(phases.PUBLISHING)
-    return entries

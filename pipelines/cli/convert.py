@@ -296,7 +296,8 @@ def run(args: argparse.Namespace) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from imgpipe.components.common import fileio
-    from imgpipe.components.image_example_gen.convert import is_conversion_file, run_conversion
+    from imgpipe.components.image_example_gen.convert import run_conversion
+    from imgpipe.components.image_example_gen.publishing import is_conversion_file
     from imgpipe.components.image_example_gen.transforms import ImageConversionError
     from imgpipe.pipelines.beam_args import local_beam_args
 
