@@ -10,22 +10,23 @@ run-local compile from --config first.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
 from imgpipe.pipelines.cli.errors import UserError
+from imgpipe.pipelines.cli.kfp_client import (
+    api_errors,
+    client,
+    remote_pipeline_root,
+    schedule,
+    submit,
+    validate_cron,
+)
 from imgpipe.pipelines.cli.settings import add_set_argument
 
 DEFAULT_OUTPUT = "pipeline.yaml"
-# kfp.Client's first call, and the one that tells a KFP API from anything else.
-HEALTHZ_PATH = "/apis/v2beta1/healthz"
-HOST_TIMEOUT_S = 10.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -162,17 +163,6 @@ def parse_params(pairs: Sequence[str], spec: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def validate_cron(expression: str) -> str:
-    """KFP schedules take six cron fields, seconds first."""
-    fields = expression.split()
-    if len(fields) != 6:
-        raise ValueError(
-            f"--cron needs six fields (seconds minutes hours day month weekday), "
-            f'e.g. "0 0 3 * * *"; got {len(fields)} in {expression!r}'
-        )
-    return " ".join(fields)
-
-
 def load_package(path: str) -> dict[str, Any]:
     """The PipelineSpec document of a compiled package.
 
@@ -223,149 +213,14 @@ def _package_and_config(args: argparse.Namespace, workdir: str):
     return package, config
 
 
-def remote_pipeline_root(pipeline_root: str) -> str | None:
-    """The config's pipeline_root when KFP can use it (an object-store URI), else None."""
-    return pipeline_root if "://" in pipeline_root else None
-
-
-def submit(
-    client,
-    package: str,
-    experiment: str,
-    params: dict[str, Any],
-    run_name: str | None,
-    namespace: str | None,
-    service_account: str | None,
-    pipeline_root: str | None = None,
-):
-    """Starts one run; returns kfp's RunPipelineResult."""
-    return client.create_run_from_pipeline_package(
-        package,
-        arguments=params,
-        run_name=run_name,
-        experiment_name=experiment,
-        namespace=namespace,
-        service_account=service_account,
-        pipeline_root=pipeline_root,
-    )
-
-
-def schedule(
-    client,
-    package: str,
-    experiment: str,
-    cron: str,
-    job_name: str,
-    params: dict[str, Any],
-    namespace: str | None,
-    service_account: str | None,
-    pipeline_root: str | None = None,
-):
-    """Creates a recurring run: one at a time, and no catch-up of missed slots."""
-    experiment_id = _experiment_id(client, experiment, namespace)
-    return client.create_recurring_run(
-        experiment_id=experiment_id,
-        job_name=job_name,
-        cron_expression=validate_cron(cron),
-        max_concurrency=1,
-        no_catchup=True,
-        params=params,
-        pipeline_package_path=package,
-        enabled=True,
-        service_account=service_account,
-        pipeline_root=pipeline_root,
-    )
-
-
-def _experiment_id(client, name: str, namespace: str | None) -> str:
-    try:
-        experiment = client.get_experiment(experiment_name=name, namespace=namespace)
-    except ValueError:  # kfp raises ValueError when no experiment has that name
-        experiment = client.create_experiment(name=name, namespace=namespace)
-    return experiment.experiment_id
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect (to a login page) is reported, not followed."""
-
-    def redirect_request(self, *args, **kwargs):
-        return None
-
-
-def check_kfp_host(host: str, timeout: float = HOST_TIMEOUT_S) -> None:
-    """Asks the KFP API's health endpoint, as kfp.Client does first, but once.
-
-    kfp.Client retries an endpoint that does not answer five times, five seconds apart,
-    logging a traceback each time. An answer that needs credentials (a login redirect,
-    401, 403) is left to kfp.Client, which sends the ones its context holds.
-
-    Raises:
-      UserError: nothing answers at `host`, or what answers is not the KFP API.
-    """
-    url = kfp_url(host) + HEALTHZ_PATH
-    fix = (
-        "give --host the KFP API endpoint, e.g. http://localhost:8080 after "
-        "'kubectl -n kubeflow port-forward svc/ml-pipeline-ui 8080:80'"
-    )
-    opener = urllib.request.build_opener(_NoRedirect)
-    try:
-        with opener.open(url, timeout=timeout) as response:
-            body = response.read(65536)
-    except urllib.error.HTTPError as e:
-        if e.code in (301, 302, 303, 307, 308, 401, 403):
-            return
-        raise UserError(
-            f"--host {host} is not the KFP API: GET {url} answered HTTP {e.code} {e.reason}; {fix}"
-        ) from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        reason = getattr(e, "reason", e)
-        raise UserError(
-            f"cannot reach the KFP API at {host}: GET {url} failed ({reason}); {fix}"
-        ) from None
-    try:
-        answer = json.loads(body)
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
-        raise UserError(f"--host {host} is not the KFP API: GET {url} answered with no JSON; {fix}")
-
-
-def kfp_url(host: str) -> str:
-    """The endpoint as kfp.Client reads --host: https:// unless a scheme is given."""
-    host = host.rstrip("/")
-    return host if host.startswith("http") else "https://" + host
-
-
-def _client(args: argparse.Namespace):
-    import kfp
-
-    check_kfp_host(args.host)
-    return kfp.Client(host=args.host, namespace=args.namespace or "kubeflow")
-
-
-@contextlib.contextmanager
-def _api_errors(host: str):
-    """A refusal of the KFP API as one line that names the host and the answer."""
-    import kfp_server_api
-
-    try:
-        yield
-    except kfp_server_api.ApiException as e:
-        body = " ".join(str(e.body or "").split())[:300]
-        raise UserError(
-            f"the KFP API at {host} refused the request: HTTP {e.status} {e.reason}"
-            + (f": {body}" if body else "")
-        ) from e
-
-
 def run_submit(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as workdir:
         package, config = _package_and_config(args, workdir)
         spec = load_package(package)
         params = parse_params(args.param, spec)
-        with _api_errors(args.host):
+        with api_errors(args.host):
             result = submit(
-                _client(args),
+                client(args.host, args.namespace),
                 package,
                 args.experiment,
                 params,
@@ -388,9 +243,9 @@ def run_schedule(args: argparse.Namespace) -> int:
         spec = load_package(package)
         params = parse_params(args.param, spec)
         name = spec["pipelineInfo"]["name"]
-        with _api_errors(args.host):
+        with api_errors(args.host):
             job = schedule(
-                _client(args),
+                client(args.host, args.namespace),
                 package,
                 args.experiment,
                 args.cron,
