@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 import tensorflow as tf
 
 from imgpipe.components.common import allocator, artifacts, layout, preprocessing
-from imgpipe.components.common.model_input import DEFAULT_IMAGE_SIZE
+from imgpipe.components.common.model_input import DEFAULT_IMAGE_SIZE, ModelInput
 from imgpipe.components.trainer import dali_input, memory
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer.config import MOBILENET_V3_SMALL
@@ -301,7 +301,7 @@ def gpu_feed(
         config = TrainerConfig(backbone=backbone, image_size=image_size)
         with devices.make_strategy(plan).scope():
             model = model_lib.build_model(
-                config, len(artifacts.load_labels(examples_dir)), (MEAN, STD)
+                config, len(artifacts.load_labels(examples_dir)), ModelInput(MEAN, STD, image_size)
             )
             model_lib.compile_model(model, config, total_steps=10 * steps)
         rates = {}

@@ -97,6 +97,7 @@ def train_champion(
 
     from imgpipe.components.common import label_audit, served_models
     from imgpipe.components.common import label_audit_scoring as scoring
+    from imgpipe.components.common.model_input import ModelInput
     from imgpipe.components.trainer import export
     from imgpipe.components.trainer import model as model_lib
     from imgpipe.components.trainer.config import TINY_CNN, TrainerConfig
@@ -106,7 +107,8 @@ def train_champion(
     images = _pixels(paths)
     config = TrainerConfig(backbone=TINY_CNN, image_size=IMAGE_SIZE, dropout=0.0, seed=0)
     mean = tf.reduce_mean(tf.cast(images, tf.float32), axis=(0, 1, 2)).numpy().tolist()
-    model = model_lib.build_model(config, len(CLASSES), (mean, [64.0, 64.0, 64.0]))
+    model_input = ModelInput(tuple(mean), (64.0, 64.0, 64.0), IMAGE_SIZE, crop_fraction=1.0)
+    model = model_lib.build_model(config, len(CLASSES), model_input)
     model.compile(
         optimizer=keras.optimizers.Adam(3e-3),
         loss="sparse_categorical_crossentropy",
@@ -122,7 +124,7 @@ def train_champion(
         verbose=0,
     )
     push = os.path.join(serving_dir, str(CHAMPION_VERSION))
-    export.export_serving_model(model, push, list(CLASSES), IMAGE_SIZE, 1.0)
+    export.export_serving_model(model, push, list(CLASSES), model_input)
     held_paths = [p for c in CLASSES for p in held_out[c]]
     held_labels = [c for c in CLASSES for _ in held_out[c]]
     probabilities = model.predict(_pixels(held_paths), verbose=0)

@@ -14,6 +14,7 @@ import pytest
 from tfx.types import artifact_utils, standard_artifacts
 
 from imgpipe.components.common import served_models
+from imgpipe.components.common.model_input import ModelInput
 from imgpipe.components.evaluator import blessing
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator.config import EvaluatorConfig
@@ -219,7 +220,11 @@ def _export(model, path: str, labels=th.CLASSES) -> str:
 
     parent, name = os.path.split(path)
     outputs.publish_folder(
-        parent, name, lambda folder: export.export_serving_model(model, folder, labels, SIZE, 0.875)
+        parent,
+        name,
+        lambda folder: export.export_serving_model(
+            model, folder, labels, ModelInput(MEAN, STD, SIZE)
+        ),
     )
     return path
 
@@ -229,7 +234,7 @@ def _trained_model():
     from imgpipe.components.trainer.config import TrainerConfig
 
     config = TrainerConfig(backbone="tiny_cnn", image_size=SIZE, learning_rate=0.01)
-    model = model_lib.build_model(config, len(th.CLASSES), (MEAN, STD))
+    model = model_lib.build_model(config, len(th.CLASSES), ModelInput(MEAN, STD, SIZE))
     model_lib.compile_model(model, config, total_steps=60)
     pixels = np.stack([th.class_image(c, 1000 + i, SIZE) for c in th.CLASSES for i in range(40)])
     labels = np.repeat(np.arange(len(th.CLASSES)), 40)
@@ -243,7 +248,9 @@ def _constant_model():
     from imgpipe.components.trainer.config import TrainerConfig
 
     model = model_lib.build_model(
-        TrainerConfig(backbone="tiny_cnn", image_size=SIZE), len(th.CLASSES), (MEAN, STD)
+        TrainerConfig(backbone="tiny_cnn", image_size=SIZE),
+        len(th.CLASSES),
+        ModelInput(MEAN, STD, SIZE),
     )
     head = model.get_layer("probabilities")
     kernel, bias = head.get_weights()

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from imgpipe.components.common import config_loader, serving
+from imgpipe.components.common.model_input import ModelInput
 from imgpipe.components.pusher import serving_files as sf
 from tests import trainer_helpers as th
 
@@ -108,10 +109,12 @@ def test_the_rest_request_names_the_signatures_inputs_and_predicts(tmp_path):
     from imgpipe.components.trainer.config import TrainerConfig
 
     model = model_lib.build_model(
-        TrainerConfig(backbone="tiny_cnn", image_size=SIZE), len(th.CLASSES), (MEAN, STD)
+        TrainerConfig(backbone="tiny_cnn", image_size=SIZE),
+        len(th.CLASSES),
+        ModelInput(MEAN, STD, SIZE),
     )
     path = str(tmp_path / "model")
-    export.export_serving_model(model, path, th.CLASSES, SIZE, 0.875)
+    export.export_serving_model(model, path, th.CLASSES, ModelInput(MEAN, STD, SIZE))
     image = tf.io.encode_jpeg(th.class_image(th.CLASSES[0], 1, SIZE)).numpy()
     request = sf.rest_request(image)
 
@@ -145,10 +148,15 @@ def test_each_push_carries_its_serving_files_under_its_manifest(tmp_path):
     model = standard_artifacts.Model()
     model.uri = str(tmp_path / "model")
     keras_model = model_lib.build_model(
-        TrainerConfig(backbone="tiny_cnn", image_size=SIZE), len(th.CLASSES), (MEAN, STD)
+        TrainerConfig(backbone="tiny_cnn", image_size=SIZE),
+        len(th.CLASSES),
+        ModelInput(MEAN, STD, SIZE),
     )
     export.export_serving_model(
-        keras_model, os.path.join(model.uri, "Format-Serving"), th.CLASSES, SIZE, 0.875
+        keras_model,
+        os.path.join(model.uri, "Format-Serving"),
+        th.CLASSES,
+        ModelInput(MEAN, STD, SIZE),
     )
     blessing = standard_artifacts.ModelBlessing()
     blessing.uri = str(tmp_path / "blessing")

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from imgpipe.components.common import reference_sets, served_models
+from imgpipe.components.common.model_input import ModelInput
 from imgpipe.components.evaluator import blessing, scoring
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator.config import EvaluatorConfig
@@ -201,12 +202,15 @@ def _trained(folder: str, labels: tuple[str, ...], path: str) -> str:
     pixels, ids = _pixels(folder, labels)
     mean = tuple(float(v) for v in pixels.reshape(-1, 3).mean(0))
     std = tuple(float(v) for v in pixels.reshape(-1, 3).std(0))
-    model = model_lib.build_model(config, len(labels), (mean, std))
+    model_input = ModelInput(mean, std, SIZE, crop_fraction=1.0)
+    model = model_lib.build_model(config, len(labels), model_input)
     model_lib.compile_model(model, config, total_steps=12 * len(pixels) // 16)
     model.fit(pixels, ids, batch_size=16, epochs=12, verbose=0, shuffle=True)
     parent, name = os.path.split(path)
     outputs.publish_folder(
-        parent, name, lambda out: export.export_serving_model(model, out, list(labels), SIZE, 1.0)
+        parent,
+        name,
+        lambda out: export.export_serving_model(model, out, list(labels), model_input),
     )
     return path
 

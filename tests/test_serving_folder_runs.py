@@ -13,6 +13,7 @@ from tfx import types
 from tfx.types import standard_artifacts
 
 from imgpipe.components.common import fileio, served_models, serving_lock
+from imgpipe.components.common.model_input import ModelInput
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator.config import EvaluatorConfig
 from imgpipe.components.pusher import executor as pusher
@@ -37,7 +38,7 @@ def export(model, model_uri: str, stats: str | None = None) -> str:
         model_uri,
         "Format-Serving",
         lambda folder: export_lib.export_serving_model(
-            model, folder, th.CLASSES, te.SIZE, 0.875, statistics_uri=stats
+            model, folder, th.CLASSES, ModelInput(te.MEAN, te.STD, te.SIZE), statistics_uri=stats
         ),
     )
     return os.path.join(model_uri, "Format-Serving")
@@ -55,8 +56,12 @@ def test_warm_start_passes_over_a_push_whose_label_map_is_truncated(tmp_path, tr
     newer = pusher.publish(export(trained, str(tmp_path / "m2")), serving, now=200)
     truncate(os.path.join(newer, "assets.extra", "label_map.json"))
     config = TrainerConfig(backbone="tiny_cnn", image_size=te.SIZE, warm_start=True)
-    model = model_lib.build_model(dataclasses.replace(config, seed=3), 3, (te.MEAN, te.STD))
-    outcome = warm_start.apply(model, config, list(th.CLASSES), serving, (te.MEAN, te.STD))
+    model = model_lib.build_model(
+        dataclasses.replace(config, seed=3), 3, ModelInput(te.MEAN, te.STD, te.SIZE)
+    )
+    outcome = warm_start.apply(
+        model, config, list(th.CLASSES), serving, ModelInput(te.MEAN, te.STD, te.SIZE)
+    )
     assert outcome.status == warm_start.FULL and outcome.champion == older
     assert outcome.note == (
         f"from champion {older} ({newer}: damaged (assets.extra/label_map.json: size 1 != "
@@ -65,7 +70,9 @@ def test_warm_start_passes_over_a_push_whose_label_map_is_truncated(tmp_path, tr
     )
     # Nothing sound left: a fresh model, and why; the schedule goes on.
     truncate(os.path.join(older, "saved_model.pb"))
-    outcome = warm_start.apply(model, config, list(th.CLASSES), serving, (te.MEAN, te.STD))
+    outcome = warm_start.apply(
+        model, config, list(th.CLASSES), serving, ModelInput(te.MEAN, te.STD, te.SIZE)
+    )
     assert outcome.status == warm_start.FRESH
     assert outcome.note.startswith(f"no champion in {serving}: fresh ({newer}: damaged")
     assert outcome.note.endswith("no sound push left)")

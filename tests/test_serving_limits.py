@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from imgpipe.components.common import image_header, serving
+from imgpipe.components.common.model_input import ModelInput
 from imgpipe.components.common.serving_limits import ServingLimits
 from tests import imagegen, jpeg_tools
 from tests import trainer_helpers as th
@@ -42,7 +43,9 @@ def serve(tmp_path_factory):
     from imgpipe.components.trainer.config import TrainerConfig
 
     model = model_lib.build_model(
-        TrainerConfig(backbone="tiny_cnn", image_size=SIZE), len(th.CLASSES), (MEAN, STD)
+        TrainerConfig(backbone="tiny_cnn", image_size=SIZE),
+        len(th.CLASSES),
+        ModelInput(MEAN, STD, SIZE),
     )
     signatures = {}
     for name, limits in (
@@ -50,7 +53,9 @@ def serve(tmp_path_factory):
         ("small budget", ServingLimits(max_request_pixels=2 * 48 * 64)),
     ):
         path = str(tmp_path_factory.mktemp("model"))
-        export.export_serving_model(model, path, th.CLASSES, SIZE, 0.875, limits=limits)
+        export.export_serving_model(
+            model, path, th.CLASSES, ModelInput(MEAN, STD, SIZE), limits=limits
+        )
         signatures[name] = tf.saved_model.load(path).signatures[serving.SERVING_DEFAULT]
 
     def call(images: list[bytes], limits: str = "default"):

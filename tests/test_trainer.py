@@ -21,6 +21,7 @@ from tfx.components.trainer.fn_args_utils import FnArgs
 
 from imgpipe.components.common import artifacts, fileio, layout, manifest, preprocessing
 from imgpipe.components.common.features import TFDS_KEY_MAP
+from imgpipe.components.common.model_input import ModelInput
 from imgpipe.components.trainer import backbones, datasets, devices, export, memory, task
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
@@ -125,6 +126,28 @@ def test_plan_memory_caches_only_what_fits():
     assert too_big.cache and not too_big.decoded and "encoded" in too_big.reason
     assert not memory.plan_memory(*args, cache="off", decoded_bytes=1).cache
     assert memory.available_memory_bytes() > 0
+
+
+@pytest.mark.unit
+def test_the_model_input_is_resolved_once_from_the_statistics_and_the_config(tmp_path):
+    stats = th.write_stats(str(tmp_path / "stats"), SIZE, MEAN, STD, crop_fraction=0.8)
+    config = TrainerConfig(backbone="tiny_cnn", image_size=SIZE)
+    resolved = task.resolve_model_input(config, stats)
+    assert resolved == ModelInput(MEAN, STD, SIZE, 0.8, normalize_on_host=False)
+    assert resolved.model_normalization == (MEAN, STD) and resolved.host_normalization is None
+    assert resolved.decoded_image_bytes == SIZE * SIZE * 3
+    overridden = dataclasses.replace(
+        config, mean=(1.0, 2.0, 3.0), crop_fraction=1.0, normalize_on_host=True
+    )
+    on_host = task.resolve_model_input(overridden, stats)
+    assert (on_host.mean, on_host.std, on_host.crop_fraction) == ((1.0, 2.0, 3.0), STD, 1.0)
+    assert on_host.model_normalization is None
+    assert on_host.host_normalization == ((1.0, 2.0, 3.0), STD)
+    assert on_host.decoded_image_bytes == SIZE * SIZE * 3 * 4  # float32
+    with pytest.raises(ValueError, match="connect an ImageStatistics artifact"):
+        task.resolve_model_input(config, None)
+    with pytest.raises(ValueError, match="std must be positive"):
+        ModelInput(MEAN, (1.0, 0.0, 1.0))
 
 
 @pytest.mark.unit
@@ -378,7 +401,9 @@ def test_backbone_weights_from_a_local_or_remote_file(tmp_path, monkeypatch, sch
     path = str(tmp_path / "notop.weights.h5")
     source.save_weights(path)
     loaded = model_lib.build_model(
-        TrainerConfig(**{**config.__dict__, "weights": scheme + path, "seed": 7}), 3, (MEAN, STD)
+        TrainerConfig(**{**config.__dict__, "weights": scheme + path, "seed": 7}),
+        3,
+        ModelInput(MEAN, STD, SIZE),
     )
     backbone = loaded.get_layer(source.name)
     for a, b in zip(source.weights, backbone.weights, strict=True):
@@ -391,7 +416,7 @@ def test_mixed_precision_keeps_the_head_float32():
     keras.mixed_precision.set_global_policy(devices.MIXED_FLOAT16)
     try:
         model = model_lib.build_model(
-            TrainerConfig(backbone="tiny_cnn", image_size=SIZE), 3, (MEAN, STD)
+            TrainerConfig(backbone="tiny_cnn", image_size=SIZE), 3, ModelInput(MEAN, STD, SIZE)
         )
         assert model.get_layer("tiny_cnn").layers[1].compute_dtype == "float16"
         assert model.get_layer(model_lib.PROBABILITIES).dtype_policy.name == "float32"
@@ -404,13 +429,11 @@ def test_mixed_precision_keeps_the_head_float32():
 @pytest.mark.parametrize("on_host", [False, True])
 def test_serving_signature_matches_the_eval_pipeline(data, tmp_path, on_host):
     labels = artifacts.load_labels(data["examples"])
-    norm = (MEAN, STD)
+    model_input = ModelInput(MEAN, STD, SIZE, 0.875, normalize_on_host=on_host)
     model = model_lib.build_model(
-        TrainerConfig(backbone="tiny_cnn", image_size=SIZE), len(labels), None if on_host else norm
+        TrainerConfig(backbone="tiny_cnn", image_size=SIZE), len(labels), model_input
     )
-    export_dir = export.export_serving_model(
-        model, str(tmp_path / "serving"), labels, SIZE, 0.875, norm if on_host else None
-    )
+    export_dir = export.export_serving_model(model, str(tmp_path / "serving"), labels, model_input)
     source = input_lib.split_source(data["examples"], "eval")
     dataset = input_lib.make_dataset(
         source,
@@ -418,7 +441,7 @@ def test_serving_signature_matches_the_eval_pipeline(data, tmp_path, on_host):
         image_size=SIZE,
         batch_size=8,
         memory=NO_CACHE,
-        normalization=norm if on_host else None,
+        normalization=model_input.host_normalization,
     )
     expected = np.concatenate([model.predict_on_batch(x) for x, _ in dataset])
     # An untrained net whose outputs still depend on the pixels: parity is not trivial.
@@ -484,7 +507,7 @@ def test_run_fn_learns_separable_classes_into_a_dirty_model_folder(data, tmp_pat
 @pytest.mark.unit
 def test_batch_norm_momentum_follows_the_run_length():
     config = TrainerConfig(backbone="mobilenet_v3_small", image_size=SIZE)
-    model = model_lib.build_model(config, num_classes=3, normalization=(MEAN, STD))
+    model = model_lib.build_model(config, num_classes=3, model_input=ModelInput(MEAN, STD, SIZE))
     norms = [
         layer
         for layer in model_lib._all_layers(model)
@@ -654,7 +677,9 @@ def _push(model, serving: str, labels, version: int, stats: str | None = None) -
     from imgpipe.components.common import served_models
 
     path = os.path.join(serving, str(version))
-    export.export_serving_model(model, path, labels, SIZE, 0.875, statistics_uri=stats)
+    export.export_serving_model(
+        model, path, labels, ModelInput(MEAN, STD, SIZE), statistics_uri=stats
+    )
     with open(os.path.join(path, served_models.PUSH_COMPLETE_FILE), "w") as f:
         f.write("test")
     return path
@@ -667,7 +692,9 @@ def test_warm_start_takes_what_fits_from_the_champion(tmp_path, data):
 
     config = TrainerConfig(backbone="tiny_cnn", image_size=SIZE, warm_start=True)
     labels = list(th.CLASSES)
-    champion = model_lib.build_model(dataclasses.replace(config, seed=1), 3, (MEAN, STD))
+    champion = model_lib.build_model(
+        dataclasses.replace(config, seed=1), 3, ModelInput(MEAN, STD, SIZE)
+    )
     serving = str(tmp_path / "serving")
     pushed = _push(champion, serving, labels, 100, stats=data["stats"])
     extra = os.path.join(pushed, served_models.ASSETS_EXTRA_DIR)
@@ -682,14 +709,14 @@ def test_warm_start_takes_what_fits_from_the_champion(tmp_path, data):
     def weights(model):
         return [w.numpy() for w in model.weights]
 
-    same = model_lib.build_model(config, 3, (MEAN, STD))
-    outcome = warm_start.apply(same, config, labels, serving, (MEAN, STD))
+    same = model_lib.build_model(config, 3, ModelInput(MEAN, STD, SIZE))
+    outcome = warm_start.apply(same, config, labels, serving, ModelInput(MEAN, STD, SIZE))
     assert outcome.status == warm_start.FULL and pushed in outcome.note
     for a, b in zip(weights(champion), weights(same), strict=True):
         np.testing.assert_array_equal(a, b)
 
-    four = model_lib.build_model(config, 4, (MEAN, STD))
-    outcome = warm_start.apply(four, config, labels + ["new"], serving, (MEAN, STD))
+    four = model_lib.build_model(config, 4, ModelInput(MEAN, STD, SIZE))
+    outcome = warm_start.apply(four, config, labels + ["new"], serving, ModelInput(MEAN, STD, SIZE))
     assert outcome.status == warm_start.BACKBONE_ONLY and "fresh head" in outcome.note
     np.testing.assert_array_equal(
         weights(model_lib.backbone_of(champion))[0], weights(model_lib.backbone_of(four))[0]
@@ -697,11 +724,13 @@ def test_warm_start_takes_what_fits_from_the_champion(tmp_path, data):
     assert four.get_layer("probabilities").get_weights()[0].shape[-1] == 4
 
     wider = dataclasses.replace(config, backbone="mobilenet_v3_small")
-    other = model_lib.build_model(wider, 3, (MEAN, STD))
-    outcome = warm_start.apply(other, wider, labels, serving, (MEAN, STD))
+    other = model_lib.build_model(wider, 3, ModelInput(MEAN, STD, SIZE))
+    outcome = warm_start.apply(other, wider, labels, serving, ModelInput(MEAN, STD, SIZE))
     assert outcome.status == warm_start.FRESH
     assert "does not fit this model (another architecture)" in outcome.note
-    outcome = warm_start.apply(same, config, labels, str(tmp_path / "empty"), (MEAN, STD))
+    outcome = warm_start.apply(
+        same, config, labels, str(tmp_path / "empty"), ModelInput(MEAN, STD, SIZE)
+    )
     assert outcome.status == warm_start.FRESH and "no champion" in outcome.note
 
 

@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import pytest
 
+from imgpipe.components.common.model_input import ModelInput
 from imgpipe.components.common.serving import PROBABILITIES
 from imgpipe.components.trainer import backbones
 from imgpipe.components.trainer import model as model_lib
@@ -33,7 +34,9 @@ def features(model: keras.Model) -> keras.Model:
 @pytest.mark.component
 @pytest.mark.parametrize("name", sorted(backbones.BACKBONES))
 def test_every_backbone_builds_offline_from_scratch_on_standardized_pixels(name):
-    model = model_lib.build_model(TrainerConfig(backbone=name, image_size=SIZE), 5, (MEAN, STD))
+    model = model_lib.build_model(
+        TrainerConfig(backbone=name, image_size=SIZE), 5, ModelInput(MEAN, STD, SIZE)
+    )
     out = model(pixels())
     assert out.shape == (2, 5) and out.dtype == "float32"
     np.testing.assert_allclose(np.sum(out, axis=-1), 1.0, rtol=1e-5)
@@ -50,14 +53,16 @@ def test_loaded_weights_see_the_pixels_of_their_family(tmp_path, name):
     reference = backbone.build((SIZE, SIZE, 3), None, config, True)
     path = str(tmp_path / f"{name}.weights.h5")
     reference.save_weights(path)
-    ours = model_lib.build_model(dataclasses.replace(config, weights=path), 3, (MEAN, STD))
+    ours = model_lib.build_model(
+        dataclasses.replace(config, weights=path), 3, ModelInput(MEAN, STD, SIZE)
+    )
 
     family = getattr(keras.applications, backbone.family)
     images = pixels(1)
     expected = reference(family.preprocess_input(images.astype("float32")))
     np.testing.assert_allclose(features(ours)(images), expected, rtol=1e-4, atol=1e-4)
     # The data's standardization would have given it something else.
-    scratch = model_lib.build_model(config, 3, (MEAN, STD))
+    scratch = model_lib.build_model(config, 3, ModelInput(MEAN, STD, SIZE))
     model_lib.backbone_of(scratch).set_weights(model_lib.backbone_of(ours).get_weights())
     if backbone.pixels == backbones.CAFFE:
         assert not np.allclose(features(scratch)(images), expected, atol=1e-2)
@@ -67,7 +72,7 @@ def test_loaded_weights_see_the_pixels_of_their_family(tmp_path, name):
 def test_a_warm_start_source_has_the_layout_of_pretrained_weights_without_loading_them(tmp_path):
     config = TrainerConfig(backbone="mobilenet_v3_small", image_size=SIZE, weights="imagenet")
     # No download: load_weights=False lays the model out as imagenet weights would.
-    source = model_lib.build_model(config, 3, (MEAN, STD), load_weights=False)
+    source = model_lib.build_model(config, 3, ModelInput(MEAN, STD, SIZE), load_weights=False)
     reference = backbones.BACKBONES["mobilenet_v3_small"].build((SIZE, SIZE, 3), None, config, True)
     assert [w.shape for w in model_lib.backbone_of(source).weights] == [
         w.shape for w in reference.weights

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from imgpipe.components.common import image_formats, preprocessing, upright
+from imgpipe.components.common.model_input import ModelInput
 from imgpipe.components.image_example_gen import image_codec
 from imgpipe.components.trainer import export
 from tests import imagegen
@@ -115,7 +116,12 @@ def quadrant_model(size: int) -> keras.Model:
 @pytest.mark.component
 def test_the_serving_signature_sees_bytes_that_arrive_rotated_or_transparent(tmp_path):
     size = 16
-    export.export_serving_model(quadrant_model(size), str(tmp_path), QUADRANTS, size, 1.0)
+    export.export_serving_model(
+        quadrant_model(size),
+        str(tmp_path),
+        QUADRANTS,
+        ModelInput((0.0,) * 3, (1.0,) * 3, size, 1.0),
+    )
     serve = tf.saved_model.load(str(tmp_path)).signatures["serving_default"]
     rotated = [rotated_jpeg(o, 32, 32) for o in ORIENTATIONS]
     # Black and opaque but for a see-through bottom-right quadrant hiding black.

@@ -12,6 +12,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from imgpipe.components.common.model_input import ModelInput
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import memory
 from imgpipe.components.trainer.config import CACHE_OFF, TrainerConfig
@@ -60,8 +61,7 @@ def sample_callbacks(
     config: TrainerConfig,
     train_source: input_lib.SplitSource,
     model_run_dir: str,
-    common: dict[str, Any],
-    host_norm: tuple[list[float], list[float]] | None,
+    model_input: ModelInput,
 ) -> list[keras.callbacks.Callback]:
     """SampleImages of augmented training images, when TensorBoard is there."""
     if not (config.tensorboard_images and tensorboard_available()):
@@ -74,11 +74,25 @@ def sample_callbacks(
             0, 0, 0, cache=CACHE_OFF, ram_budget_bytes=0, shuffle_buffer=config.tensorboard_images
         ),
         seed=config.seed,
-        **common,
+        **pipeline_arguments(config, model_input),
     )
     with input_lib.named_read_errors(train_source):
         images, _ = next(iter(samples))
-    return [SampleImages(os.path.join(model_run_dir, SAMPLES_SUBDIR), images, host_norm)]
+    return [
+        SampleImages(
+            os.path.join(model_run_dir, SAMPLES_SUBDIR), images, model_input.host_normalization
+        )
+    ]
+
+
+def pipeline_arguments(config: TrainerConfig, model_input: ModelInput) -> dict[str, Any]:
+    """make_dataset's arguments that the train and eval pipelines share."""
+    return dict(
+        image_size=model_input.image_size,
+        crop_fraction=model_input.crop_fraction,
+        key_map=config.feature_key_map,
+        normalization=model_input.host_normalization,
+    )
 
 
 def plan_input_memory(
@@ -124,23 +138,21 @@ def make_datasets(
     config: TrainerConfig,
     splits: tuple[input_lib.SplitSource, input_lib.SplitSource],
     global_batch: int,
-    common: dict[str, Any],
+    model_input: ModelInput,
     eval_steps: int | None,
     seed: int,
 ) -> tuple[tf.data.Dataset, tf.data.Dataset]:
     """The train and eval datasets; `seed` seeds the train shuffles (resume.data_seed).
 
     Args:
-      common: make_dataset's arguments shared by both (size, crop, key map,
-        normalization).
+      model_input: the side, crop and normalization both pipelines produce.
       eval_steps: None evaluates the whole eval split, once per evaluation.
     """
     train_source, eval_source = splits
-    side = common["image_size"]
-    pixel_bytes = 1 if common.get("normalization") is None else 4  # uint8, or float32
     train_memory, eval_memory = plan_input_memory(
-        config, train_source, eval_source, global_batch, side * side * 3 * pixel_bytes
+        config, train_source, eval_source, global_batch, model_input.decoded_image_bytes
     )
+    common = pipeline_arguments(config, model_input)
     train_ds = input_lib.make_dataset(
         train_source,
         input_lib.TRAIN,

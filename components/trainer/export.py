@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from imgpipe.components.common import fileio, label_map, layout, served_models, serving_limits
 from imgpipe.components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
+from imgpipe.components.common.model_input import ModelInput
 from imgpipe.components.common.serving import (
     CLASS_NAMES,
     EXAMPLES_INPUT,
@@ -39,9 +40,7 @@ def export_serving_model(
     model: keras.Model,
     export_dir: str,
     labels: Sequence[str],
-    image_size: int,
-    crop_fraction: float,
-    host_normalization: tuple[Sequence[float], Sequence[float]] | None = None,
+    model_input: ModelInput,
     key_map: FeatureKeyMap = DEFAULT_KEY_MAP,
     statistics_uri: str | None = None,
     limits: ServingLimits = serving_limits.DEFAULT_LIMITS,
@@ -54,15 +53,15 @@ def export_serving_model(
       model: the trained classifier.
       export_dir: e.g. fn_args.serving_model_dir; gs:// works.
       labels: class names in id order.
-      image_size: the model's input side.
-      crop_fraction: eval center-crop fraction.
-      host_normalization: (mean, std) when the model expects normalized float32 input;
-        None when it normalizes uint8 input itself.
+      model_input: the input side and eval center crop, and the normalization the
+        signature applies when the model expects normalized float32 input.
       key_map: the feature layout serving_examples parses.
       statistics_uri: the ImageStatistics artifact of the training data, if any.
       limits: what serving_default refuses before decoding (serving_limits.py).
     """
     class_names = tf.constant(list(labels), tf.string)
+    image_size, crop_fraction = model_input.image_size, model_input.crop_fraction
+    host_normalization = model_input.host_normalization
 
     def classify(encoded: tf.Tensor) -> dict[str, tf.Tensor]:
         images = input_lib.decode_batch(encoded, input_lib.EVAL, image_size, crop_fraction)

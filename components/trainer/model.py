@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 import keras
 
 from imgpipe.components.common import fileio
+from imgpipe.components.common.model_input import ModelInput
 from imgpipe.components.common.serving import PROBABILITIES
 from imgpipe.components.trainer import backbones
 from imgpipe.components.trainer import config as config_lib
@@ -92,16 +93,17 @@ def _local_weights(path: str | None) -> Iterator[str | None]:
 def build_model(
     config: TrainerConfig,
     num_classes: int,
-    normalization: tuple[Sequence[float], Sequence[float]] | None,
+    model_input: ModelInput,
     load_weights: bool = True,
 ) -> keras.Model:
     """The classifier for `num_classes` classes, under the current dtype policy.
 
     Args:
-      config: backbone, weights, image size, dropout.
+      config: backbone, weights, dropout.
       num_classes: the label count.
-      normalization: (mean, std) for a Standardize first layer taking uint8 images; None
-        when the input pipeline normalizes (the model then takes float32).
+      model_input: the input side, and the normalization: a Standardize first layer
+        taking uint8 images, unless the input pipeline normalizes (the model then takes
+        float32).
       load_weights: False builds the model `config.weights` describes (its first layer
         and backbone layout) without loading them: for a warm start, whose weights come
         from the champion.
@@ -114,7 +116,8 @@ def build_model(
         raise ValueError(f"a classifier needs at least 2 classes, got {num_classes}")
     config = config.resolved()
     backbone = backbones.BACKBONES[config.backbone]
-    shape = (config.input_size, config.input_size, 3)
+    shape = (model_input.image_size, model_input.image_size, 3)
+    normalization = model_input.model_normalization
     keras.utils.set_random_seed(config.seed)
     inputs = keras.Input(shape, dtype="uint8" if normalization else "float32", name=INPUT_NAME)
     pretrained = bool(config.weights)

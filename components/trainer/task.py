@@ -12,7 +12,6 @@ import dataclasses
 import math
 import os
 import tempfile
-from typing import Any
 
 import attr
 import keras
@@ -59,11 +58,11 @@ def examples_uri_and_split(file_pattern: str) -> tuple[str, str]:
     return os.path.dirname(split_dir), name[len(layout.SPLIT_DIR_PREFIX) :]
 
 
-def resolve_normalization(
+def resolve_model_input(
     config: TrainerConfig, statistics_uri: str | None, train_split: str = layout.TRAIN_SPLIT
-) -> tuple[list[float], list[float], float]:
-    """(mean, std, crop_fraction): ImageStatistics' values of the train split, unless the
-    config overrides them.
+) -> model_input.ModelInput:
+    """The model's input: mean, std and crop fraction are ImageStatistics' values of the
+    train split unless the config overrides them; the side is the config's.
 
     Raises:
       ValueError: neither a statistics artifact nor mean and std in the config.
@@ -88,14 +87,20 @@ def resolve_normalization(
             "ImageStatistics artifact (image_statistics=...) or set trainer "
             "mean and std"
         )
-    mean = list(config.mean if config.mean is not None else stats.mean)  # type: ignore[union-attr]
-    std = list(config.std if config.std is not None else stats.std)  # type: ignore[union-attr]
+    mean = config.mean if config.mean is not None else stats.mean  # type: ignore[union-attr]
+    std = config.std if config.std is not None else stats.std  # type: ignore[union-attr]
     crop = (
         config.crop_fraction
         or (stats.crop_fraction if stats else None)
         or model_input.DEFAULT_CROP_FRACTION
     )
-    return mean, std, float(crop)
+    return model_input.ModelInput(
+        tuple(float(v) for v in mean),
+        tuple(float(v) for v in std),
+        config.input_size,
+        float(crop),
+        config.normalize_on_host,
+    )
 
 
 def run_fn(fn_args) -> None:
@@ -113,7 +118,7 @@ def run_fn(fn_args) -> None:
     if config.tune_malloc:
         allocator.tune_malloc()
     statistics_uri = custom_config.get(IMAGE_STATISTICS_URI_KEY)
-    mean, std, crop_fraction = resolve_normalization(config, statistics_uri, train_split)
+    inputs = resolve_model_input(config, statistics_uri, train_split)
     labels = artifacts.load_labels(examples_uri)
     serving_dir = custom_config.get(SERVING_DIR_KEY)
     champion = served_models.latest(serving_dir) if config.warm_start else None
@@ -154,8 +159,7 @@ def run_fn(fn_args) -> None:
                 serving_dir,
                 (backups, fingerprint),
             ),
-            (mean, std),
-            crop_fraction,
+            inputs,
         )
 
 
@@ -164,8 +168,7 @@ def _train(
     config: TrainerConfig,
     labels: list[str],
     sources: Sources,
-    normalization: tuple[list[float], list[float]],
-    crop_fraction: float,
+    inputs: model_input.ModelInput,
 ) -> None:
     plan = devices.plan_devices(
         *devices.visible_devices(), num_gpus=config.num_gpus, mixed_precision=config.mixed_precision
@@ -173,7 +176,7 @@ def _train(
     devices.log_plan(plan)
     devices.apply_precision(plan)
     try:
-        _train_and_export(fn_args, config, plan, labels, sources, normalization, crop_fraction)
+        _train_and_export(fn_args, config, plan, labels, sources, inputs)
     finally:
         keras.mixed_precision.set_global_policy(devices.FLOAT32)
 
@@ -213,8 +216,7 @@ def _train_and_export(
     plan: devices.DevicePlan,
     labels: list[str],
     sources: Sources,
-    normalization: tuple[list[float], list[float]],
-    crop_fraction: float,
+    inputs: model_input.ModelInput,
 ) -> None:
     strategy = devices.make_strategy(plan)
     global_batch = config.batch_size * plan.replicas
@@ -225,15 +227,7 @@ def _train_and_export(
         config.epochs,
         config.min_train_steps,
     )
-    host_norm = normalization if config.normalize_on_host else None
-    model, warm = _build(
-        config,
-        labels,
-        strategy,
-        sources,
-        None if host_norm else normalization,
-        steps_per_epoch * epochs,
-    )
+    model, warm = _build(config, labels, strategy, sources, inputs, steps_per_epoch * epochs)
     phases = plan_phases(config, epochs, warm)
     folder, fingerprint = sources.backups
     base = resume.BackupState(
@@ -251,24 +245,16 @@ def _train_and_export(
         model, strategy, config, phases, resume.find(folder, fingerprint, base.plan)
     )
     base = dataclasses.replace(base, data_seed=resume.data_seed(config.seed, found.state))
-    common: dict[str, Any] = dict(
-        image_size=config.input_size,
-        crop_fraction=crop_fraction,
-        key_map=config.feature_key_map,
-        normalization=host_norm,
-    )
-    run = _run(fn_args, config, model, strategy, sources, global_batch, common, base.data_seed)
+    run = _run(fn_args, config, model, strategy, sources, global_batch, inputs, base.data_seed)
     progress = fitting.fit_phases(
         run,
         phases,
         (folder, base),
         (found.state, best_weights),
         lambda log_dir, stopping, backup: _callbacks(config, log_dir, stopping, backup),
-        datasets.sample_callbacks(config, sources.train, fn_args.model_run_dir, common, host_norm),
+        datasets.sample_callbacks(config, sources.train, fn_args.model_run_dir, inputs),
     )
-    audit = _export(
-        fn_args, model, config, labels, crop_fraction, host_norm, sources.statistics_uri
-    )
+    audit = _export(fn_args, model, config, labels, inputs, sources.statistics_uri)
     accuracies = [p.val_accuracy for p in progress if p.val_accuracy is not None]
     summary_lib.write(
         fn_args.model_run_dir,
@@ -294,13 +280,13 @@ def _build(
     labels: list[str],
     strategy: tf.distribute.Strategy,
     sources: Sources,
-    model_normalization: tuple[list[float], list[float]] | None,
+    inputs: model_input.ModelInput,
     total_steps: int,
 ) -> tuple[keras.Model, warm_start.WarmStart]:
     """The classifier, warm-started when asked, batch norm fitted to the run's length."""
     with strategy.scope():
-        model = model_lib.build_model(config, len(labels), model_normalization)
-        warm = warm_start.apply(model, config, labels, sources.serving_dir, model_normalization)
+        model = model_lib.build_model(config, len(labels), inputs)
+        warm = warm_start.apply(model, config, labels, sources.serving_dir, inputs)
         lowered = model_lib.fit_batch_norm_to_run(model, total_steps)
         if lowered:
             logging.info(
@@ -319,13 +305,13 @@ def _run(
     strategy: tf.distribute.Strategy,
     sources: Sources,
     global_batch: int,
-    common: dict[str, Any],
+    inputs: model_input.ModelInput,
     seed: int,
 ) -> fitting.Run:
     """The input pipelines, with what fit() needs beside them."""
     eval_steps = fn_args.eval_steps or None
     train_ds, eval_ds = datasets.make_datasets(
-        config, (sources.train, sources.eval), global_batch, common, eval_steps, seed
+        config, (sources.train, sources.eval), global_batch, inputs, eval_steps, seed
     )
     return fitting.Run(
         model,
@@ -346,8 +332,7 @@ def _export(
     model: keras.Model,
     config: TrainerConfig,
     labels: list[str],
-    crop_fraction: float,
-    host_norm: tuple[list[float], list[float]] | None,
+    inputs: model_input.ModelInput,
     statistics_uri: str | None,
 ) -> image_stats.LabelAudit | None:
     """Publishes the serving model into the model artifact; returns the candidate's label
@@ -366,9 +351,7 @@ def _export(
                 model,
                 local,
                 labels,
-                config.input_size,
-                crop_fraction,
-                host_norm,
+                inputs,
                 config.feature_key_map,
                 statistics_uri=statistics_uri,
             )

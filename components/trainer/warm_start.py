@@ -17,6 +17,7 @@ import keras
 from absl import logging
 
 from imgpipe.components.common import served_models
+from imgpipe.components.common.model_input import ModelInput
 from imgpipe.components.trainer import export
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer.config import TrainerConfig
@@ -48,7 +49,7 @@ def apply(
     config: TrainerConfig,
     labels: Sequence[str],
     serving_dir: str | None,
-    normalization: tuple[Sequence[float], Sequence[float]] | None,
+    model_input: ModelInput,
 ) -> WarmStart:
     """Loads the champion's weights into `model` (built by build_model) as far as they
     fit; returns what was done. Call inside the distribution strategy's scope."""
@@ -58,7 +59,7 @@ def apply(
         lookup = served_models.find(serving_dir, checksums=True)
     except (OSError, ValueError) as e:  # a damaged push is passed over; this is the folder
         return _log(WarmStart(FRESH, f"the serving directory cannot be read ({e}): fresh"))
-    warm = _from(lookup, model, config, labels, normalization)
+    warm = _from(lookup, model, config, labels, model_input)
     if lookup.note:
         warm = dataclasses.replace(warm, note=f"{warm.note} ({lookup.note})")
     return _log(warm)
@@ -69,7 +70,7 @@ def _from(
     model: keras.Model,
     config: TrainerConfig,
     labels: Sequence[str],
-    normalization: tuple[Sequence[float], Sequence[float]] | None,
+    model_input: ModelInput,
 ) -> WarmStart:
     champion = lookup.model
     if champion is None:
@@ -82,7 +83,7 @@ def _from(
     same_labels = list(champion.labels) == list(labels)
     try:
         source = model_lib.build_model(
-            config, len(champion.labels), normalization, load_weights=False
+            config, len(champion.labels), model_input, load_weights=False
         )
         # Keras loads what matches and warns about the rest: compare architectures first.
         if champion.weight_shapes() != export.weight_shapes(source):
