@@ -522,6 +522,45 @@ def test_every_statistics_setting_is_a_stats_flag_with_its_docstring():
     assert values["drift_std_ratio"] == StatisticsConfig().drift_std_ratio
 
 
+@pytest.mark.unit
+def test_every_conversion_option_is_a_convert_flag_with_its_docstring_and_choices():
+    """A new ImageOptions or OutputOptions field is a flag with no other edit, in its
+    class's group, with its choices, its default and its docstring's first sentence."""
+    import argparse
+    import dataclasses
+
+    from imgpipe.components.common import config_loader
+    from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
+    from imgpipe.pipelines.cli import convert as convert_cli
+    from imgpipe.pipelines.cli import dataclass_flags
+
+    parser = argparse.ArgumentParser()
+    convert_cli.register(parser.add_subparsers())
+    (command,) = parser._subparsers._group_actions[0].choices.values()
+    text = " ".join(command.format_help().split())
+    by_hand = {"channels": "--rgb", "splits": "--eval-fraction"}
+    for cls, key in ((ImageOptions, "image_flags"), (OutputOptions, "output_flags")):
+        flags = {flag.field: flag for flag in command.get_default(key)}
+        docs = dataclass_flags.field_docs(cls)
+        for field in dataclasses.fields(cls):
+            if field.name in by_hand:
+                assert by_hand[field.name] in text
+                continue
+            flag = flags[field.name]
+            spec = config_loader.flag_spec(field)
+            assert flag.option == "--" + (spec.name or field.name).replace("_", "-")
+            assert flag.option in text
+            assert dataclass_flags.first_sentence(docs[field.name])[:30] in text
+            if spec.choices:
+                assert "{" + ",".join(spec.choices) + "}" in text
+    args = command.parse_args(["s", "o", "--background", "0,0,0", "--shards", "3", "--rgb"])
+    image, output = convert_cli.options_from_args(args)
+    assert (image.background, image.channels, output.num_shards) == ((0, 0, 0), 3, 3)
+    assert (image.verify, output.dali_index) == (ImageOptions().verify, True)
+    with pytest.raises(SystemExit):  # one of the two, at most
+        command.parse_args(["s", "o", "--shards", "3", "--shard-mb", "8"])
+
+
 @pytest.mark.component
 def test_convert_warns_of_a_class_that_lost_every_file_and_of_one_class(tmp_path, capsys):
     """A folder name with a leading space loses all its files; the one class left

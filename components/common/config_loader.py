@@ -20,10 +20,39 @@ import json
 import reprlib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+
+_METADATA_KEY = "imgpipe_flag"
+
+
+@dataclasses.dataclass(frozen=True)
+class FlagSpec:
+    """What a setting's command-line flag needs beside its name, type, default and
+    docstring (pipelines/cli/dataclass_flags.py makes the flags)."""
+
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+    name: str | None = None  # the flag's name without dashes, when not the field's
+    exclusive: str | None = None  # fields sharing this name: one flag at most is given
+
+
+def flag(
+    choices: Sequence[str] = (),
+    metavar: str | None = None,
+    name: str | None = None,
+    exclusive: str | None = None,
+) -> dict[str, FlagSpec]:
+    """A field's metadata for its flag: `dataclasses.field(default=..., metadata=flag(...))`."""
+    return {_METADATA_KEY: FlagSpec(tuple(choices), metavar, name, exclusive)}
+
+
+def flag_spec(field: dataclasses.Field) -> FlagSpec:
+    """What `flag(...)` said of the field's command-line flag (nothing, by default)."""
+    return field.metadata.get(_METADATA_KEY, FlagSpec())
 
 
 def from_dict(cls: type[T], values: Any, where: str = "") -> T:

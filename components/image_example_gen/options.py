@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from imgpipe.components.common import image_header
+from imgpipe.components.common.config_loader import flag
 from imgpipe.components.common.layout import EVAL_SPLIT, TRAIN_SPLIT
 
 ON_ERROR_SKIP = "skip"
@@ -34,6 +35,16 @@ SPLIT_BY_PATH = "path"
 LABEL_CONFLICT_SKIP = "skip"
 LABEL_CONFLICT_KEEP = "keep"
 LABEL_CONFLICT_FAIL = "fail"
+
+# The values each setting takes, for its validation and its flag's choices.
+ON_ERRORS = (ON_ERROR_SKIP, ON_ERROR_FAIL)
+VERIFY_MODES = (VERIFY_HEADER, VERIFY_DECODE)
+OUTPUT_FORMATS = (OUTPUT_KEEP, OUTPUT_JPEG, OUTPUT_PNG)
+OTHER_FORMAT_TARGETS = (OUTPUT_JPEG, OUTPUT_PNG)
+LAYOUTS = (LAYOUT_AUTO, LAYOUT_FLAT, LAYOUT_SPLIT)
+NEW_LABEL_ACTIONS = (NEW_LABEL_FAIL, NEW_LABEL_APPEND)
+SPLIT_BYS = (SPLIT_BY_CONTENT, SPLIT_BY_PATH)
+LABEL_CONFLICT_ACTIONS = (LABEL_CONFLICT_SKIP, LABEL_CONFLICT_KEEP, LABEL_CONFLICT_FAIL)
 
 DEFAULT_SHARD_MB = 128.0
 DEFAULT_JPEG_QUALITY = 90
@@ -65,15 +76,21 @@ class ImageOptions:
       verify: `header` checks header and end marker; `decode` also decodes every image.
     """
 
-    resize: int | None = None
+    resize: int | None = dataclasses.field(default=None, metadata=flag(metavar="S"))
     center_crop: bool = False
-    quality: int | None = None
-    output_format: str = OUTPUT_KEEP
-    other_formats_to: str = OUTPUT_PNG
+    quality: int | None = dataclasses.field(default=None, metadata=flag(metavar="Q"))
+    output_format: str = dataclasses.field(
+        default=OUTPUT_KEEP, metadata=flag(choices=OUTPUT_FORMATS, name="format")
+    )
+    other_formats_to: str = dataclasses.field(
+        default=OUTPUT_PNG, metadata=flag(choices=OTHER_FORMAT_TARGETS)
+    )
     channels: int = 0
-    background: tuple[int, int, int] = (255, 255, 255)
+    background: tuple[int, int, int] = dataclasses.field(
+        default=(255, 255, 255), metadata=flag(metavar="R,G,B")
+    )
     max_pixels: int = DEFAULT_MAX_PIXELS
-    verify: str = VERIFY_HEADER
+    verify: str = dataclasses.field(default=VERIFY_HEADER, metadata=flag(choices=VERIFY_MODES))
 
     @property
     def decodes_every_image(self) -> bool:
@@ -89,9 +106,9 @@ class ImageOptions:
             raise ValueError("center_crop needs resize: the crop is resize x resize")
         if self.quality is not None and not 1 <= self.quality <= 100:
             raise ValueError(f"quality must be in 1..100, got {self.quality}")
-        if self.output_format not in (OUTPUT_KEEP, OUTPUT_JPEG, OUTPUT_PNG):
+        if self.output_format not in OUTPUT_FORMATS:
             raise ValueError(f"output_format must be keep, jpeg or png, got {self.output_format!r}")
-        if self.other_formats_to not in (OUTPUT_JPEG, OUTPUT_PNG):
+        if self.other_formats_to not in OTHER_FORMAT_TARGETS:
             raise ValueError(f"other_formats_to must be jpeg or png, got {self.other_formats_to!r}")
         if self.channels not in (0, 3):
             raise ValueError(f"channels must be 0 (keep) or 3 (RGB), got {self.channels}")
@@ -99,7 +116,7 @@ class ImageOptions:
             raise ValueError(f"background must be three values in 0..255, got {self.background}")
         if self.max_pixels < 1:
             raise ValueError(f"max_pixels must be positive, got {self.max_pixels}")
-        if self.verify not in (VERIFY_HEADER, VERIFY_DECODE):
+        if self.verify not in VERIFY_MODES:
             raise ValueError(f"verify must be header or decode, got {self.verify!r}")
 
     @property
@@ -158,22 +175,32 @@ class OutputOptions:
       label_map_uri: an existing label_map.json or labels.txt, to keep ids stable.
     """
 
-    layout: str = LAYOUT_AUTO
+    layout: str = dataclasses.field(default=LAYOUT_AUTO, metadata=flag(choices=LAYOUTS))
     follow_links: bool = False
     splits: tuple[tuple[str, float], ...] = ((TRAIN_SPLIT, 0.9), (EVAL_SPLIT, 0.1))
-    split_by: str = SPLIT_BY_CONTENT
+    split_by: str = dataclasses.field(default=SPLIT_BY_CONTENT, metadata=flag(choices=SPLIT_BYS))
     stratify: bool = True
-    train_split: str = TRAIN_SPLIT
-    eval_split: str = EVAL_SPLIT
-    on_label_conflict: str = LABEL_CONFLICT_SKIP
-    num_shards: int | None = None
-    shard_mb: float = DEFAULT_SHARD_MB
+    train_split: str = dataclasses.field(default=TRAIN_SPLIT, metadata=flag(metavar="NAME"))
+    eval_split: str = dataclasses.field(default=EVAL_SPLIT, metadata=flag(metavar="NAME"))
+    on_label_conflict: str = dataclasses.field(
+        default=LABEL_CONFLICT_SKIP, metadata=flag(choices=LABEL_CONFLICT_ACTIONS)
+    )
+    num_shards: int | None = dataclasses.field(
+        default=None, metadata=flag(metavar="N", name="shards", exclusive="shards")
+    )
+    shard_mb: float = dataclasses.field(
+        default=DEFAULT_SHARD_MB, metadata=flag(metavar="M", exclusive="shards")
+    )
     gzip: bool = False
     dali_index: bool = True
     seed: int = 0
-    on_error: str = ON_ERROR_SKIP
-    on_new_label: str = NEW_LABEL_FAIL
-    label_map_uri: str | None = None
+    on_error: str = dataclasses.field(default=ON_ERROR_SKIP, metadata=flag(choices=ON_ERRORS))
+    on_new_label: str = dataclasses.field(
+        default=NEW_LABEL_FAIL, metadata=flag(choices=NEW_LABEL_ACTIONS)
+    )
+    label_map_uri: str | None = dataclasses.field(
+        default=None, metadata=flag(metavar="FILE", name="label-map")
+    )
 
     @property
     def writes_dali_index(self) -> bool:
@@ -181,7 +208,7 @@ class OutputOptions:
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
-        if self.layout not in (LAYOUT_AUTO, LAYOUT_FLAT, LAYOUT_SPLIT):
+        if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be auto, flat or split, got {self.layout!r}")
         names = [name for name, _ in self.splits]
         if not names or len(set(names)) != len(names):
@@ -191,7 +218,7 @@ class OutputOptions:
                 raise ValueError(
                     f"split {name!r} needs a plain name and a positive weight, got {weight}"
                 )
-        if self.split_by not in (SPLIT_BY_CONTENT, SPLIT_BY_PATH):
+        if self.split_by not in SPLIT_BYS:
             raise ValueError(f"split_by must be content or path, got {self.split_by!r}")
         for setting in ("train_split", "eval_split"):
             name = getattr(self, setting)
@@ -202,11 +229,7 @@ class OutputOptions:
                 f"train_split and eval_split must differ: evaluating on the training split "
                 f"({self.train_split!r}) measures nothing"
             )
-        if self.on_label_conflict not in (
-            LABEL_CONFLICT_SKIP,
-            LABEL_CONFLICT_KEEP,
-            LABEL_CONFLICT_FAIL,
-        ):
+        if self.on_label_conflict not in LABEL_CONFLICT_ACTIONS:
             raise ValueError(
                 f"on_label_conflict must be skip, keep or fail, got {self.on_label_conflict!r}"
             )
@@ -214,9 +237,9 @@ class OutputOptions:
             raise ValueError(f"num_shards must be at least 1, got {self.num_shards}")
         if self.shard_mb <= 0:
             raise ValueError(f"shard_mb must be positive, got {self.shard_mb}")
-        if self.on_error not in (ON_ERROR_SKIP, ON_ERROR_FAIL):
+        if self.on_error not in ON_ERRORS:
             raise ValueError(f"on_error must be skip or fail, got {self.on_error!r}")
-        if self.on_new_label not in (NEW_LABEL_FAIL, NEW_LABEL_APPEND):
+        if self.on_new_label not in NEW_LABEL_ACTIONS:
             raise ValueError(f"on_new_label must be fail or append, got {self.on_new_label!r}")
 
 

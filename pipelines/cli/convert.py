@@ -14,15 +14,11 @@ from imgpipe.components.common import config_loader, layout
 from imgpipe.components.common.printable import printable
 from imgpipe.components.image_example_gen import options as opts
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
-from imgpipe.pipelines.cli import errors, paths
+from imgpipe.pipelines.cli import dataclass_flags, errors, paths
 from imgpipe.pipelines.cli.errors import UserError
 
 if TYPE_CHECKING:  # conversion_summary loads TensorFlow, which `imgpipe --help` need not
     from imgpipe.components.common.conversion_summary import ConversionSummary
-
-
-def _image_default(name: str) -> Any:
-    return config_loader.field_default(ImageOptions, name)
 
 
 def _output_default(name: str) -> Any:
@@ -47,129 +43,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace a finished conversion in OUT"
     )
-    parser.add_argument("--resize", type=int, metavar="S", help="shorter side to S pixels")
-    parser.add_argument("--center-crop", action="store_true", help="with --resize: crop SxS")
-    parser.add_argument("--quality", type=int, metavar="Q", help="re-encode JPEG at quality Q")
-    parser.add_argument(
-        "--format",
-        default=_image_default("output_format"),
-        choices=[opts.OUTPUT_KEEP, opts.OUTPUT_JPEG, opts.OUTPUT_PNG],
-        help="output format (keep: JPEG and PNG stay as they are)",
+    image = parser.add_argument_group("what is done to each image (ImageOptions)")
+    parser.set_defaults(
+        image_flags=dataclass_flags.add_flags(image, ImageOptions, skip=("channels",))
     )
-    parser.add_argument(
-        "--other-formats-to",
-        default=_image_default("other_formats_to"),
-        choices=[opts.OUTPUT_JPEG, opts.OUTPUT_PNG],
-        help="format for GIF, BMP and WebP sources",
+    image.add_argument(
+        "--rgb", action="store_true", help="make every image 3-channel RGB (channels 3)"
     )
-    parser.add_argument("--rgb", action="store_true", help="make every image 3-channel RGB")
-    parser.add_argument(
-        "--background",
-        metavar="R,G,B",
-        default=",".join(str(c) for c in _image_default("background")),
-        help="colour that alpha is composited onto (default %(default)s)",
+    output = parser.add_argument_group("how images are split and sharded (OutputOptions)")
+    parser.set_defaults(
+        output_flags=dataclass_flags.add_flags(output, OutputOptions, skip=("splits",))
     )
-    parser.add_argument(
-        "--max-pixels",
-        type=int,
-        default=_image_default("max_pixels"),
-        help="skip images larger than this (decompression bombs; default %(default)s)",
-    )
-    parser.add_argument(
-        "--verify",
-        default=_image_default("verify"),
-        choices=[opts.VERIFY_HEADER, opts.VERIFY_DECODE],
-        help="header: check header and end marker; decode: decode every image",
-    )
-    shards = parser.add_mutually_exclusive_group()
-    shards.add_argument("--shards", type=int, metavar="N", help="shards per split")
-    shards.add_argument(
-        "--shard-mb",
-        type=float,
-        default=_output_default("shard_mb"),
-        metavar="M",
-        help="target shard size in MB (default %(default)s)",
-    )
-    parser.add_argument(
+    output.add_argument(
         "--eval-fraction",
         type=float,
         metavar="F",
         default=opts.eval_fraction(_output_default("splits")),
         help="fraction for the eval split of a flat layout (default %(default)s)",
-    )
-    parser.add_argument(
-        "--split-by",
-        default=_output_default("split_by"),
-        choices=[opts.SPLIT_BY_CONTENT, opts.SPLIT_BY_PATH],
-        help="decide a flat layout's splits by the hash of the image bytes (content: "
-        "identical files always share a split) or of the path (default %(default)s)",
-    )
-    parser.add_argument(
-        "--stratify",
-        action=argparse.BooleanOptionalAction,
-        default=_output_default("stratify"),
-        help="give every label the split proportions exactly; "
-        "--no-stratify decides each file by its own hash alone",
-    )
-    parser.add_argument(
-        "--train-split",
-        default=_output_default("train_split"),
-        metavar="NAME",
-        help="the split to train on (default %(default)s); in a pre-split folder, train/ "
-        "and training/ are the split 'train'",
-    )
-    parser.add_argument(
-        "--eval-split",
-        default=_output_default("eval_split"),
-        metavar="NAME",
-        help="the split to evaluate on (default %(default)s); in a pre-split folder, "
-        "validation/, val/, valid/, dev/, eval/ and evaluation/ are the split 'eval', and "
-        "test/ is this split when none of them exists",
-    )
-    parser.add_argument(
-        "--on-label-conflict",
-        default=_output_default("on_label_conflict"),
-        choices=[opts.LABEL_CONFLICT_SKIP, opts.LABEL_CONFLICT_KEEP, opts.LABEL_CONFLICT_FAIL],
-        help="identical images under different labels: skip every copy, keep them (in "
-        "one split), or fail (default %(default)s)",
-    )
-    parser.add_argument(
-        "--layout",
-        default=_output_default("layout"),
-        choices=[opts.LAYOUT_AUTO, opts.LAYOUT_FLAT, opts.LAYOUT_SPLIT],
-    )
-    parser.add_argument(
-        "--follow-links",
-        action=argparse.BooleanOptionalAction,
-        default=_output_default("follow_links"),
-        help="follow symbolic links that stay inside SRC (links out of it never are)",
-    )
-    parser.add_argument(
-        "--on-error",
-        default=_output_default("on_error"),
-        choices=[opts.ON_ERROR_SKIP, opts.ON_ERROR_FAIL],
-    )
-    parser.add_argument(
-        "--label-map",
-        metavar="FILE",
-        help="existing label_map.json or labels.txt, to keep ids stable",
-    )
-    parser.add_argument(
-        "--on-new-label",
-        default=_output_default("on_new_label"),
-        choices=[opts.NEW_LABEL_FAIL, opts.NEW_LABEL_APPEND],
-    )
-    parser.add_argument(
-        "--gzip", action="store_true", help="GZIP shards (off by default: JPEG barely shrinks)"
-    )
-    parser.add_argument(
-        "--no-dali-index",
-        dest="dali_index",
-        action="store_false",
-        help="write no NVIDIA DALI index files beside the shards (none are written with --gzip)",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=_output_default("seed"), help="seed of the order within shards"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run, accepts_extra_args=True)
@@ -188,44 +78,13 @@ def options_from_args(args: argparse.Namespace) -> tuple[ImageOptions, OutputOpt
     Raises:
       ValueError: a bad value, naming the setting.
     """
-    try:
-        background = [int(c) for c in args.background.split(",")]
-    except ValueError:
-        raise ValueError(f"--background takes R,G,B, got {args.background!r}") from None
     image_options = config_loader.from_dict(
         ImageOptions,
-        {
-            "resize": args.resize,
-            "center_crop": args.center_crop,
-            "quality": args.quality,
-            "output_format": args.format,
-            "other_formats_to": args.other_formats_to,
-            "channels": 3 if args.rgb else 0,
-            "background": background,
-            "max_pixels": args.max_pixels,
-            "verify": args.verify,
-        },
+        {**dataclass_flags.values(args, args.image_flags), "channels": 3 if args.rgb else 0},
     )
     output_options = config_loader.from_dict(
         OutputOptions,
-        {
-            "layout": args.layout,
-            "follow_links": args.follow_links,
-            "splits": _flat_splits(args),
-            "split_by": args.split_by,
-            "stratify": args.stratify,
-            "train_split": args.train_split,
-            "eval_split": args.eval_split,
-            "on_label_conflict": args.on_label_conflict,
-            "num_shards": args.shards,
-            "shard_mb": args.shard_mb,
-            "gzip": args.gzip,
-            "dali_index": args.dali_index,
-            "seed": args.seed,
-            "on_error": args.on_error,
-            "on_new_label": args.on_new_label,
-            "label_map_uri": args.label_map,
-        },
+        {**dataclass_flags.values(args, args.output_flags), "splits": _flat_splits(args)},
     )
     return image_options, output_options
 

@@ -8,6 +8,10 @@ helped by the first sentence of its entry in the class's Google-style `Attribute
 section. The parsed values go back through the one loader (config_loader), which
 validates them as it validates a config file.
 
+A field may say more in its metadata, through `config_loader.flag(...)`: the choices it takes, a
+metavar, a flag name kept from an earlier release, or the group of flags of which one
+at most is given. A tuple of ints is written as comma-separated values (R,G,B).
+
 Example:
   flags = add_flags(parser.add_argument_group("statistics"), StatisticsConfig)
   config = config_loader.from_dict(StatisticsConfig, values(args, flags))
@@ -17,11 +21,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from imgpipe.components.common import config_loader
 
 _ATTRIBUTE = re.compile(r"^(\s+)(\w+): (.*)$")
 
@@ -78,16 +85,23 @@ def add_flags(
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     names = names or {}
+    exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
     flags = []
     for field in dataclasses.fields(cls):
         kind = _flag_type(hints[field.name])
         if field.name in skip or kind is None:
             continue
-        option = "--" + names.get(field.name, field.name).replace("_", "-")
+        spec = config_loader.flag_spec(field)
+        option = "--" + names.get(field.name, spec.name or field.name).replace("_", "-")
         default = field.default if field.default is not dataclasses.MISSING else None
         text = first_sentence(docs.get(field.name, field.name.replace("_", " ")))
+        target: Any = parser
+        if spec.exclusive is not None:
+            if spec.exclusive not in exclusive:
+                exclusive[spec.exclusive] = parser.add_mutually_exclusive_group()
+            target = exclusive[spec.exclusive]
         if kind is bool:
-            parser.add_argument(
+            target.add_argument(
                 option,
                 dest=field.name,
                 default=default,
@@ -95,13 +109,16 @@ def add_flags(
                 help=f"{text} (default %(default)s)",
             )
         else:
-            parser.add_argument(
+            shown = ",".join(str(v) for v in default) if isinstance(default, tuple) else default
+            shown = "none" if default is None else shown
+            target.add_argument(
                 option,
                 dest=field.name,
                 default=default,
                 type=kind,
-                metavar=field.name.split("_")[-1].upper(),
-                help=f"{text} (default %(default)s)",
+                choices=spec.choices or None,
+                metavar=None if spec.choices else spec.metavar or field.name.split("_")[-1].upper(),
+                help=f"{text} (default {shown})".replace("%", "%%"),
             )
         flags.append(Flag(field.name, option))
     return flags
@@ -112,8 +129,23 @@ def values(args: argparse.Namespace, flags: Sequence[Flag]) -> dict[str, Any]:
     return {flag.field: getattr(args, flag.field) for flag in flags}
 
 
-def _flag_type(hint: Any) -> type | None:
+def _flag_type(hint: Any) -> Any:
+    """The parser of a flag's text for a field of type `hint`; None where a flag cannot
+    carry the type."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         choices = [a for a in typing.get_args(hint) if a is not type(None)]
         return _flag_type(choices[0]) if len(choices) == 1 else None
+    if typing.get_origin(hint) is tuple and set(typing.get_args(hint)) == {int}:
+        size = len(typing.get_args(hint))
+        return functools.partial(_int_tuple, size)
     return hint if hint in (bool, int, float, str) else None
+
+
+def _int_tuple(size: int, text: str) -> tuple[int, ...]:
+    try:
+        parsed = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        parsed = ()
+    if len(parsed) != size:
+        raise argparse.ArgumentTypeError(f"takes {size} comma-separated integers, got {text!r}")
+    return parsed
