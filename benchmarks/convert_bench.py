@@ -29,8 +29,8 @@ import cv2
 import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from imgpipe.components.common.conversion_summary import ConversionSummary
-from imgpipe.components.common.layout import TRAIN_SPLIT
+from imgpipe.components.common.formats.conversion_summary import ConversionSummary
+from imgpipe.components.common.formats.layout import TRAIN_SPLIT
 from imgpipe.components.image_example_gen.convert import run_conversion
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions, flat_splits
 from imgpipe.components.image_example_gen.tasks import ConversionTask

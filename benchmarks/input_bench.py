@@ -41,8 +41,10 @@ from collections.abc import Callable, Iterable
 
 import tensorflow as tf
 
-from imgpipe.components.common import allocator, artifacts, layout, preprocessing
-from imgpipe.components.common.model_input import DEFAULT_IMAGE_SIZE, ModelInput
+from imgpipe.components.common.formats import artifacts, layout
+from imgpipe.components.common.images import preprocessing
+from imgpipe.components.common.images.model_input import DEFAULT_IMAGE_SIZE, ModelInput
+from imgpipe.components.common.runtime import allocator
 from imgpipe.components.trainer import dali_input, memory
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer.config import MOBILENET_V3_SMALL

@@ -95,9 +95,10 @@ def train_champion(
     import keras
     import tensorflow as tf
 
-    from imgpipe.components.common import label_audit, served_models
-    from imgpipe.components.common import label_audit_scoring as scoring
-    from imgpipe.components.common.model_input import ModelInput
+    from imgpipe.components.common.formats import served_models
+    from imgpipe.components.common.images import label_audit
+    from imgpipe.components.common.images import label_audit_scoring as scoring
+    from imgpipe.components.common.images.model_input import ModelInput
     from imgpipe.components.trainer import export
     from imgpipe.components.trainer import model as model_lib
     from imgpipe.components.trainer.config import TINY_CNN, TrainerConfig
@@ -131,7 +132,8 @@ def train_champion(
     accuracy = float(np.mean(probabilities.argmax(1) == [CLASSES.index(c) for c in held_labels]))
     found = label_audit.audit(CLASSES, held_labels, probabilities)
     reference = scoring.Reference(found.flagged_fraction, len(found.flagged), found.audited, "eval")
-    from imgpipe.components.common import config_loader, fileio
+    from imgpipe.components.common.runtime import config_loader
+    from imgpipe.components.common.storage import fileio
 
     fileio.write_text(
         os.path.join(push, served_models.ASSETS_EXTRA_DIR, scoring.REFERENCE_FILE),
@@ -150,8 +152,8 @@ def measure(work: str, per_class: int, epochs: int, champion_per_class: int) -> 
     held_out = photo_folder(os.path.join(work, "champion-eval"), per_class // 3, seed=7)
     serving = os.path.join(work, "serving")
     push, accuracy = train_champion(clean, held_out, serving, epochs)
-    from imgpipe.components.common import label_audit_scoring as scoring
-    from imgpipe.components.common import served_models
+    from imgpipe.components.common.formats import served_models
+    from imgpipe.components.common.images import label_audit_scoring as scoring
 
     reference = scoring.read_reference(served_models.latest(serving))
     span = photo_folder(os.path.join(work, "span-photos"), per_class, seed=1)

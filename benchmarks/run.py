@@ -77,7 +77,7 @@ def main() -> None:
 
 def _run(args: argparse.Namespace, selected: set[str]) -> None:
     # As the pipeline's own stages do; set once here, so every baseline gets it too.
-    from imgpipe.components.common import allocator
+    from imgpipe.components.common.runtime import allocator
 
     malloc_tuned = allocator.tune_malloc()
     photos = make_photo_dataset(DEFAULT_DATA + f"-{args.images}", count=args.images)
@@ -155,7 +155,7 @@ def _bench_shards(photos: str, name: str, image_options) -> str:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from imgpipe.components.common.layout import DALI_INDEX_DIR, MANIFEST_FILE
+    from imgpipe.components.common.formats.layout import DALI_INDEX_DIR, MANIFEST_FILE
     from imgpipe.components.image_example_gen.convert import run_conversion
     from imgpipe.components.image_example_gen.options import OutputOptions
 

@@ -126,7 +126,7 @@ def measure(folder: str, beam_args: list[str], resize: bool = False) -> dict:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from benchmarks.convert_bench import QUALITY, RESIZE
-    from imgpipe.components.common import allocator
+    from imgpipe.components.common.runtime import allocator
     from imgpipe.components.image_example_gen import labels, listing, tasks
     from imgpipe.components.image_example_gen.convert import plan_tasks, run_conversion
     from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions

@@ -47,9 +47,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import tensorflow as tf
 
-from imgpipe.components.common import artifacts, conversion_summary, layout
-from imgpipe.components.common import features as fk
-from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION, DEFAULT_IMAGE_SIZE
+from imgpipe.components.common.formats import artifacts, conversion_summary, layout
+from imgpipe.components.common.formats import features as fk
+from imgpipe.components.common.images.model_input import DEFAULT_CROP_FRACTION, DEFAULT_IMAGE_SIZE
 from imgpipe.components.image_statistics import strict_jpeg
 from imgpipe.components.image_statistics.analyze import (
     DECODE_CHUNK,

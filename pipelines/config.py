@@ -43,7 +43,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from imgpipe.components.common import config_loader
+from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.evaluator.config import EvaluatorConfig
 from imgpipe.components.image_example_gen.options import LAYOUT_SPLIT, ExampleGenConfig
 from imgpipe.components.image_statistics.config import StatisticsConfig
@@ -214,7 +214,7 @@ def load(path: str | None, settings: Sequence[str] = (), **overrides: Any) -> Pi
     Example:
       load("pipeline.yaml", ["evaluator.tolerance=0.02"], data_root="/data/flowers")
     """
-    from imgpipe.components.common import fileio
+    from imgpipe.components.common.storage import fileio
     from imgpipe.pipelines import bounded_yaml
 
     values: dict[str, Any] = {}

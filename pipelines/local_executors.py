@@ -12,7 +12,7 @@ from tfx.components.example_validator import executor as example_validator
 from tfx.components.schema_gen import executor as schema_gen
 from tfx.components.statistics_gen import executor as statistics_gen
 
-from imgpipe.components.common.staging import ThroughLocalCopies
+from imgpipe.components.common.storage.staging import ThroughLocalCopies
 from imgpipe.pipelines import component_ids as ids
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from tfx.types import standard_component_specs as keys
 
-from imgpipe.components.common.layout import REPORT_FILE
+from imgpipe.components.common.formats.layout import REPORT_FILE
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import pipeline as pl
 from imgpipe.pipelines.beam_args import local_beam_args
@@ -98,7 +98,7 @@ def run(config: PipelineConfig) -> RunResult:
     from tfx.orchestration import metadata
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
-    from imgpipe.components.common import fileio, object_store
+    from imgpipe.components.common.storage import fileio, object_store
     from imgpipe.pipelines import local_executors
 
     if not fileio.is_local(config.local_metadata_path):
@@ -196,7 +196,7 @@ def latest_results(config: PipelineConfig, run_id: str | None = None) -> RunResu
 
 def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
     """The closing lines of a run: where the model, the reports and the statistics are."""
-    from imgpipe.components.common import fileio
+    from imgpipe.components.common.storage import fileio
 
     def report_in(uri: str | None) -> str | None:
         if not uri:
@@ -210,7 +210,7 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         if pushed and pushed.properties.get(PUSHED)
         else None
     )
-    # The Pusher's refusal (components/common/serving_lock.py REFUSED_PROPERTY), if any.
+    # The Pusher's refusal (components/common/storage/serving_lock.py REFUSED_PROPERTY), if any.
     refused = pushed.properties.get("refused") if pushed else None
     not_pushed = refused or f"not pushed (see {config.serving_dir})"
     examples = result.artifact(ids.EXAMPLE_GEN, keys.EXAMPLES_KEY)
@@ -249,7 +249,7 @@ def training_lines(model_run_uri: str | None) -> list[str]:
         f"{p.name} {p.epochs_run}/{p.epochs} epochs at {p.peak_learning_rate:g}"
         for p in trained.phases
     )
-    from imgpipe.components.common import label_audit
+    from imgpipe.components.common.images import label_audit
 
     audited = (
         [f"label audit (eval)   {label_audit.describe(trained.label_audit)}"]
@@ -300,8 +300,10 @@ def evaluation_lines(evaluation_uri: str | None) -> list[str]:
 def label_audit_lines(statistics_uri: str | None) -> list[str]:
     """The champion's label audit of this data before training: the flagged fraction,
     the gate and the decision, from image_stats.json."""
-    from imgpipe.components.common import fileio, image_stats, label_audit
-    from imgpipe.components.common.layout import IMAGE_STATS_FILE
+    from imgpipe.components.common.formats import image_stats
+    from imgpipe.components.common.formats.layout import IMAGE_STATS_FILE
+    from imgpipe.components.common.images import label_audit
+    from imgpipe.components.common.storage import fileio
 
     if not statistics_uri or not fileio.exists(os.path.join(statistics_uri, IMAGE_STATS_FILE)):
         return []
@@ -327,8 +329,9 @@ def comparison_text(comparison: Any) -> str:
 
 def drift_lines(statistics_uri: str | None) -> list[str]:
     """This data against the served model's training data, from image_stats.json."""
-    from imgpipe.components.common import fileio, image_stats
-    from imgpipe.components.common.layout import IMAGE_STATS_FILE
+    from imgpipe.components.common.formats import image_stats
+    from imgpipe.components.common.formats.layout import IMAGE_STATS_FILE
+    from imgpipe.components.common.storage import fileio
 
     if not statistics_uri or not fileio.exists(os.path.join(statistics_uri, IMAGE_STATS_FILE)):
         return []

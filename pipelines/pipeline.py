@@ -21,7 +21,7 @@ from tfx.dsl.components.base import base_node
 from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.types import standard_component_specs as keys
 
-from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
+from imgpipe.components.common.images.model_input import DEFAULT_CROP_FRACTION
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines.config import PipelineConfig
 
@@ -76,7 +76,7 @@ def create_components(
     from tfx import v1 as tfx
     from tfx.proto import pusher_pb2
 
-    from imgpipe.components.common import config_loader
+    from imgpipe.components.common.runtime import config_loader
     from imgpipe.components.evaluator.component import ImageEvaluator
     from imgpipe.components.image_example_gen.component import ImageExampleGen
     from imgpipe.components.image_statistics.component import ImageStatistics

@@ -529,7 +529,7 @@ def test_every_conversion_option_is_a_convert_flag_with_its_docstring_and_choice
     import argparse
     import dataclasses
 
-    from imgpipe.components.common import config_loader
+    from imgpipe.components.common.runtime import config_loader
     from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
     from imgpipe.pipelines.cli import convert as convert_cli
     from imgpipe.pipelines.cli import dataclass_flags

@@ -10,7 +10,7 @@ import json
 import pytest
 import yaml
 
-from imgpipe.components.common import config_loader
+from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.evaluator.config import EvaluatorConfig
 from imgpipe.components.image_example_gen.options import (
     ExampleGenConfig,

@@ -10,11 +10,11 @@ import uuid
 
 import pytest
 
-from imgpipe.components.common import cpu
+from imgpipe.components.common.runtime import cpu
 
 pytestmark = pytest.mark.unit
 
-PRINT_CORES = "from imgpipe.components.common import cpu; print(cpu.available_cores())"
+PRINT_CORES = "from imgpipe.components.common.runtime import cpu; print(cpu.available_cores())"
 
 
 def _write(path, text: str) -> None:

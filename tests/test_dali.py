@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from imgpipe.components.common import conversion_summary
-from imgpipe.components.common import features as fk
+from imgpipe.components.common.formats import conversion_summary
+from imgpipe.components.common.formats import features as fk
 from imgpipe.components.image_example_gen import shards as shards_lib
 from imgpipe.components.image_example_gen.convert import run_conversion
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from tfx.types import artifact_utils, standard_artifacts
 
-from imgpipe.components.common import served_models
-from imgpipe.components.common.model_input import ModelInput
+from imgpipe.components.common.formats import served_models
+from imgpipe.components.common.images.model_input import ModelInput
 from imgpipe.components.evaluator import blessing
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator.config import EvaluatorConfig
@@ -215,7 +215,7 @@ def _examples(tmp_path) -> standard_artifacts.Examples:
 
 def _export(model, path: str, labels=th.CLASSES) -> str:
     """Exports as the Trainer does: into <model>/Format-Serving, with the model's manifest."""
-    from imgpipe.components.common import outputs
+    from imgpipe.components.common.storage import outputs
     from imgpipe.components.trainer import export
 
     parent, name = os.path.split(path)

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from imgpipe.components.common import manifest
+from imgpipe.components.common.formats import manifest
 from imgpipe.pipelines.engines import artifacts, flink, flink_containers, flink_image
 from tests import containers, imagegen, outputs
 

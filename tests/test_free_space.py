@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from imgpipe.components.common import disk_full, fileio
+from imgpipe.components.common.storage import disk_full, fileio
 from imgpipe.components.image_example_gen import free_space
 from imgpipe.pipelines import cli
 from tests import imagegen
@@ -135,7 +135,7 @@ def test_a_push_onto_a_full_disk_names_the_pusher_and_leaves_nothing(tmp_path, s
     from tfx.proto import pusher_pb2
     from tfx.types import standard_artifacts
 
-    from imgpipe.components.common import served_models
+    from imgpipe.components.common.formats import served_models
     from imgpipe.components.pusher import executor as pusher
     from imgpipe.pipelines.cli import errors
 

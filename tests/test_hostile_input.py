@@ -19,8 +19,8 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from imgpipe.components.common import artifacts, conversion_summary
-from imgpipe.components.common import features as fk
+from imgpipe.components.common.formats import artifacts, conversion_summary
+from imgpipe.components.common.formats import features as fk
 from imgpipe.components.image_example_gen import walk
 from imgpipe.components.image_example_gen.convert import run_conversion
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions

@@ -89,7 +89,7 @@ def test_a_signal_to_the_containers_pid_1_stops_the_work_and_publishes_nothing(
     import os
     import time
 
-    from imgpipe.components.common import layout
+    from imgpipe.components.common.formats import layout
     from tests import imagegen
 
     src, out = tmp_path / "src", tmp_path / "out"

@@ -8,8 +8,8 @@ import pytest
 import simplejpeg
 from PIL import Image, ImageOps
 
-from imgpipe.components.common import image_formats
-from imgpipe.components.common import image_header as hdr
+from imgpipe.components.common.images import image_formats
+from imgpipe.components.common.images import image_header as hdr
 from imgpipe.components.image_example_gen import image_codec
 from imgpipe.components.image_example_gen.options import ImageOptions
 from tests import imagegen

@@ -11,7 +11,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
 from tfx.types import artifact_utils, standard_artifacts
 
-from imgpipe.components.common import features as fk
+from imgpipe.components.common.formats import features as fk
 from imgpipe.components.image_example_gen import spec
 from imgpipe.components.image_example_gen.component import ImageExampleGen
 from imgpipe.components.image_example_gen.driver import split_input_base

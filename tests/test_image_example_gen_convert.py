@@ -13,8 +13,8 @@ import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from imgpipe.components.common import artifacts, conversion_summary, layout, manifest
-from imgpipe.components.common import features as fk
+from imgpipe.components.common.formats import artifacts, conversion_summary, layout, manifest
+from imgpipe.components.common.formats import features as fk
 from imgpipe.components.image_example_gen import tasks, transforms, walk
 from imgpipe.components.image_example_gen.convert import run_conversion
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions

@@ -1,4 +1,4 @@
-"""The table of image formats (components/common/image_formats.py): every row is
+"""The table of image formats (components/common/images/image_formats.py): every row is
 recognised by its magic bytes whatever the file is called, its header read, its
 extensions listed, and its pixels decoded and stored as the row says."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from imgpipe.components.common import image_formats, image_header
+from imgpipe.components.common.images import image_formats, image_header
 from imgpipe.components.image_example_gen import image_codec, listing
 from imgpipe.components.image_example_gen.options import ImageOptions
 from tests import imagegen

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from imgpipe.components.common import image_formats
-from imgpipe.components.common import image_header as hdr
+from imgpipe.components.common.images import image_formats
+from imgpipe.components.common.images import image_header as hdr
 from tests import imagegen
 
 pytestmark = pytest.mark.unit

@@ -21,18 +21,18 @@ import pytest
 import tensorflow as tf
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from imgpipe.components.common import (
+from imgpipe.components.common.formats import (
     artifacts,
-    config_loader,
     conversion_summary,
-    fileio,
     label_map,
     layout,
     manifest,
 )
-from imgpipe.components.common import features as fk
-from imgpipe.components.common import image_stats as schema
-from imgpipe.components.common.preprocessing import eval_image
+from imgpipe.components.common.formats import features as fk
+from imgpipe.components.common.formats import image_stats as schema
+from imgpipe.components.common.images.preprocessing import eval_image
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.image_example_gen.convert import run_conversion
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
 from imgpipe.components.image_statistics import accumulator as acc
@@ -593,7 +593,7 @@ def test_report_renders_in_headless_chromium(dataset):
 def test_executor_writes_outputs_then_gates(dataset, tmp_path):
     from tfx.types import artifact_utils, standard_artifacts
 
-    from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
+    from imgpipe.components.common.formats.artifact_types import ImageStatisticsArtifact
 
     examples = standard_artifacts.Examples()
     examples.uri = dataset["examples"]
@@ -637,7 +637,7 @@ def test_executor_writes_outputs_then_gates(dataset, tmp_path):
 def test_executor_retried_into_a_dirty_uri_writes_what_a_clean_run_writes(dataset, tmp_path):
     from tfx.types import artifact_utils, standard_artifacts
 
-    from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
+    from imgpipe.components.common.formats.artifact_types import ImageStatisticsArtifact
 
     examples = standard_artifacts.Examples()
     examples.uri = dataset["examples"]
@@ -710,7 +710,7 @@ def test_cli_stats_writes_json_and_html(dataset, tmp_path, capsys):
 def test_resize_skips_only_an_identity_resize():
     """A batch whose crops are all at the output size skips the resize; the pixels are
     the ones the resize would give, as in a batch that needs it."""
-    from imgpipe.components.common.preprocessing import eval_images
+    from imgpipe.components.common.images.preprocessing import eval_images
 
     rng = np.random.default_rng(1)
     exact = rng.integers(0, 256, (IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
@@ -857,8 +857,8 @@ def test_executor_checks_drift_against_the_served_models_training_data(tmp_path)
     fail_on_drift decides between stopping and warning."""
     from tfx.types import artifact_utils, standard_artifacts
 
-    from imgpipe.components.common import served_models
-    from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
+    from imgpipe.components.common.formats import served_models
+    from imgpipe.components.common.formats.artifact_types import ImageStatisticsArtifact
     from imgpipe.components.image_statistics import drift
     from tests import imagegen
 

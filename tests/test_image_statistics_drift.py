@@ -14,7 +14,8 @@ import cv2
 import numpy as np
 import pytest
 
-from imgpipe.components.common import config_loader, image_stats, layout, served_models
+from imgpipe.components.common.formats import image_stats, layout, served_models
+from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
 from imgpipe.components.image_statistics import baseline, drift, report, summary
 from imgpipe.components.image_statistics.accumulator import SplitAccumulator

@@ -13,8 +13,8 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
 
-from imgpipe.components.common import features as fk
-from imgpipe.components.common import image_stats, layout
+from imgpipe.components.common.formats import features as fk
+from imgpipe.components.common.formats import image_stats, layout
 from imgpipe.components.image_example_gen.component import ImageExampleGen
 from imgpipe.components.image_example_gen.options import OutputOptions
 from imgpipe.components.image_statistics import anomalies as anomaly_lib

@@ -7,7 +7,7 @@ gives the clean result.
 
 Each stop is a real process, `imgpipe convert` or the Kubeflow entrypoint running the
 executor, that signals itself at a named phase (IMGPIPE_STOP_AT,
-components/common/phases.py): one process per case, as each one imports TensorFlow.
+components/common/runtime/phases.py): one process per case, as each one imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import pytest
 from tfx.components.trainer.fn_args_utils import FnArgs
 from tfx.types import artifact_utils, standard_artifacts
 
-from imgpipe.components.common import layout, manifest, phases
-from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
+from imgpipe.components.common.formats import layout, manifest
+from imgpipe.components.common.formats.artifact_types import ImageStatisticsArtifact
+from imgpipe.components.common.runtime import phases
 from imgpipe.components.evaluator import spec as evaluator_spec
 from imgpipe.components.evaluator.executor import Executor as EvaluatorExecutor
 from imgpipe.components.image_example_gen import spec as example_gen_spec

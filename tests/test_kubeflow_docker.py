@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import yaml
 
-from imgpipe.components.common import conversion_summary, layout, manifest, served_models
+from imgpipe.components.common.formats import conversion_summary, layout, manifest, served_models
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.pipelines import cli, sample_photos
 from imgpipe.pipelines import component_ids as ids
@@ -63,7 +63,7 @@ def project_image() -> str:
     return containers.runtime_image()
 
 
-# Outputs that end with a manifest (components/common/manifest.py), by task.
+# Outputs that end with a manifest (components/common/formats/manifest.py), by task.
 WITH_MANIFEST = {
     ids.EXAMPLE_GEN: "examples",
     ids.IMAGE_STATISTICS: "statistics",

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from imgpipe.components.common import image_stats as schema
-from imgpipe.components.common import label_audit
+from imgpipe.components.common.formats import image_stats as schema
+from imgpipe.components.common.images import label_audit
 from imgpipe.components.image_statistics import label_gate
 from imgpipe.components.image_statistics.anomalies import LABEL_ISSUES, gate_message
 from imgpipe.components.image_statistics.config import StatisticsConfig

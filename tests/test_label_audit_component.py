@@ -12,10 +12,11 @@ import pytest
 from tfx.types import artifact_utils, standard_artifacts
 
 from benchmarks import label_audit_bench as bench
-from imgpipe.components.common import config_loader, layout, served_models
-from imgpipe.components.common import image_stats as schema
-from imgpipe.components.common import label_audit_scoring as scoring
-from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
+from imgpipe.components.common.formats import image_stats as schema
+from imgpipe.components.common.formats import layout, served_models
+from imgpipe.components.common.formats.artifact_types import ImageStatisticsArtifact
+from imgpipe.components.common.images import label_audit_scoring as scoring
+from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
 from imgpipe.components.image_statistics import label_gate, spec
 from imgpipe.components.image_statistics.config import StatisticsConfig

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from imgpipe.components.common import conversion_summary, label_map
-from imgpipe.components.common.conversion_summary import LabelConflict
+from imgpipe.components.common.formats import conversion_summary, label_map
+from imgpipe.components.common.formats.conversion_summary import LabelConflict
 from imgpipe.components.image_example_gen import (
     data_warnings,
     labels,

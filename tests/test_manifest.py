@@ -10,7 +10,8 @@ import os
 import pytest
 import tensorflow as tf
 
-from imgpipe.components.common import fileio, layout, manifest
+from imgpipe.components.common.formats import layout, manifest
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.image_example_gen import shards
 
 pytestmark = pytest.mark.unit

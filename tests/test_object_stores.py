@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from imgpipe.components.common import fileio, manifest, object_store, served_models
+from imgpipe.components.common.formats import manifest, served_models
+from imgpipe.components.common.storage import fileio, object_store
 from imgpipe.pipelines import cli
 from tests import imagegen, object_stores
 

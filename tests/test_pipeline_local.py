@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from imgpipe.components.common import conversion_summary, layout, served_models
+from imgpipe.components.common.formats import conversion_summary, layout, served_models
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.pipelines import cli, local_runner, sample_photos
 from imgpipe.pipelines import component_ids as ids

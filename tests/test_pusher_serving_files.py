@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import yaml
 
-from imgpipe.components.common import config_loader, serving
-from imgpipe.components.common.model_input import ModelInput
+from imgpipe.components.common.formats import serving
+from imgpipe.components.common.images.model_input import ModelInput
+from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.pusher import serving_files as sf
 from tests import trainer_helpers as th
 
@@ -139,7 +140,7 @@ def test_each_push_carries_its_serving_files_under_its_manifest(tmp_path):
     from tfx.proto import pusher_pb2
     from tfx.types import standard_artifacts
 
-    from imgpipe.components.common import layout, manifest, served_models
+    from imgpipe.components.common.formats import layout, manifest, served_models
     from imgpipe.components.pusher import executor as pusher
     from imgpipe.components.trainer import export
     from imgpipe.components.trainer import model as model_lib

@@ -15,8 +15,8 @@ import os
 import numpy as np
 import pytest
 
-from imgpipe.components.common import reference_sets, served_models
-from imgpipe.components.common.model_input import ModelInput
+from imgpipe.components.common.formats import reference_sets, served_models
+from imgpipe.components.common.images.model_input import ModelInput
 from imgpipe.components.evaluator import blessing, scoring
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator.config import EvaluatorConfig
@@ -192,7 +192,7 @@ def _trained(folder: str, labels: tuple[str, ...], path: str) -> str:
     """tiny_cnn trained on every photo of `folder`, exported as the Trainer exports."""
     import tensorflow as tf
 
-    from imgpipe.components.common import outputs
+    from imgpipe.components.common.storage import outputs
     from imgpipe.components.trainer import export
     from imgpipe.components.trainer import model as model_lib
     from imgpipe.components.trainer.config import TrainerConfig

@@ -19,7 +19,8 @@ import pytest
 import tensorflow as tf
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from imgpipe.components.common import fileio, layout, manifest
+from imgpipe.components.common.formats import layout, manifest
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.trainer import backbones, export, resume, summary, task
 from imgpipe.components.trainer.config import TrainerConfig
 from tests import object_stores

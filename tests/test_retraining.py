@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-from imgpipe.components.common import conversion_summary, image_stats, layout, served_models
+from imgpipe.components.common.formats import conversion_summary, image_stats, layout, served_models
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.image_statistics import drift
 from imgpipe.components.image_statistics.anomalies import AnomaliesFoundError

@@ -17,7 +17,7 @@ import shutil
 
 import pytest
 
-from imgpipe.components.common import reference_sets, served_models
+from imgpipe.components.common.formats import reference_sets, served_models
 from imgpipe.pipelines import cli, local_runner
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg

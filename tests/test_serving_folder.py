@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from imgpipe.components.common import fileio, label_map, served_models, serving_lock
+from imgpipe.components.common.formats import label_map, served_models
+from imgpipe.components.common.storage import fileio, serving_lock
 from imgpipe.components.pusher import executor as pusher
 
 BIG = 1024 * 1024 + 7  # above manifest.CHECKSUMMED_ON_READ_BYTES: sizes only, by default
@@ -37,7 +38,7 @@ def truncate(path: str, size: int = 1) -> None:
 
 @pytest.mark.unit
 def test_a_push_carries_a_manifest_of_every_file_and_names_itself_to_model_servers(tmp_path):
-    from imgpipe.components.common import manifest
+    from imgpipe.components.common.formats import manifest
 
     serving = str(tmp_path / "serving")
     extra = tmp_path / "reference.txt"

@@ -12,8 +12,9 @@ import pytest
 from tfx import types
 from tfx.types import standard_artifacts
 
-from imgpipe.components.common import fileio, served_models, serving_lock
-from imgpipe.components.common.model_input import ModelInput
+from imgpipe.components.common.formats import served_models
+from imgpipe.components.common.images.model_input import ModelInput
+from imgpipe.components.common.storage import fileio, serving_lock
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator.config import EvaluatorConfig
 from imgpipe.components.pusher import executor as pusher
@@ -31,7 +32,7 @@ def trained():
 
 def export(model, model_uri: str, stats: str | None = None) -> str:
     """The Trainer's output: <model_uri>/Format-Serving, with the manifest."""
-    from imgpipe.components.common import outputs
+    from imgpipe.components.common.storage import outputs
     from imgpipe.components.trainer import export as export_lib
 
     outputs.publish_folder(

@@ -11,7 +11,9 @@ import threading
 
 import pytest
 
-from imgpipe.components.common import fileio, phases, served_models, serving_lock
+from imgpipe.components.common.formats import served_models
+from imgpipe.components.common.runtime import phases
+from imgpipe.components.common.storage import fileio, serving_lock
 from imgpipe.components.pusher import executor as pusher
 from tests import object_stores
 from tests.test_serving_folder import fake_model

@@ -10,9 +10,10 @@ import zlib
 import pytest
 import tensorflow as tf
 
-from imgpipe.components.common import image_header, serving
-from imgpipe.components.common.model_input import ModelInput
-from imgpipe.components.common.serving_limits import ServingLimits
+from imgpipe.components.common.formats import serving
+from imgpipe.components.common.images import image_header
+from imgpipe.components.common.images.model_input import ModelInput
+from imgpipe.components.common.images.serving_limits import ServingLimits
 from tests import imagegen, jpeg_tools
 from tests import trainer_helpers as th
 

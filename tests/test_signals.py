@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from imgpipe.components.common import layout, phases
+from imgpipe.components.common.formats import layout
+from imgpipe.components.common.runtime import phases
 from tests import imagegen, procfs
 from tests.test_in_env import REPO
 

@@ -13,7 +13,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
-from imgpipe.components.common import features as fk
+from imgpipe.components.common.formats import features as fk
 
 
 def _write_jpeg_examples(path: str, count: int) -> None:

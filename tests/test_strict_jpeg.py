@@ -12,7 +12,7 @@ import simplejpeg
 import tensorflow as tf
 from PIL import Image
 
-from imgpipe.components.common import features as fk
+from imgpipe.components.common.formats import features as fk
 from imgpipe.components.image_statistics import strict_jpeg
 from imgpipe.components.image_statistics.analyze import (
     AnalysisOptions,

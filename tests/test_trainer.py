@@ -19,9 +19,11 @@ import tensorflow as tf
 from PIL import Image
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from imgpipe.components.common import artifacts, fileio, layout, manifest, preprocessing
-from imgpipe.components.common.features import TFDS_KEY_MAP
-from imgpipe.components.common.model_input import ModelInput
+from imgpipe.components.common.formats import artifacts, layout, manifest
+from imgpipe.components.common.formats.features import TFDS_KEY_MAP
+from imgpipe.components.common.images import preprocessing
+from imgpipe.components.common.images.model_input import ModelInput
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.trainer import backbones, datasets, devices, export, memory, task
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
@@ -674,7 +676,7 @@ def test_phases_fine_tune_a_pretrained_backbone():
 
 
 def _push(model, serving: str, labels, version: int, stats: str | None = None) -> str:
-    from imgpipe.components.common import served_models
+    from imgpipe.components.common.formats import served_models
 
     path = os.path.join(serving, str(version))
     export.export_serving_model(
@@ -687,7 +689,7 @@ def _push(model, serving: str, labels, version: int, stats: str | None = None) -
 
 @pytest.mark.component
 def test_warm_start_takes_what_fits_from_the_champion(tmp_path, data):
-    from imgpipe.components.common import served_models
+    from imgpipe.components.common.formats import served_models
     from imgpipe.components.trainer import warm_start
 
     config = TrainerConfig(backbone="tiny_cnn", image_size=SIZE, warm_start=True)

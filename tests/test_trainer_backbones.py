@@ -10,8 +10,8 @@ import keras
 import numpy as np
 import pytest
 
-from imgpipe.components.common.model_input import ModelInput
-from imgpipe.components.common.serving import PROBABILITIES
+from imgpipe.components.common.formats.serving import PROBABILITIES
+from imgpipe.components.common.images.model_input import ModelInput
 from imgpipe.components.trainer import backbones
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer.config import TrainerConfig, from_custom_config

@@ -1,4 +1,4 @@
-"""Pixels as the user sees them on the TensorFlow side (components/common/upright.py):
+"""Pixels as the user sees them on the TensorFlow side (components/common/images/upright.py):
 the EXIF orientation read in graph ops, rotated JPEGs and transparent PNGs decoded as a
 viewer shows them by the train, eval and serving inputs, and plain JPEGs unchanged."""
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from imgpipe.components.common import image_formats, preprocessing, upright
-from imgpipe.components.common.model_input import ModelInput
+from imgpipe.components.common.images import image_formats, preprocessing, upright
+from imgpipe.components.common.images.model_input import ModelInput
 from imgpipe.components.image_example_gen import image_codec
 from imgpipe.components.trainer import export
 from tests import imagegen

@@ -15,8 +15,8 @@ import tempfile
 import pytest
 import tensorflow as tf
 
-from imgpipe.components.common.printable import printable, printable_bytes
-from imgpipe.components.common.tf_errors import op_error_reason
+from imgpipe.components.common.runtime.printable import printable, printable_bytes
+from imgpipe.components.common.runtime.tf_errors import op_error_reason
 from imgpipe.components.image_example_gen import driver, listing, transforms, walk
 from imgpipe.components.image_example_gen.options import ImageOptions
 from imgpipe.components.image_example_gen.tasks import ConversionTask

@@ -8,9 +8,9 @@ import os
 import apache_beam as beam
 import numpy as np
 
-from imgpipe.components.common import manifest
-from imgpipe.components.common.conversion_summary import ConversionSummary
-from imgpipe.components.common.layout import IMAGE_STATS_FILE
+from imgpipe.components.common.formats import manifest
+from imgpipe.components.common.formats.conversion_summary import ConversionSummary
+from imgpipe.components.common.formats.layout import IMAGE_STATS_FILE
 from imgpipe.components.image_example_gen.convert import run_conversion
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
 from tests.imagegen import jpeg_bytes, png_bytes, write
@@ -75,7 +75,7 @@ def write_stats(
 ) -> str:
     """An ImageStatistics artifact (image_stats.json and the manifest) whose train and eval
     pixels have this mean and std."""
-    from imgpipe.components.common import image_stats as schema
+    from imgpipe.components.common.formats import image_stats as schema
 
     empty = schema.Histogram(edges=(), counts=())
     pixels = schema.PixelStats(
@@ -124,7 +124,7 @@ def evaluate(tmp_path, name: str, examples, model_dir: str, serving_dir: str, **
     from tfx import types
     from tfx.types import standard_artifacts
 
-    from imgpipe.components.common import serving_lock
+    from imgpipe.components.common.storage import serving_lock
     from imgpipe.components.evaluator import evaluation
     from imgpipe.components.evaluator.component import ImageEvaluator
     from imgpipe.components.evaluator.config import EvaluatorConfig

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from imgpipe.components.common import front_door
+from imgpipe.components.common.runtime import front_door
 
 if TYPE_CHECKING:
     from imgpipe.components.evaluator.component import ImageEvaluator

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from imgpipe.components.common.reference_sets import NEW_SPLIT
+from imgpipe.components.common.formats.reference_sets import NEW_SPLIT
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator.config import EvaluatorConfig
 

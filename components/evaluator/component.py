@@ -2,7 +2,7 @@
 
 Open-source KFP v2 cannot run TFX resolvers, so the champion is not an input channel:
 the executor finds the newest complete push in the serving directory itself
-(components/common/served_models.py), evaluates both models' `serving_examples`
+(components/common/formats/served_models.py), evaluates both models' `serving_examples`
 signatures on the same eval split, and decides by the rules in config.py. Its
 `blessing` output is the standard ModelBlessing TFX's Pusher checks; `evaluation`
 holds evaluation.json (evaluation.py) with both models' metrics and the decision.
@@ -15,8 +15,8 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.orchestration import data_types
 from tfx.types import standard_artifacts
 
-from imgpipe.components.common import config_loader
-from imgpipe.components.common.layout import EVAL_SPLIT
+from imgpipe.components.common.formats.layout import EVAL_SPLIT
+from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.evaluator import spec
 from imgpipe.components.evaluator.config import EvaluatorConfig
 from imgpipe.components.evaluator.executor import Executor

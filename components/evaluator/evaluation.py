@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 
-from imgpipe.components.common import config_loader, fileio, layout
+from imgpipe.components.common.formats import layout
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.storage import fileio
 
 EVALUATION_FILE = layout.EVALUATION_FILE
 VERSION = 2

@@ -19,17 +19,10 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from imgpipe.components.common import (
-    config_loader,
-    disk_full,
-    fileio,
-    manifest,
-    reference_sets,
-    served_models,
-    serving_lock,
-    staging,
-)
-from imgpipe.components.common.reference_sets import ReferenceSet
+from imgpipe.components.common.formats import manifest, reference_sets, served_models
+from imgpipe.components.common.formats.reference_sets import ReferenceSet
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.storage import disk_full, fileio, serving_lock, staging
 from imgpipe.components.evaluator import blessing as blessing_lib
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator import report, scoring, spec

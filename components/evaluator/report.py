@@ -9,8 +9,9 @@ from __future__ import annotations
 import html
 import os
 
-from imgpipe.components.common import fileio, layout
-from imgpipe.components.common.printable import printable
+from imgpipe.components.common.formats import layout
+from imgpipe.components.common.runtime.printable import printable
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.evaluator import evaluation as ev
 
 

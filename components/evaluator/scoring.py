@@ -12,9 +12,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from imgpipe.components.common import artifacts
-from imgpipe.components.common.features import DEFAULT_KEY_MAP
-from imgpipe.components.common.serving import EXAMPLES_INPUT, PROBABILITIES, SERVING_EXAMPLES
+from imgpipe.components.common.formats import artifacts
+from imgpipe.components.common.formats.features import DEFAULT_KEY_MAP
+from imgpipe.components.common.formats.serving import (
+    EXAMPLES_INPUT,
+    PROBABILITIES,
+    SERVING_EXAMPLES,
+)
 from imgpipe.components.evaluator import evaluation as ev
 
 EVAL_BATCH_SIZE = 64

@@ -7,7 +7,7 @@ from tfx.orchestration import data_types
 from tfx.proto import example_gen_pb2, range_config_pb2
 from tfx.utils import proto_utils
 
-from imgpipe.components.common import config_loader
+from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.image_example_gen import options as opts
 from imgpipe.components.image_example_gen import spec
 from imgpipe.components.image_example_gen.driver import ImageFolderDriver, split_input_base

@@ -24,19 +24,13 @@ from collections.abc import Callable
 
 import apache_beam as beam
 
-from imgpipe.components.common import (
-    artifacts,
-    disk_full,
-    fileio,
-    label_map,
-    layout,
-    manifest,
-    phases,
-)
-from imgpipe.components.common.conversion_summary import (
+from imgpipe.components.common.formats import artifacts, label_map, layout, manifest
+from imgpipe.components.common.formats.conversion_summary import (
     ConversionSummary,
 )
-from imgpipe.components.common.printable import printable
+from imgpipe.components.common.runtime import phases
+from imgpipe.components.common.runtime.printable import printable
+from imgpipe.components.common.storage import disk_full, fileio
 from imgpipe.components.image_example_gen import (
     data_warnings,
     free_space,

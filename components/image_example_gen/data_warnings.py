@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from imgpipe.components.common.conversion_summary import (
+from imgpipe.components.common.formats.conversion_summary import (
     EMPTY_CLASS,
     EMPTY_SPLIT,
     FEW_CLASSES,

@@ -17,7 +17,7 @@ from tfx.components.example_gen import driver as tfx_driver
 from tfx.components.example_gen import input_processor
 from tfx.proto import example_gen_pb2, range_config_pb2
 
-from imgpipe.components.common import fileio
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.image_example_gen.walk import walk_tree
 
 

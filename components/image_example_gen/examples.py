@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tensorflow.core.example import example_pb2
 
-from imgpipe.components.common import features as fk
+from imgpipe.components.common.formats import features as fk
 from imgpipe.components.image_example_gen.image_codec import EncodedImage
 
 

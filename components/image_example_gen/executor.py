@@ -14,8 +14,8 @@ from tfx.proto import example_gen_pb2, range_config_pb2
 from tfx.types import artifact_utils
 from tfx.utils import proto_utils
 
-from imgpipe.components.common import config_loader
-from imgpipe.components.common.printable import printable
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.runtime.printable import printable
 from imgpipe.components.image_example_gen import data_warnings, spec
 from imgpipe.components.image_example_gen import options as opts
 from imgpipe.components.image_example_gen.convert import run_conversion

@@ -17,7 +17,7 @@ import math
 import os
 from collections.abc import Iterable
 
-from imgpipe.components.common import fileio
+from imgpipe.components.common.storage import fileio
 
 # Spill files and staged shards hold every record once each until publishing.
 COPIES_BEFORE_PUBLISHING = 2

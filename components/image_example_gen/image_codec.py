@@ -17,8 +17,8 @@ import cv2
 import numpy as np
 import simplejpeg
 
-from imgpipe.components.common import image_formats
-from imgpipe.components.common import image_header as hdr
+from imgpipe.components.common.images import image_formats
+from imgpipe.components.common.images import image_header as hdr
 from imgpipe.components.image_example_gen.options import (
     OUTPUT_JPEG,
     OUTPUT_KEEP,
@@ -99,7 +99,7 @@ def check_tensorflow_decodes(data: bytes, header: hdr.ImageHeader) -> None:
     refuses the JPEG or PNG bytes that training and serving would read."""
     import tensorflow as tf
 
-    from imgpipe.components.common import tf_errors
+    from imgpipe.components.common.runtime import tf_errors
 
     try:
         tf.io.decode_image(data, channels=0, expand_animations=False)

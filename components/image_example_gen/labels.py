@@ -1,6 +1,6 @@
 """Class names to integer ids, stable across retraining runs when a label map is given.
 
-The label files themselves are read and written by components/common/label_map.py.
+The label files themselves are read and written by components/common/formats/label_map.py.
 """
 
 from __future__ import annotations

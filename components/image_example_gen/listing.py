@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 
-from imgpipe.components.common import image_formats
-from imgpipe.components.common.label_map import class_name_problem
+from imgpipe.components.common.formats.label_map import class_name_problem
+from imgpipe.components.common.images import image_formats
 from imgpipe.components.image_example_gen.options import LAYOUT_AUTO, LAYOUT_FLAT, LAYOUT_SPLIT
 from imgpipe.components.image_example_gen.split_names import SPLIT_ALIASES
 from imgpipe.components.image_example_gen.walk import Unlisted, walk_tree

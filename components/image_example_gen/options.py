@@ -1,6 +1,6 @@
 """Configuration of an image conversion: what happens to each image, and how the
 output is split and sharded. Both are frozen dataclasses that round-trip through JSON
-with the one loader (components/common/config_loader.py), which is how the component
+with the one loader (components/common/runtime/config_loader.py), which is how the component
 stores them in `exec_properties`.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from imgpipe.components.common import image_header
-from imgpipe.components.common.config_loader import flag
-from imgpipe.components.common.layout import EVAL_SPLIT, TRAIN_SPLIT
+from imgpipe.components.common.formats.layout import EVAL_SPLIT, TRAIN_SPLIT
+from imgpipe.components.common.images import image_header
+from imgpipe.components.common.runtime.config_loader import flag
 
 ON_ERROR_SKIP = "skip"
 ON_ERROR_FAIL = "fail"

@@ -8,22 +8,20 @@ from __future__ import annotations
 
 import os
 
-from imgpipe.components.common import (
+from imgpipe.components.common.formats import (
     artifacts,
-    config_loader,
     conversion_summary,
-    fileio,
     label_map,
     layout,
     manifest,
-    outputs,
-    phases,
 )
-from imgpipe.components.common.conversion_summary import (
+from imgpipe.components.common.formats.conversion_summary import (
     ConversionSummary,
     ConversionWarning,
     SplitSummary,
 )
+from imgpipe.components.common.runtime import config_loader, phases
+from imgpipe.components.common.storage import fileio, outputs
 from imgpipe.components.image_example_gen import listing as listing_lib
 from imgpipe.components.image_example_gen import shards
 from imgpipe.components.image_example_gen.options import OutputOptions

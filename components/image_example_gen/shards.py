@@ -28,7 +28,9 @@ from collections.abc import Iterable, Iterator
 import apache_beam as beam
 import google_crc32c
 
-from imgpipe.components.common import artifacts, fileio, layout, manifest, phases
+from imgpipe.components.common.formats import artifacts, layout, manifest
+from imgpipe.components.common.runtime import phases
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.image_example_gen import splitting
 
 RESULT_SUFFIX = ".result.json"

@@ -33,8 +33,9 @@ from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 
-from imgpipe.components.common import artifacts, fileio
-from imgpipe.components.common.conversion_summary import LabelConflict
+from imgpipe.components.common.formats import artifacts
+from imgpipe.components.common.formats.conversion_summary import LabelConflict
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.image_example_gen import splitting
 from imgpipe.components.image_example_gen.options import (
     LABEL_CONFLICT_FAIL,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from imgpipe.components.common.layout import EVAL_SPLIT, TEST_SPLIT, TRAIN_SPLIT
+from imgpipe.components.common.formats.layout import EVAL_SPLIT, TEST_SPLIT, TRAIN_SPLIT
 
 SPLIT_ALIASES: dict[str, str] = {
     TRAIN_SPLIT: TRAIN_SPLIT,

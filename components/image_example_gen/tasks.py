@@ -10,7 +10,8 @@ import os
 
 import apache_beam as beam
 
-from imgpipe.components.common import fileio, phases
+from imgpipe.components.common.runtime import phases
+from imgpipe.components.common.storage import fileio
 
 # Images per pipeline element: one batch goes through a worker's thread pool at once.
 CONVERT_BATCH = 32

@@ -20,9 +20,10 @@ from typing import IO
 import apache_beam as beam
 import tensorflow as tf
 
-from imgpipe.components.common import allocator, cpu, fileio
-from imgpipe.components.common.image_header import ImageHeaderError
-from imgpipe.components.common.printable import printable
+from imgpipe.components.common.images.image_header import ImageHeaderError
+from imgpipe.components.common.runtime import allocator, cpu
+from imgpipe.components.common.runtime.printable import printable
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.image_example_gen.examples import image_example
 from imgpipe.components.image_example_gen.image_codec import ImageDecodeError, convert_image
 from imgpipe.components.image_example_gen.options import ImageOptions

@@ -24,8 +24,8 @@ import os
 import posixpath
 import stat
 
-from imgpipe.components.common import fileio, object_store
-from imgpipe.components.common.printable import printable_bytes
+from imgpipe.components.common.runtime.printable import printable_bytes
+from imgpipe.components.common.storage import fileio, object_store
 
 LINK_NOT_FOLLOWED = (
     "symbolic link: not followed (follow_links follows links that stay inside the input root)"

@@ -1,6 +1,6 @@
 """Reduces a batch of serialized image Examples to one `SplitAccumulator`.
 
-Pixels come from `imgpipe.components.common.preprocessing.eval_images`, the function the
+Pixels come from `imgpipe.components.common.images.preprocessing.eval_images`, the function the
 Trainer and serving use, run over chunks of the batch in one `tf.function`. Each image
 is then reduced to its integer histogram (`cv2.calcHist`, one fused C++ pass), from
 which sums and sums of squares follow exactly; each chunk's dHashes are computed
@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from imgpipe.components.common import image_formats, image_header
+from imgpipe.components.common.images import image_formats, image_header
 from imgpipe.components.image_statistics.accumulator import SplitAccumulator, Thumbnail
 from imgpipe.components.image_statistics.decoding import (
     BatchDecoder,

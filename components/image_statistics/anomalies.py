@@ -13,9 +13,10 @@ from collections.abc import Sequence
 
 from tensorflow_metadata.proto.v0 import anomalies_pb2
 
-from imgpipe.components.common import artifacts, fileio, layout
-from imgpipe.components.common.image_stats import Anomaly, ImageStats
-from imgpipe.components.common.printable import printable
+from imgpipe.components.common.formats import artifacts, layout
+from imgpipe.components.common.formats.image_stats import Anomaly, ImageStats
+from imgpipe.components.common.runtime.printable import printable
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.image_statistics.config import StatisticsConfig
 
 MAX_LISTED_FILES = 10

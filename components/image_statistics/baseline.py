@@ -15,7 +15,8 @@ import os
 
 import tensorflow as tf
 
-from imgpipe.components.common import fileio, image_stats, layout, served_models
+from imgpipe.components.common.formats import image_stats, layout, served_models
+from imgpipe.components.common.storage import fileio
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,9 +7,9 @@ from tfx import types
 from tfx.dsl.components.base import base_beam_component, executor_spec
 from tfx.orchestration import data_types
 
-from imgpipe.components.common import config_loader
-from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
-from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION, DEFAULT_IMAGE_SIZE
+from imgpipe.components.common.formats.artifact_types import ImageStatisticsArtifact
+from imgpipe.components.common.images.model_input import DEFAULT_CROP_FRACTION, DEFAULT_IMAGE_SIZE
+from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.image_statistics import spec
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.executor import Executor

@@ -13,7 +13,8 @@ from typing import Any
 
 import apache_beam as beam
 
-from imgpipe.components.common import artifacts, conversion_summary, fileio, layout
+from imgpipe.components.common.formats import artifacts, conversion_summary, layout
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.image_statistics import transforms
 from imgpipe.components.image_statistics.accumulator import SplitAccumulator
 from imgpipe.components.image_statistics.analyze import AnalysisOptions

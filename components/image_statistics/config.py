@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from imgpipe.components.common.label_audit import DEFAULT_MAX_IMAGES
+from imgpipe.components.common.images.label_audit import DEFAULT_MAX_IMAGES
 
 
 @dataclasses.dataclass(frozen=True)

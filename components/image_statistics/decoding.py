@@ -24,10 +24,11 @@ import simplejpeg
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
-from imgpipe.components.common import cpu, image_header, upright
-from imgpipe.components.common import features as fk
-from imgpipe.components.common.preprocessing import center_crop_windows, eval_images
-from imgpipe.components.common.tf_errors import op_error_reason
+from imgpipe.components.common.formats import features as fk
+from imgpipe.components.common.images import image_header, upright
+from imgpipe.components.common.images.preprocessing import center_crop_windows, eval_images
+from imgpipe.components.common.runtime import cpu
+from imgpipe.components.common.runtime.tf_errors import op_error_reason
 from imgpipe.components.image_statistics import strict_jpeg
 
 T = TypeVar("T")

@@ -1,6 +1,6 @@
 """Drift: this run's data compared with the data the served model was trained on.
 
-Pure functions over the typed statistics (components/common/image_stats.py); finding
+Pure functions over the typed statistics (components/common/formats/image_stats.py); finding
 and reading the baseline is baseline.py's. Each side is summarized with every split
 pooled, so the comparison does not depend on how either run divided its data. Each
 metric is reported where it is largest, as a `DriftCheck` named after its threshold in
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from imgpipe.components.common import image_stats as schema
+from imgpipe.components.common.formats import image_stats as schema
 from imgpipe.components.image_statistics.accumulator import CHANNEL_NAMES, exact_moments
 from imgpipe.components.image_statistics.anomalies import DRIFT
 from imgpipe.components.image_statistics.config import StatisticsConfig

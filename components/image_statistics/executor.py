@@ -12,16 +12,10 @@ from tfx import types
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
-from imgpipe.components.common import (
-    config_loader,
-    disk_full,
-    fileio,
-    image_stats,
-    label_audit,
-    layout,
-    manifest,
-    outputs,
-)
+from imgpipe.components.common.formats import image_stats, layout, manifest
+from imgpipe.components.common.images import label_audit
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.storage import disk_full, fileio, outputs
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
 from imgpipe.components.image_statistics import baseline, spec
 from imgpipe.components.image_statistics.analyze import AnalysisOptions

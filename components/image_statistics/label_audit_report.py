@@ -8,9 +8,9 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from imgpipe.components.common import image_stats as schema
-from imgpipe.components.common import label_audit
-from imgpipe.components.common.printable import printable
+from imgpipe.components.common.formats import image_stats as schema
+from imgpipe.components.common.images import label_audit
+from imgpipe.components.common.runtime.printable import printable
 
 TITLE = "Label audit"
 

@@ -1,8 +1,8 @@
 """The label audit before training: the champion scores the span, and a span with far more
 likely label errors than the champion's own data stops the run.
 
-The audit itself (confident learning, cleanlab) is components/common/label_audit.py, the
-scoring components/common/label_audit_scoring.py; this module finds the champion, sets
+The audit itself (confident learning, cleanlab) is components/common/images/label_audit.py, the
+scoring components/common/images/label_audit_scoring.py; this module finds the champion, sets
 the gate and words the anomaly. The gate is relative: a span stops when its flagged
 fraction is above max(statistics.max_label_issue_fraction,
 statistics.label_issue_reference_factor x the champion's own rate), the champion's own
@@ -19,9 +19,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from imgpipe.components.common import image_stats as schema
-from imgpipe.components.common import label_audit_scoring as scoring
-from imgpipe.components.common import served_models
+from imgpipe.components.common.formats import image_stats as schema
+from imgpipe.components.common.formats import served_models
+from imgpipe.components.common.images import label_audit_scoring as scoring
 from imgpipe.components.image_statistics.anomalies import LABEL_ISSUES
 from imgpipe.components.image_statistics.config import StatisticsConfig
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import apache_beam as beam
 
-from imgpipe.components.common import (
+from imgpipe.components.common.formats import (
     artifacts,
     conversion_summary,
     image_stats,

@@ -13,9 +13,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from imgpipe.components.common import image_stats as schema
-from imgpipe.components.common.layout import IMAGE_STATS_FILE
-from imgpipe.components.common.printable import printable
+from imgpipe.components.common.formats import image_stats as schema
+from imgpipe.components.common.formats.layout import IMAGE_STATS_FILE
+from imgpipe.components.common.runtime.printable import printable
 from imgpipe.components.image_statistics import drift as drift_lib
 from imgpipe.components.image_statistics import label_audit_report
 from imgpipe.components.image_statistics.accumulator import CHANNEL_NAMES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tfx.types import component_spec, standard_artifacts, standard_component_specs
 
-from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
+from imgpipe.components.common.formats.artifact_types import ImageStatisticsArtifact
 
 EXAMPLES_KEY = standard_component_specs.EXAMPLES_KEY
 ANOMALIES_KEY = standard_component_specs.ANOMALIES_KEY
@@ -15,7 +15,7 @@ CROP_FRACTION_KEY = "crop_fraction"
 # StatisticsConfig as JSON (components/image_statistics/config.py).
 STATISTICS_CONFIG_KEY = "statistics_config"
 # The serving directory, whose newest push's training statistics drift is checked
-# against (components/common/served_models.py); "" for no drift check.
+# against (components/common/formats/served_models.py); "" for no drift check.
 SERVING_DIR_KEY = "serving_dir"
 
 # The span whose drift is accepted (StatisticsConfig.accept_drift_span), separate so

@@ -1,4 +1,4 @@
-"""Builds the typed statistics (components/common/image_stats.py) from the combined
+"""Builds the typed statistics (components/common/formats/image_stats.py) from the combined
 accumulators. Everything beyond the Trainer's normalization is for people and for the
 anomaly checks.
 """
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from imgpipe.components.common import image_stats as schema
-from imgpipe.components.common import preprocessing
+from imgpipe.components.common.formats import image_stats as schema
+from imgpipe.components.common.images import preprocessing
 from imgpipe.components.image_statistics import accumulator as acc
 from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.transforms import DuplicateGroup

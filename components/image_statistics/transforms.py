@@ -20,8 +20,10 @@ import apache_beam as beam
 import tensorflow as tf
 from apache_beam.utils.windowed_value import WindowedValue
 
-from imgpipe.components.common import allocator, artifacts, staging
-from imgpipe.components.common import image_stats as schema
+from imgpipe.components.common.formats import artifacts
+from imgpipe.components.common.formats import image_stats as schema
+from imgpipe.components.common.runtime import allocator
+from imgpipe.components.common.storage import staging
 from imgpipe.components.image_statistics.accumulator import ImageStatsCombineFn, SplitAccumulator
 from imgpipe.components.image_statistics.analyze import (
     AnalysisOptions,

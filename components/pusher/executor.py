@@ -36,17 +36,9 @@ from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
-from imgpipe.components.common import (
-    config_loader,
-    disk_full,
-    fileio,
-    layout,
-    manifest,
-    phases,
-    reference_sets,
-    served_models,
-    serving_lock,
-)
+from imgpipe.components.common.formats import layout, manifest, reference_sets, served_models
+from imgpipe.components.common.runtime import config_loader, phases
+from imgpipe.components.common.storage import disk_full, fileio, serving_lock
 from imgpipe.components.pusher import serving_files
 
 STAGING_PREFIX = ".push-"

@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from imgpipe.components.common import serving
+from imgpipe.components.common.formats import serving
 
 INFERENCE_SERVICE_FILE = "inference_service.yaml"
 MODEL_CARD_JSON_FILE = "model_card.json"

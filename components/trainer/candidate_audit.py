@@ -1,7 +1,7 @@
 """After training: the label audit of the eval split by the trained model, out of sample.
 
 The same audit ImageStatistics runs with the champion before training
-(components/common/label_audit.py). Its rate goes into training_summary.json, and into
+(components/common/images/label_audit.py). Its rate goes into training_summary.json, and into
 the exported model's assets.extra/ (label_audit_scoring.REFERENCE_FILE): once the model
 is pushed and becomes the champion, the next span's audit is gated relative to it.
 """
@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 from absl import logging
 
-from imgpipe.components.common import image_stats as schema
-from imgpipe.components.common import label_audit
-from imgpipe.components.common import label_audit_scoring as scoring
-from imgpipe.components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
+from imgpipe.components.common.formats import image_stats as schema
+from imgpipe.components.common.formats.features import DEFAULT_KEY_MAP, FeatureKeyMap
+from imgpipe.components.common.images import label_audit
+from imgpipe.components.common.images import label_audit_scoring as scoring
 
 
 def audit_candidate(

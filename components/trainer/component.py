@@ -10,7 +10,7 @@ from tfx.proto import trainer_pb2
 from tfx.types import standard_artifacts
 from tfx.utils import json_utils
 
-from imgpipe.components.common.layout import EVAL_SPLIT, TRAIN_SPLIT
+from imgpipe.components.common.formats.layout import EVAL_SPLIT, TRAIN_SPLIT
 from imgpipe.components.trainer import spec
 from imgpipe.components.trainer.config import TrainerConfig, to_custom_config
 from imgpipe.components.trainer.executor import Executor

@@ -2,7 +2,7 @@
 
 `ImageTrainer(config=TrainerConfig(...))` stores it as JSON in TFX's `custom_config`
 exec property; run_fn reads it back with `from_custom_config`, through the one loader
-(components/common/config_loader.py), which rejects unknown keys.
+(components/common/runtime/config_loader.py), which rejects unknown keys.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from imgpipe.components.common import config_loader, features
+from imgpipe.components.common.formats import features
+from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.trainer import backbones
 
 # Set by the ImageTrainer executor, not by users: the ImageStatistics artifact's URI.
@@ -88,11 +89,11 @@ class TrainerConfig:
       ram_budget_mb: RAM the input pipeline may use (cache + shuffle buffer + tf.data
         autotuned buffers); None is half the memory available to this process.
       shuffle_buffer: shuffle buffer in images; None sizes it from the RAM budget.
-      key_map: feature layout of the shards: a key of imgpipe.components.common.features.KEY_MAPS.
+      key_map: feature layout of the shards: a key of common.formats.features.KEY_MAPS.
       normalize_on_host: normalize in the input_fn (float32 batches) instead of in the
         model's first layer (uint8 batches, a quarter of the host memory traffic).
       tune_malloc: raise glibc malloc's mmap/trim thresholds so per-image buffers are
-        reused instead of page-faulted afresh (see components/common/allocator.py).
+        reused instead of page-faulted afresh (see components/common/runtime/allocator.py).
       seed: seeds shard order, shuffling and weight initialization.
       tensorboard_images: augmented training images written to TensorBoard.
       checkpoint_dir: where preemption backups live, one folder per training

@@ -24,8 +24,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from imgpipe.components.common import artifacts, preprocessing
-from imgpipe.components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
+from imgpipe.components.common.formats import artifacts
+from imgpipe.components.common.formats.features import DEFAULT_KEY_MAP, FeatureKeyMap
+from imgpipe.components.common.images import preprocessing
 
 CPU = "cpu"
 GPU = "gpu"

@@ -12,7 +12,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from imgpipe.components.common.model_input import ModelInput
+from imgpipe.components.common.images.model_input import ModelInput
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import memory
 from imgpipe.components.trainer.config import CACHE_OFF, TrainerConfig

@@ -9,7 +9,7 @@ from tfx.components.trainer import executor as trainer_executor
 from tfx.components.trainer import fn_args_utils
 from tfx.types import artifact_utils
 
-from imgpipe.components.common import disk_full
+from imgpipe.components.common.storage import disk_full
 from imgpipe.components.trainer import config as config_lib
 from imgpipe.components.trainer import spec
 

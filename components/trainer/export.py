@@ -1,7 +1,7 @@
 """Exports the trained classifier as a SavedModel that takes encoded image bytes.
 
 The signatures and their names are the serving contract in
-components/common/serving.py. The preprocessing inside is
+components/common/formats/serving.py. The preprocessing inside is
 `input.decode_batch(..., EVAL)`, the same function the eval input pipeline runs.
 """
 
@@ -15,10 +15,9 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
-from imgpipe.components.common import fileio, label_map, layout, served_models, serving_limits
-from imgpipe.components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
-from imgpipe.components.common.model_input import ModelInput
-from imgpipe.components.common.serving import (
+from imgpipe.components.common.formats import label_map, layout, served_models
+from imgpipe.components.common.formats.features import DEFAULT_KEY_MAP, FeatureKeyMap
+from imgpipe.components.common.formats.serving import (
     CLASS_NAMES,
     EXAMPLES_INPUT,
     IMAGES_INPUT,
@@ -27,7 +26,10 @@ from imgpipe.components.common.serving import (
     SERVING_DEFAULT,
     SERVING_EXAMPLES,
 )
-from imgpipe.components.common.serving_limits import ServingLimits
+from imgpipe.components.common.images import serving_limits
+from imgpipe.components.common.images.model_input import ModelInput
+from imgpipe.components.common.images.serving_limits import ServingLimits
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.trainer import input as input_lib
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from imgpipe.components.common import fileio
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer import resume

@@ -23,16 +23,12 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from imgpipe.components.common import (
-    artifacts,
-    conversion_summary,
-    fileio,
-    layout,
-    preprocessing,
-)
-from imgpipe.components.common.artifacts import ShardReadError
-from imgpipe.components.common.features import DEFAULT_KEY_MAP, FeatureKeyMap
-from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
+from imgpipe.components.common.formats import artifacts, conversion_summary, layout
+from imgpipe.components.common.formats.artifacts import ShardReadError
+from imgpipe.components.common.formats.features import DEFAULT_KEY_MAP, FeatureKeyMap
+from imgpipe.components.common.images import preprocessing
+from imgpipe.components.common.images.model_input import DEFAULT_CROP_FRACTION
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.trainer.memory import MemoryPlan
 
 TRAIN = "train"

@@ -15,9 +15,9 @@ from collections.abc import Iterator, Sequence
 
 import keras
 
-from imgpipe.components.common import fileio
-from imgpipe.components.common.model_input import ModelInput
-from imgpipe.components.common.serving import PROBABILITIES
+from imgpipe.components.common.formats.serving import PROBABILITIES
+from imgpipe.components.common.images.model_input import ModelInput
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.trainer import backbones
 from imgpipe.components.trainer import config as config_lib
 from imgpipe.components.trainer.config import TrainerConfig

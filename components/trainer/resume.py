@@ -25,8 +25,10 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 
-from imgpipe.components.common import config_loader, fileio, manifest
-from imgpipe.components.common.layout import MANIFEST_FILE
+from imgpipe.components.common.formats import manifest
+from imgpipe.components.common.formats.layout import MANIFEST_FILE
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.storage import fileio
 from imgpipe.components.trainer import summary as summary_lib
 from imgpipe.components.trainer.config import TrainerConfig
 

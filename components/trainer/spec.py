@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tfx.types import component_spec, standard_component_specs
 
-from imgpipe.components.common.artifact_types import ImageStatisticsArtifact
+from imgpipe.components.common.formats.artifact_types import ImageStatisticsArtifact
 
 IMAGE_STATISTICS_KEY = "image_statistics"
 EXAMPLES_KEY = standard_component_specs.EXAMPLES_KEY

@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 
-from imgpipe.components.common import config_loader, fileio
-from imgpipe.components.common.image_stats import LabelAudit
+from imgpipe.components.common.formats.image_stats import LabelAudit
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.storage import fileio
 
 TRAINING_SUMMARY_FILE = "training_summary.json"
 VERSION = 2

@@ -18,17 +18,16 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from imgpipe.components.common import (
-    allocator,
+from imgpipe.components.common.formats import (
     artifacts,
     image_stats,
     layout,
     manifest,
-    model_input,
-    outputs,
     served_models,
-    staging,
 )
+from imgpipe.components.common.images import model_input
+from imgpipe.components.common.runtime import allocator
+from imgpipe.components.common.storage import outputs, staging
 from imgpipe.components.trainer import (
     candidate_audit,
     datasets,

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import keras
 from absl import logging
 
-from imgpipe.components.common import served_models
-from imgpipe.components.common.model_input import ModelInput
+from imgpipe.components.common.formats import served_models
+from imgpipe.components.common.images.model_input import ModelInput
 from imgpipe.components.trainer import export
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer.config import TrainerConfig

@@ -10,15 +10,16 @@ import tempfile
 import threading
 from typing import TYPE_CHECKING, Any
 
-from imgpipe.components.common import config_loader, layout
-from imgpipe.components.common.printable import printable
+from imgpipe.components.common.formats import layout
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.runtime.printable import printable
 from imgpipe.components.image_example_gen import options as opts
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
 from imgpipe.pipelines.cli import dataclass_flags, errors, paths
 from imgpipe.pipelines.cli.errors import UserError
 
 if TYPE_CHECKING:  # conversion_summary loads TensorFlow, which `imgpipe --help` need not
-    from imgpipe.components.common.conversion_summary import ConversionSummary
+    from imgpipe.components.common.formats.conversion_summary import ConversionSummary
 
 
 def _output_default(name: str) -> Any:
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from imgpipe.components.common import fileio
+    from imgpipe.components.common.storage import fileio
     from imgpipe.components.image_example_gen.convert import run_conversion
     from imgpipe.components.image_example_gen.publishing import is_conversion_file
     from imgpipe.components.image_example_gen.transforms import ImageConversionError
@@ -197,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_output_path(out: str) -> None:
     """Raises UserError when `out`, or the nearest of its folders that exists, is a file."""
-    from imgpipe.components.common import fileio
+    from imgpipe.components.common.storage import fileio
 
     paths.refuse_file_on_the_way(out, fileio.exists, fileio.isdir)
 

@@ -28,7 +28,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from imgpipe.components.common import config_loader
+from imgpipe.components.common.runtime import config_loader
 
 _ATTRIBUTE = re.compile(r"^(\s+)(\w+): (.*)$")
 

@@ -171,7 +171,7 @@ def load_package(path: str) -> dict[str, Any]:
     """
     import yaml
 
-    from imgpipe.components.common import fileio
+    from imgpipe.components.common.storage import fileio
     from imgpipe.pipelines.config import yaml_problem
 
     if not fileio.exists(path) or fileio.isdir(path):

@@ -6,16 +6,17 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from imgpipe.components.common import config_loader, layout
-from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
-from imgpipe.components.common.printable import printable
+from imgpipe.components.common.formats import layout
+from imgpipe.components.common.images.model_input import DEFAULT_CROP_FRACTION
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.runtime.printable import printable
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.trainer.config import TrainerConfig
 from imgpipe.pipelines.cli import dataclass_flags, paths
 from imgpipe.pipelines.cli.errors import UserError
 
 if TYPE_CHECKING:  # image_stats loads TensorFlow, which `imgpipe --help` need not
-    from imgpipe.components.common.image_stats import ImageStats
+    from imgpipe.components.common.formats.image_stats import ImageStats
 
 
 # Flags kept from an earlier release, where they differ from the field's name.
@@ -102,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from imgpipe.components.common import disk_full, fileio, image_stats
+    from imgpipe.components.common.formats import image_stats
+    from imgpipe.components.common.storage import disk_full, fileio
     from imgpipe.components.image_statistics import anomalies, baseline, spec
     from imgpipe.components.image_statistics.executor import analysis_options
     from imgpipe.components.image_statistics.produce import produce

@@ -266,7 +266,7 @@ def compile_to_file(config: PipelineConfig, output_path: str) -> str:
     Raises:
       ValueError: output_path does not end in .yaml/.yml (the kfp client takes YAML).
     """
-    from imgpipe.components.common import fileio
+    from imgpipe.components.common.storage import fileio
 
     if not output_path.endswith((".yaml", ".yml")):
         raise ValueError(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-from imgpipe.components.common.image_header import (
+from imgpipe.components.common.images.image_header import (
     ARITHMETIC_BLOCKS_PER_BYTE,
     BMP,
     DEFLATE_MAX_RATIO,

@@ -12,6 +12,6 @@ from tfx.types import artifact
 
 class ImageStatisticsArtifact(artifact.Artifact):
     """Output of the ImageStatistics component: image_stats.json (schema in
-    components/common/image_stats.py) and report.html."""
+    components/common/formats/image_stats.py) and report.html."""
 
     TYPE_NAME = "ImageStatistics"

@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 
-from imgpipe.components.common import fileio, object_store
+from imgpipe.components.common.storage import fileio, object_store
 
 # Room left free beside the copies, for checkpoints and TensorFlow's own files.
 HEADROOM_BYTES = 256 << 20

@@ -22,13 +22,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from imgpipe.components.common import (
-    artifacts,
-    fileio,
-    label_map,
-    layout,
-    manifest,
-)
+from imgpipe.components.common.formats import artifacts, label_map, layout, manifest
+from imgpipe.components.common.storage import fileio
 
 REFERENCE_DIR = "reference"
 # The sets a candidate is compared with the champion on, by name.

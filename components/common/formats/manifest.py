@@ -30,8 +30,9 @@ from collections.abc import Iterable, Mapping
 
 import google_crc32c
 
-from imgpipe.components.common import config_loader, fileio
-from imgpipe.components.common.layout import MANIFEST_FILE
+from imgpipe.components.common.formats.layout import MANIFEST_FILE
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.storage import fileio
 
 SCHEMA_VERSION = 1
 # Files up to this size are checksummed by every reader.

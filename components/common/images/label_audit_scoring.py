@@ -24,17 +24,17 @@ import numpy as np
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
-from imgpipe.components.common import (
-    artifacts,
-    config_loader,
-    fileio,
-    label_audit,
-    served_models,
-    staging,
+from imgpipe.components.common.formats import artifacts, served_models
+from imgpipe.components.common.formats import features as fk
+from imgpipe.components.common.formats import image_stats as schema
+from imgpipe.components.common.formats.serving import (
+    EXAMPLES_INPUT,
+    PROBABILITIES,
+    SERVING_EXAMPLES,
 )
-from imgpipe.components.common import features as fk
-from imgpipe.components.common import image_stats as schema
-from imgpipe.components.common.serving import EXAMPLES_INPUT, PROBABILITIES, SERVING_EXAMPLES
+from imgpipe.components.common.images import label_audit
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.storage import fileio, staging
 
 # In a serving model's assets.extra/: the audit's rate on the model's own held-out data.
 REFERENCE_FILE = "label_audit.json"

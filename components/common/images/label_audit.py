@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from imgpipe.components.common import image_stats as schema
+from imgpipe.components.common.formats import image_stats as schema
 
 # The most images an audit scores (StatisticsConfig.label_audit_max_images' default):
 # the model's inference is the audit's cost.

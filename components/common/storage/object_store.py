@@ -29,7 +29,7 @@ from typing import IO, Any
 
 from tfx.dsl.io import filesystem, filesystem_registry
 
-from imgpipe.components.common.object_store_clients import (
+from imgpipe.components.common.storage.object_store_clients import (
     GCS,
     S3,
     SCHEMES,

@@ -21,7 +21,7 @@ from typing import IO, Any
 
 import tensorflow as tf
 
-from imgpipe.components.common import object_store
+from imgpipe.components.common.storage import object_store
 
 # What write_atomic writes before renaming it into place.
 ATOMIC_TEMP_SUFFIX = ".tmp"

@@ -19,8 +19,9 @@ import json
 import os
 from typing import Any
 
-from imgpipe.components.common import config_loader, fileio
-from imgpipe.components.common.layout import SUMMARY_FILE
+from imgpipe.components.common.formats.layout import SUMMARY_FILE
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.storage import fileio
 
 SCHEMA_VERSION = 2
 # Version 1 had no split_by, label_conflicts or warnings; it reads with their defaults.

@@ -27,7 +27,7 @@ import uuid
 
 from absl import logging
 
-from imgpipe.components.common import fileio
+from imgpipe.components.common.storage import fileio
 
 LOCK_FILE = ".decision-lock.json"
 # Taking over an expired lease: a marker per lease, so one waiter alone breaks it.

@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from imgpipe.components.common import config_loader
-from imgpipe.components.common.layout import IMAGE_STATS_FILE, TRAIN_SPLIT
+from imgpipe.components.common.formats.layout import IMAGE_STATS_FILE, TRAIN_SPLIT
+from imgpipe.components.common.runtime import config_loader
 
 SCHEMA_VERSION = 3
 # Version 2 added fields with defaults (SplitStats.class_means, ImageStats.drift), so a
@@ -379,7 +379,7 @@ def write(folder: str, stats: ImageStats) -> str:
 def write_file(path: str, stats: ImageStats) -> str:
     """Writes the statistics to `path` (any name, local or remote), whole or not at all;
     returns it."""
-    from imgpipe.components.common import fileio  # TensorFlow: the schema alone needs none
+    from imgpipe.components.common.storage import fileio
 
     fileio.write_atomic(path, to_json_text(stats).encode())
     return path
@@ -392,7 +392,7 @@ def read(folder: str) -> ImageStats:
       FileNotFoundError: no image_stats.json in the folder.
       ValueError: the file does not fit the schema.
     """
-    from imgpipe.components.common import fileio
+    from imgpipe.components.common.storage import fileio
 
     path = os.path.join(folder, IMAGE_STATS_FILE)
     if not fileio.exists(path):

@@ -15,8 +15,8 @@ import dataclasses
 import struct
 from collections.abc import Callable, Iterator
 
-from imgpipe.components.common import header_parsers as parse
-from imgpipe.components.common.image_header import (
+from imgpipe.components.common.images import header_parsers as parse
+from imgpipe.components.common.images.image_header import (
     BMP,
     GIF,
     JPEG,

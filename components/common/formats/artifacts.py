@@ -10,8 +10,8 @@ import json
 import os
 from typing import Any
 
-from imgpipe.components.common import fileio, label_map
-from imgpipe.components.common.layout import (
+from imgpipe.components.common.formats import label_map
+from imgpipe.components.common.formats.layout import (
     DALI_INDEX_DIR,
     DALI_INDEX_SUFFIX,
     GZIP,
@@ -21,6 +21,7 @@ from imgpipe.components.common.layout import (
     SKIPPED_FILE,
     SPLIT_DIR_PREFIX,
 )
+from imgpipe.components.common.storage import fileio
 
 
 class ShardReadError(OSError):

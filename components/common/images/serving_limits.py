@@ -20,7 +20,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from imgpipe.components.common import image_header
+from imgpipe.components.common.images import image_header
 
 DEFAULT_MAX_PIXELS = image_header.DEFAULT_MAX_PIXELS
 # A request decodes at most this many images' worth at the largest size.

@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from imgpipe.components.common import upright
-from imgpipe.components.common.model_input import DEFAULT_CROP_FRACTION
+from imgpipe.components.common.images import upright
+from imgpipe.components.common.images.model_input import DEFAULT_CROP_FRACTION
 
 # Training decodes JPEGs with libjpeg's fast integer IDCT: measured 20-30% cheaper than
 # the default (accurate) one, with differences of a level or two that augmentation

@@ -41,7 +41,8 @@ import dataclasses
 import json
 import posixpath
 
-from imgpipe.components.common import fileio, label_map, layout, manifest
+from imgpipe.components.common.formats import label_map, layout, manifest
+from imgpipe.components.common.storage import fileio
 
 ASSETS_EXTRA_DIR = "assets.extra"
 WEIGHTS_FILE = "model.weights.h5"
@@ -52,7 +53,7 @@ MANIFEST_FILE = layout.MANIFEST_FILE
 # Statuses of a push that `find` passed over or took with a caveat.
 DAMAGED = "damaged"
 LEGACY = "legacy"
-# Below a push: its reference evaluation set (components/common/reference_sets.py).
+# Below a push: its reference evaluation set (components/common/formats/reference_sets.py).
 REFERENCE_ASSET = posixpath.join(ASSETS_EXTRA_DIR, "reference")
 
 

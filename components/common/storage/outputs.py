@@ -12,8 +12,9 @@ import os
 import uuid
 from collections.abc import Callable, Collection
 
-from imgpipe.components.common import fileio, manifest
-from imgpipe.components.common.layout import MANIFEST_FILE, WORK_DIR_PREFIX
+from imgpipe.components.common.formats import manifest
+from imgpipe.components.common.formats.layout import MANIFEST_FILE, WORK_DIR_PREFIX
+from imgpipe.components.common.storage import fileio
 
 
 def clear(folder: str, keep: Collection[str] = ()) -> None:

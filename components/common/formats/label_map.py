@@ -14,9 +14,10 @@ import dataclasses
 import os
 import unicodedata
 
-from imgpipe.components.common import config_loader, fileio
-from imgpipe.components.common.layout import LABEL_MAP_FILE, LABELS_TXT_FILE
-from imgpipe.components.common.printable import printable
+from imgpipe.components.common.formats.layout import LABEL_MAP_FILE, LABELS_TXT_FILE
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.runtime.printable import printable
+from imgpipe.components.common.storage import fileio
 
 SCHEMA_VERSION = 1
 
