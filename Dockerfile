@@ -24,15 +24,19 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
-# Dependencies first: these layers are rebuilt only when the lock or the variant changes.
-# The wheels (and the few sdists) come from the host's cache (wheels/, fetched once per
-# lock by bin/build-image), never from an index: every file is checked against its sha256
-# in the lock, and nothing outside the lock is resolved (pip check proves the set
-# complete). The lock's setuptools and wheel go in first, so that an sdist builds with
-# them (--no-build-isolation) rather than with tools fetched unpinned.
+# Dependencies first: these layers are rebuilt only when the lock, pyproject.toml or the
+# variant changes. The wheels (and the few sdists) come from the host's cache (wheels/,
+# fetched once per lock by bin/build-image), never from an index: every file is checked
+# against its sha256 in the lock, and nothing outside the lock is resolved (pip check
+# proves the set complete). Only the lock's share the package runs on goes in
+# (bin/runtime-lock: pip resolves pyproject.toml's dependencies, with the gpu extra on
+# GPU, against the lock's pins), not the development tools. The lock's setuptools and
+# wheel go in first, so that an sdist builds with them (--no-build-isolation) rather than
+# with tools fetched unpinned.
 ARG VARIANT=cpu
 ARG LOCK_CUDA_SECTION
 COPY requirements.lock /tmp/requirements.lock
+COPY pyproject.toml bin/runtime-lock /tmp/
 COPY wheels /tmp/wheels
 RUN set -e; cd /tmp; \
     grep -qxF "$LOCK_CUDA_SECTION" requirements.lock \
@@ -44,7 +48,10 @@ RUN set -e; cd /tmp; \
     esac; \
     awk '/^[^ #]/ { keep = /^(setuptools|wheel)==/ } keep' image.lock > build-tools.lock; \
     pip install --require-virtualenv --no-index --find-links /tmp/wheels --require-hashes --no-deps -r build-tools.lock; \
-    pip install --require-virtualenv --no-index --find-links /tmp/wheels --no-build-isolation --require-hashes --no-deps -r image.lock; \
+    python3 /tmp/runtime-lock requirements "$VARIANT" /tmp/pyproject.toml > runtime.in; \
+    pip install --dry-run --ignore-installed --quiet --report runtime.json --no-index --find-links /tmp/wheels -c image.lock -r runtime.in; \
+    python3 /tmp/runtime-lock subset image.lock runtime.json > runtime.lock; \
+    pip install --require-virtualenv --no-index --find-links /tmp/wheels --no-build-isolation --require-hashes --no-deps -r runtime.lock; \
     pip check
 RUN find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +
 

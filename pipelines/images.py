@@ -40,6 +40,7 @@ IMAGE_INPUTS = (
     "pyproject.toml",
     "requirements.lock",
     "bin/image-base.recipe",
+    "bin/runtime-lock",
     "components",
     "pipelines",
 )

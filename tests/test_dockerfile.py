@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import json
 import os
 import re
 import subprocess
+import sys
 import sysconfig
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -181,12 +183,16 @@ def test_installs_the_variants_lock_with_its_hashes_from_the_wheels_only():
     assert "wheels /tmp/wheels" in copies  # the build context's, never the runtime's
     runs = " ".join(rest for keyword, rest in BUILD if keyword == "RUN")
     installs = re.findall(r"pip install [^;&]*", runs)
-    from_lock = [i for i in installs if " -r " in i]
-    assert len(from_lock) == 2  # the lock's build tools, then the variant's lock
+    from_lock = [i for i in installs if " -r " in i and "--dry-run" not in i]
+    assert len(from_lock) == 2  # the lock's build tools, then the variant's runtime share
     for install in from_lock:
         assert "--require-hashes --no-deps" in install
         assert "--no-index --find-links /tmp/wheels" in install
-    assert from_lock[-1].rstrip().endswith("-r image.lock")
+    assert from_lock[-1].rstrip().endswith("-r runtime.lock")
+    # The lock's share the package runs on: pip resolves pyproject.toml's dependencies
+    # against the variant's lock, offline, and bin/runtime-lock keeps their entries.
+    assert "-c image.lock -r runtime.in" in runs and "--dry-run" in runs
+    assert "runtime-lock subset image.lock runtime.json > runtime.lock" in runs
     assert "pip check" in runs
     # CPU: the lock up to the CUDA section line, which bin/build-image passes from
     # bin/env-common.sh; GPU: the whole lock.
@@ -385,3 +391,29 @@ def test_the_tag_is_baked_into_the_package_before_it_is_installed():
         "pip install --require-virtualenv --no-deps --no-build-isolation /src"
     )
     assert 'TAG = "%s"' in DOCKERFILE and images.BAKED_MODULE in read(".gitignore")
+
+
+def test_runtime_lock_keeps_the_locks_entries_of_what_the_package_needs(tmp_path):
+    script = os.path.join(ROOT, "bin", "runtime-lock")
+
+    def run(*args: str) -> str:
+        return subprocess.run(
+            [sys.executable, script, *args], check=True, capture_output=True, text=True
+        ).stdout
+
+    wanted = run("requirements", "cpu", os.path.join(ROOT, "pyproject.toml")).split("\n")
+    assert any(line.startswith("tfx==") for line in wanted)
+    assert not any(line.startswith(("pytest", "moto", "nvidia-dali")) for line in wanted)
+    gpu = run("requirements", "gpu", os.path.join(ROOT, "pyproject.toml")).split("\n")
+    assert "tensorflow[and-cuda]" in gpu and any(line.startswith("nvidia-dali") for line in gpu)
+    report = tmp_path / "runtime.json"
+    report.write_text(json.dumps({"install": [{"metadata": {"name": "Absl_Py"}}]}))
+    kept = run("subset", os.path.join(ROOT, "requirements.lock"), str(report))
+    main, _ = lock_sections()
+    pins = [line.split(" ")[0] for line in kept.splitlines() if not line.startswith(" ")]
+    assert sorted(pins) == sorted(
+        pin for pin in main if pin.split("==")[0] in ("absl-py", "setuptools", "wheel")
+    )
+    assert kept.count("--hash=sha256:") == sum(
+        len(main[pin]) for pin in pins
+    )  # every hash of each kept pin

@@ -13,11 +13,13 @@ pytestmark = pytest.mark.container
 
 COMPILERS = ("cc", "gcc", "g++", "c++")
 
+# The environment's development tools, and DALI, which only the GPU image carries.
+DEV_ONLY = ("pytest", "ruff", "mypy", "moto", "gcp_storage_emulator", "nvidia")
 # One container answers the questions that need Python inside the image.
 FACTS = (
-    f"compilers = {COMPILERS!r}\n"
+    f"compilers = {COMPILERS!r}\nDEV_ONLY = {DEV_ONLY!r}\n"
     + """
-import json, os, shutil
+import importlib.util, json, os, shutil
 import imgpipe.pipelines.container.entrypoint
 from imgpipe.components.image_statistics import strict_jpeg
 from imgpipe.pipelines import images
@@ -27,6 +29,7 @@ print(json.dumps({
     "checkout": images.checkout_root(),
     "strict_jpeg": strict_jpeg.library() is not None,
     "compilers": [c for c in compilers if shutil.which(c) or os.path.exists("/usr/bin/" + c)],
+    "dev_tools": [m for m in DEV_ONLY if importlib.util.find_spec(m) is not None],
 }))
 """
 )
@@ -55,6 +58,10 @@ def test_the_baked_tag_is_the_tag_computed_from_the_checkout(image, facts):
 
 def test_the_runtime_has_no_compilers(facts):
     assert facts["compilers"] == []
+
+
+def test_the_image_holds_what_the_package_runs_on_not_the_development_tools(facts):
+    assert facts["dev_tools"] == []  # bin/runtime-lock: the lock's runtime share only
 
 
 def test_it_runs_as_the_runtime_user(image, facts):
