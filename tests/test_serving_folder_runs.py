@@ -91,7 +91,7 @@ def test_the_evaluator_and_drift_pass_over_a_push_whose_graph_is_truncated(tmp_p
     line = f"{newer}: damaged (saved_model.pb: size 10 != "
 
     candidate = export(trained, str(tmp_path / "candidate"))
-    result, blessed = te._evaluate(tmp_path, "c", examples, candidate, serving, significance=0.05)
+    result, blessed = th.evaluate(tmp_path, "c", examples, candidate, serving, significance=0.05)
     assert result.champion.status == ev.COMPARED and result.champion.version == 100
     assert result.champion.note.startswith(line) and result.champion.note.endswith("; using 100")
     assert f"not worse than champion 100 ({line}" in result.decision.reason
@@ -103,7 +103,7 @@ def test_the_evaluator_and_drift_pass_over_a_push_whose_graph_is_truncated(tmp_p
 
     # Every push damaged: the floor alone, said so, never silently.
     truncate(os.path.join(older, "assets.extra", "label_map.json"))
-    result, _ = te._evaluate(tmp_path, "d", examples, candidate, serving, significance=0.05)
+    result, _ = th.evaluate(tmp_path, "d", examples, candidate, serving, significance=0.05)
     assert result.champion.status == ev.UNREADABLE
     assert result.decision.reason.endswith("; no sound push left")
     assert f"floor alone: {line}" in result.decision.reason
