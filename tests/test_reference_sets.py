@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from imgpipe.components.common.formats import reference_sets, served_models
-from imgpipe.components.common.images.model_input import ModelInput
 from imgpipe.components.evaluator import blessing, scoring
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator.config import EvaluatorConfig
@@ -176,45 +175,6 @@ def _examples(folder: str, uri: str):
     return examples
 
 
-def _pixels(folder: str, labels: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    import cv2
-
-    images, ids = [], []
-    for index, label in enumerate(labels):
-        for path in sorted(glob.glob(os.path.join(folder, label, "*.jpg"))):
-            photo = cv2.cvtColor(cv2.imread(path, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
-            images.append(cv2.resize(photo, (SIZE, SIZE), interpolation=cv2.INTER_AREA))
-            ids.append(index)
-    return np.stack(images), np.array(ids)
-
-
-def _trained(folder: str, labels: tuple[str, ...], path: str) -> str:
-    """tiny_cnn trained on every photo of `folder`, exported as the Trainer exports."""
-    import tensorflow as tf
-
-    from imgpipe.components.common.storage import outputs
-    from imgpipe.components.trainer import export
-    from imgpipe.components.trainer import model as model_lib
-    from imgpipe.components.trainer.config import TrainerConfig
-
-    tf.keras.utils.set_random_seed(0)
-    config = TrainerConfig(backbone="tiny_cnn", image_size=SIZE, learning_rate=0.01)
-    pixels, ids = _pixels(folder, labels)
-    mean = tuple(float(v) for v in pixels.reshape(-1, 3).mean(0))
-    std = tuple(float(v) for v in pixels.reshape(-1, 3).std(0))
-    model_input = ModelInput(mean, std, SIZE, crop_fraction=1.0)
-    model = model_lib.build_model(config, len(labels), model_input)
-    model_lib.compile_model(model, config, total_steps=12 * len(pixels) // 16)
-    model.fit(pixels, ids, batch_size=16, epochs=12, verbose=0, shuffle=True)
-    parent, name = os.path.split(path)
-    outputs.publish_folder(
-        parent,
-        name,
-        lambda out: export.export_serving_model(model, out, list(labels), model_input),
-    )
-    return path
-
-
 def _by_name(result: ev.Evaluation) -> dict[str, ev.Comparison]:
     return {c.name: c for c in result.comparisons}
 
@@ -228,10 +188,12 @@ def test_grey_photos_are_not_blessed_over_a_colour_champion(tmp_path):
     colour = _examples(folders["colour"], str(tmp_path / "colour-examples"))
     grey = _examples(folders["grey"], str(tmp_path / "grey-examples"))
     serving = str(tmp_path / "serving")
-    champion = _trained(
-        folders["colour"], labels, str(tmp_path / "colour-model" / "Format-Serving")
+    champion = th.trained_photo_model(
+        folders["colour"], labels, str(tmp_path / "colour-model" / "Format-Serving"), SIZE
     )
-    candidate = _trained(folders["grey"], labels, str(tmp_path / "grey-model" / "Format-Serving"))
+    candidate = th.trained_photo_model(
+        folders["grey"], labels, str(tmp_path / "grey-model" / "Format-Serving"), SIZE
+    )
 
     first, blessed = th.evaluate(tmp_path, "first", colour, champion, serving)
     assert first.decision.blessed, first.decision.reason
@@ -286,7 +248,9 @@ def test_a_class_added_is_judged_on_the_shared_classes(tmp_path):
     four = tuple(sorted(os.listdir(folders["colour"])))
     three = tuple(sorted(os.listdir(folders["three"])))
     serving = str(tmp_path / "serving")
-    champion = _trained(folders["three"], three, str(tmp_path / "three-model" / "Format-Serving"))
+    champion = th.trained_photo_model(
+        folders["three"], three, str(tmp_path / "three-model" / "Format-Serving"), SIZE
+    )
     first, blessed = th.evaluate(
         tmp_path, "first", _examples(folders["three"], str(tmp_path / "e3")), champion, serving
     )
@@ -294,7 +258,9 @@ def test_a_class_added_is_judged_on_the_shared_classes(tmp_path):
     publish(champion, serving, extras=reference_files(blessed.uri))
 
     four_examples = _examples(folders["colour"], str(tmp_path / "e4"))
-    candidate = _trained(folders["colour"], four, str(tmp_path / "four-model" / "Format-Serving"))
+    candidate = th.trained_photo_model(
+        folders["colour"], four, str(tmp_path / "four-model" / "Format-Serving"), SIZE
+    )
     result, _ = th.evaluate(tmp_path, "added", four_examples, candidate, serving)
     assert result.champion.status == ev.COMPARED
     assert result.champion.classes_added == ("fruit",)

@@ -3,6 +3,7 @@ converted by ImageExampleGen's run_conversion, plus a made-up image_stats.json."
 
 from __future__ import annotations
 
+import glob
 import os
 
 import apache_beam as beam
@@ -150,3 +151,45 @@ def evaluate(tmp_path, name: str, examples, model_dir: str, serving_dir: str, **
             serving_dir, blessing.get_string_custom_property(serving_lock.LEASE_PROPERTY)
         )
     return evaluation.read(result.uri), blessing
+
+
+def photo_pixels(folder: str, labels: tuple[str, ...], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every folder/<label>/*.jpg resized to size x size RGB, with its label's index."""
+    import cv2
+
+    images, ids = [], []
+    for index, label in enumerate(labels):
+        for path in sorted(glob.glob(os.path.join(folder, label, "*.jpg"))):
+            photo = cv2.cvtColor(cv2.imread(path, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+            images.append(cv2.resize(photo, (size, size), interpolation=cv2.INTER_AREA))
+            ids.append(index)
+    return np.stack(images), np.array(ids)
+
+
+def trained_photo_model(folder: str, labels: tuple[str, ...], path: str, size: int) -> str:
+    """tiny_cnn trained on every photo of `folder` at `size` px, exported to `path` (a
+    Format-Serving folder) as the Trainer exports; returns `path`."""
+    import tensorflow as tf
+
+    from imgpipe.components.common.images.model_input import ModelInput
+    from imgpipe.components.common.storage import outputs
+    from imgpipe.components.trainer import export
+    from imgpipe.components.trainer import model as model_lib
+    from imgpipe.components.trainer.config import TrainerConfig
+
+    tf.keras.utils.set_random_seed(0)
+    config = TrainerConfig(backbone="tiny_cnn", image_size=size, learning_rate=0.01)
+    pixels, ids = photo_pixels(folder, labels, size)
+    mean = tuple(float(v) for v in pixels.reshape(-1, 3).mean(0))
+    std = tuple(float(v) for v in pixels.reshape(-1, 3).std(0))
+    model_input = ModelInput(mean, std, size, crop_fraction=1.0)
+    model = model_lib.build_model(config, len(labels), model_input)
+    model_lib.compile_model(model, config, total_steps=12 * len(pixels) // 16)
+    model.fit(pixels, ids, batch_size=16, epochs=12, verbose=0, shuffle=True)
+    parent, name = os.path.split(path)
+    outputs.publish_folder(
+        parent,
+        name,
+        lambda out: export.export_serving_model(model, out, list(labels), model_input),
+    )
+    return path
