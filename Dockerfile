@@ -49,7 +49,8 @@ RUN set -e; cd /tmp; \
     awk '/^[^ #]/ { keep = /^(setuptools|wheel)==/ } keep' image.lock > build-tools.lock; \
     pip install --require-virtualenv --no-index --find-links /tmp/wheels --require-hashes --no-deps -r build-tools.lock; \
     python3 /tmp/runtime-lock requirements "$VARIANT" /tmp/pyproject.toml > runtime.in; \
-    pip install --dry-run --ignore-installed --quiet --report runtime.json --no-index --find-links /tmp/wheels -c image.lock -r runtime.in; \
+    python3 /tmp/runtime-lock pins image.lock > pins.txt; \
+    pip install --dry-run --ignore-installed --quiet --report runtime.json --no-index --find-links /tmp/wheels -c pins.txt -r runtime.in; \
     python3 /tmp/runtime-lock subset image.lock runtime.json > runtime.lock; \
     pip install --require-virtualenv --no-index --find-links /tmp/wheels --no-build-isolation --require-hashes --no-deps -r runtime.lock; \
     pip check

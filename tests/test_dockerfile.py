@@ -191,7 +191,8 @@ def test_installs_the_variants_lock_with_its_hashes_from_the_wheels_only():
     assert from_lock[-1].rstrip().endswith("-r runtime.lock")
     # The lock's share the package runs on: pip resolves pyproject.toml's dependencies
     # against the variant's lock, offline, and bin/runtime-lock keeps their entries.
-    assert "-c image.lock -r runtime.in" in runs and "--dry-run" in runs
+    assert "runtime-lock pins image.lock > pins.txt" in runs
+    assert "-c pins.txt -r runtime.in" in runs and "--dry-run" in runs
     assert "runtime-lock subset image.lock runtime.json > runtime.lock" in runs
     assert "pip check" in runs
     # CPU: the lock up to the CUDA section line, which bin/build-image passes from
