@@ -330,3 +330,54 @@ def gpu_feed(
         }
     finally:
         keras.mixed_precision.set_global_policy(devices.FLOAT32)
+
+
+def validation_epochs(
+    examples_dir: str,
+    image_size: int = DEFAULT_IMAGE_SIZE,
+    batch_size: int = 64,
+    epochs: int = 4,
+) -> dict:
+    """Seconds a validation pass costs in each epoch after the first, as Keras runs it (a
+    new iterator every epoch), with the eval split cached encoded (the baseline: every
+    pass decodes, and sets up the decode function) and cached decoded (the Trainer's plan
+    when the decoded split fits), alternating, best of each; and the pixels compared."""
+    source = input_lib.split_source(examples_dir, layout.EVAL_SPLIT)
+    records = source.records or 0
+    plans = {
+        "encoded_cache": memory.plan_memory(source.encoded_bytes or 0, records, 1 << 34),
+        "decoded_cache": memory.plan_memory(
+            source.encoded_bytes or 0,
+            records,
+            1 << 34,
+            decoded_bytes=records * image_size * image_size * 3,
+        ),
+    }
+    assert plans["decoded_cache"].decoded and not plans["encoded_cache"].decoded
+    datasets = {
+        name: input_lib.make_dataset(
+            source, input_lib.EVAL, image_size=image_size, batch_size=batch_size, memory=plan
+        )
+        for name, plan in plans.items()
+    }
+    passes: dict[str, list[float]] = {name: [] for name in datasets}
+    first: dict[str, list] = {}
+    for epoch in range(epochs):
+        for name, dataset in datasets.items():
+            start = time.perf_counter()
+            batches = [images.numpy() for images, _ in dataset]
+            if epoch:
+                passes[name].append(time.perf_counter() - start)
+            else:
+                first[name] = batches
+    same = all(
+        (a == b).all() for a, b in zip(first["encoded_cache"], first["decoded_cache"], strict=True)
+    )
+    best = {name: min(seconds) for name, seconds in passes.items()}
+    return {
+        "eval_images": records,
+        "image_size": image_size,
+        "seconds_per_pass_after_the_first": {k: round(v, 4) for k, v in best.items()},
+        "encoded_over_decoded": round(best["encoded_cache"] / best["decoded_cache"], 1),
+        "same_pixels": same,
+    }

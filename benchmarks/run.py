@@ -41,7 +41,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--images", type=int, default=3000)
     parser.add_argument(
-        "--only", choices=["convert", "stats", "input", "scale", "cli"], action="append"
+        "--only",
+        choices=["convert", "stats", "input", "validation", "scale", "cli"],
+        action="append",
     )
     parser.add_argument(
         "--scale",
@@ -63,7 +65,7 @@ def main() -> None:
     )
     parser.add_argument("--out", default="bench-results/latest.json")
     args = parser.parse_args()
-    selected = set(args.only or ["convert", "stats", "input", "scale", "cli"])
+    selected = set(args.only or ["convert", "stats", "input", "validation", "scale", "cli"])
 
     # Whatever the benchmarks or the libraries they call leave in the temporary folder
     # (Beam's runners leave empty folders there) goes with this one.
@@ -94,7 +96,7 @@ def _run(args: argparse.Namespace, selected: set[str]) -> None:
         from benchmarks import convert_bench
 
         results["image_example_gen"] = convert_bench.run(photos)
-    if "stats" in selected or "input" in selected:
+    if selected & {"stats", "input", "validation"}:
         shards = convert_bench_shards(photos)
         if "stats" in selected:
             from benchmarks import stats_bench
@@ -107,6 +109,10 @@ def _run(args: argparse.Namespace, selected: set[str]) -> None:
 
             results["trainer_input_fn"] = input_bench.run(shards, photos)
             results["gpu_feed"] = input_bench.gpu_feed(shards, batch_size=16, steps=4)
+        if "validation" in selected:
+            from benchmarks import input_bench
+
+            results["validation_epochs"] = input_bench.validation_epochs(shards)
     if "scale" in selected:
         from benchmarks import scale
 
