@@ -15,7 +15,7 @@ S3 = "s3://"
 GCS = "gs://"
 SCHEMES = (S3, GCS)
 SETTINGS_HINTS = {
-    S3: "set AWS_ENDPOINT_URLS3Store for an S3-compatible store, and AWS_ACCESS_KEY_ID and "
+    S3: "set AWS_ENDPOINT_URL_S3 for an S3-compatible store, and AWS_ACCESS_KEY_ID and "
     "AWS_SECRET_ACCESS_KEY",
     GCS: "set up Application Default Credentials, or STORAGE_EMULATOR_HOST for an emulator",
 }
@@ -189,8 +189,8 @@ class GCSStore(Store):
 
 
 # What a client is made from: a client is made again when they change.
-_CLIENTSETTINGS_HINTS = {
-    S3: ("AWS_ENDPOINT_URLS3Store", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_PROFILE"),
+CLIENT_SETTINGS = {
+    S3: ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_PROFILE"),
     GCS: ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"),
 }
 
@@ -203,7 +203,7 @@ def _store_for(scheme: str, pid: int, settings: tuple[str | None, ...]) -> Store
 
 def store_for_path(path: str) -> tuple[Store, str, str]:
     scheme, bucket, key = split_uri(path)
-    settings = tuple(os.environ.get(name) for name in _CLIENTSETTINGS_HINTS[scheme])
+    settings = tuple(os.environ.get(name) for name in CLIENT_SETTINGS[scheme])
     try:
         return _store_for(scheme, os.getpid(), settings), bucket, key
     except Exception as e:  # noqa: BLE001 - a client that cannot be made is a settings error
