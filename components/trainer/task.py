@@ -67,7 +67,7 @@ def resolve_model_input(
       ValueError: neither a statistics artifact nor mean and std in the config.
       IncompleteOutputError: the statistics artifact is not complete.
     """
-    stats: image_stats.Normalization | None = None
+    stats: model_input.ModelInput | None = None
     if statistics_uri:
         manifest.verify(statistics_uri)
         try:

@@ -16,6 +16,7 @@ import dataclasses
 import os
 
 from imgpipe.components.common.formats.layout import IMAGE_STATS_FILE, TRAIN_SPLIT
+from imgpipe.components.common.images.model_input import ModelInput
 from imgpipe.components.common.runtime import config_loader
 
 SCHEMA_VERSION = 3
@@ -308,16 +309,6 @@ class LabelAudit:
 
 
 @dataclasses.dataclass(frozen=True)
-class Normalization:
-    """What the Trainer takes from the statistics."""
-
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    image_size: int
-    crop_fraction: float
-
-
-@dataclasses.dataclass(frozen=True)
 class ImageStats:
     """The whole image_stats.json document."""
 
@@ -332,8 +323,9 @@ class ImageStats:
     drift: Drift | None = None  # version 2; None when no comparison was asked for
     label_audit: LabelAudit | None = None  # version 3; None when no audit was asked for
 
-    def normalization(self, split: str = TRAIN_SPLIT) -> Normalization:
-        """The Trainer's normalization constants, from `split`'s pixels.
+    def normalization(self, split: str = TRAIN_SPLIT) -> ModelInput:
+        """The model input the statistics describe: `split`'s mean and std, at the size
+        and crop they were computed with.
 
         Raises:
           KeyError: the split is missing or has no decodable image.
@@ -348,7 +340,7 @@ class ImageStats:
                 f"{IMAGE_STATS_FILE}: split {split!r} has no decodable image, "
                 "so no normalization constants"
             )
-        return Normalization(
+        return ModelInput(
             tuple(pixels.mean),
             tuple(pixels.std),
             self.preprocessing.image_size,
