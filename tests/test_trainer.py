@@ -22,7 +22,7 @@ from tfx.components.trainer.fn_args_utils import FnArgs
 from imgpipe.components.common.formats import artifacts, layout, manifest
 from imgpipe.components.common.formats.features import TFDS_KEY_MAP
 from imgpipe.components.common.images import preprocessing
-from imgpipe.components.common.images.model_input import ModelInput
+from imgpipe.components.common.images.model_input import MIN_STD, ModelInput
 from imgpipe.components.common.storage import fileio
 from imgpipe.components.trainer import backbones, datasets, devices, export, memory, task
 from imgpipe.components.trainer import input as input_lib
@@ -150,6 +150,12 @@ def test_the_model_input_is_resolved_once_from_the_statistics_and_the_config(tmp
         task.resolve_model_input(config, None)
     with pytest.raises(ValueError, match="std must be positive"):
         ModelInput(MEAN, (1.0, 0.0, 1.0))
+    # A channel that never varies (all-black blue, say) is floored, not divided by zero;
+    # the config's std still wins over the floor.
+    flat = th.write_stats(str(tmp_path / "flat"), SIZE, MEAN, (0.0, 0.3, 40.0))
+    assert task.resolve_model_input(config, flat).std == (MIN_STD, MIN_STD, 40.0)
+    chosen = dataclasses.replace(config, std=(0.5, 0.5, 0.5))
+    assert task.resolve_model_input(chosen, flat).std == (0.5, 0.5, 0.5)
 
 
 @pytest.mark.unit

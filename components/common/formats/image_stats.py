@@ -324,8 +324,8 @@ class ImageStats:
     label_audit: LabelAudit | None = None  # version 3; None when no audit was asked for
 
     def normalization(self, split: str = TRAIN_SPLIT) -> ModelInput:
-        """The model input the statistics describe: `split`'s mean and std, at the size
-        and crop they were computed with.
+        """The model input the statistics describe: `split`'s mean and std (a std below
+        model_input.MIN_STD floored to it), at the size and crop they were computed with.
 
         Raises:
           KeyError: the split is missing or has no decodable image.
@@ -340,7 +340,7 @@ class ImageStats:
                 f"{IMAGE_STATS_FILE}: split {split!r} has no decodable image, "
                 "so no normalization constants"
             )
-        return ModelInput(
+        return ModelInput.from_statistics(
             tuple(pixels.mean),
             tuple(pixels.std),
             self.preprocessing.image_size,

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from absl import logging
+
 # The square side, in pixels, the model takes.
 DEFAULT_IMAGE_SIZE = 224
 # Center crop keeps this fraction of the shorter side (the ImageNet convention 224/256).
 DEFAULT_CROP_FRACTION = 0.875
+# A channel whose pixels barely vary (a constant one has std 0) is divided by this
+# instead, in 0..255 units: one grey level, so no pixel is scaled up more than 255 times.
+MIN_STD = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +46,22 @@ class ModelInput:
                 f"image_size {self.image_size} and crop_fraction {self.crop_fraction}: "
                 "need a side of at least 1 and a fraction in (0, 1]"
             )
+
+    @classmethod
+    def from_statistics(
+        cls, mean: tuple[float, ...], std: tuple[float, ...], image_size: int, crop_fraction: float
+    ) -> ModelInput:
+        """Measured moments as a model input, each std floored at MIN_STD (logged)."""
+        floored = tuple(max(float(s), MIN_STD) for s in std)
+        if floored != tuple(float(s) for s in std):
+            logging.warning(
+                "a channel's pixels barely vary (std %s): normalizing with std %s instead "
+                "(at least %.1f); set trainer std to choose",
+                [round(float(s), 4) for s in std],
+                list(floored),
+                MIN_STD,
+            )
+        return cls(tuple(float(v) for v in mean), floored, image_size, crop_fraction)
 
     @property
     def host_normalization(self) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
