@@ -2,6 +2,8 @@
 # on first use (bin/setup-env) and reuses it after that.
 IN_ENV := bin/in-env
 PYTEST_ARGS ?=
+# make test's pytest-xdist workers (tests/conftest.py: what runs one at a time); 0: none.
+TEST_WORKERS ?= 2
 # Empty: the demo's own default folder (imgpipe demo --help).
 DEMO_DIR ?=
 
@@ -33,7 +35,7 @@ typecheck: env
 # Every tier, after the static checks: what CI runs. The container tier's images are built
 # first where a Docker engine answers; where none does, that tier is skipped, loudly.
 test: lint typecheck engines-fetch image-for-tests flink-image
-	$(call run_pytest,)
+	$(call run_pytest,-n $(TEST_WORKERS) --dist loadgroup)
 
 # The unit tier alone: under half a minute once the environment exists.
 test-fast: env

@@ -15,6 +15,12 @@ Every test belongs to exactly one tier, marked with its pytest marker:
              stderr at collection and at the end, and the reason in the skip summary.
 `make test-fast` runs the unit tier; `make test` runs them all. A test with no tier, or
 with two, fails the collection, so the tiers cannot drift.
+
+`make test` runs on TEST_WORKERS pytest-xdist workers (--dist loadgroup): most tests are
+one Python thread, so two workers take about half the time on two cores. What must not
+share the machine with itself (the engine, platform and container tiers: JVM clusters,
+emulators, containers, a 4 to 12 GB cluster each; and the root-only modules that mount,
+chroot or signal) is one group, run in order on one worker; the rest is spread over both.
 """
 
 from __future__ import annotations
@@ -28,13 +34,42 @@ from imgpipe.pipelines.beam_args import DEFAULT_LOCAL_BEAM_ARGS
 
 TIERS = ("unit", "component", "pipeline", "engine", "platform", "container")
 CONTAINER_TIER = "container"
-_NO_ENGINE_KEY = pytest.StashKey[str]()
+# One pytest-xdist group: these run on one worker, one at a time (the docstring says why).
+ONE_AT_A_TIME_GROUP = "one-at-a-time"
+ONE_AT_A_TIME_TIERS = ("engine", "platform", "container")
+ONE_AT_A_TIME_MODULES = ("test_in_env.py", "test_signals.py", "test_free_space.py", "test_cpu.py")
+# Under xdist, the slower tiers are handed out first, so that no long test is left to run
+# alone at the end while the other worker idles.
+SLOWEST_TIER_FIRST = ("container", "engine", "platform", "pipeline", "component", "unit")
+NO_ENGINE_REASON = "NO DOCKER ENGINE"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _check_the_tiers(items)
+    if hasattr(config, "workerinput"):  # an xdist worker; the sort is stable
+        items.sort(key=lambda item: SLOWEST_TIER_FIRST.index(_tier(item)))
+    for item in items:
+        if item.path.name in ONE_AT_A_TIME_MODULES or any(
+            item.get_closest_marker(tier) for tier in ONE_AT_A_TIME_TIERS
+        ):
+            item.add_marker(pytest.mark.xdist_group(ONE_AT_A_TIME_GROUP))
+    _skip_the_container_tier_without_an_engine(items)
+
+
+def _tiers(item: pytest.Item) -> set[str]:
+    return {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+
+
+def _tier(item: pytest.Item) -> str:
+    (tier,) = _tiers(item)
+    return tier
+
+
+def _check_the_tiers(items: list[pytest.Item]) -> None:
     wrong = []
     for item in items:
-        tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+        tiers = _tiers(item)
         if len(tiers) != 1:
             wrong.append(f"{item.nodeid}: {sorted(tiers) or 'no tier'}")
     if wrong:
@@ -42,12 +77,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "every test needs exactly one tier marker "
             f"({', '.join(TIERS)}):\n  " + "\n  ".join(wrong)
         )
-    _skip_the_container_tier_without_an_engine(config, items)
 
 
-def _skip_the_container_tier_without_an_engine(
-    config: pytest.Config, items: list[pytest.Item]
-) -> None:
+def _skip_the_container_tier_without_an_engine(items: list[pytest.Item]) -> None:
     selected = [item for item in items if item.get_closest_marker(CONTAINER_TIER)]
     if not selected:
         return
@@ -57,17 +89,29 @@ def _skip_the_container_tier_without_an_engine(
     if problem is None:
         return
     reason = (
-        f"NO DOCKER ENGINE ({problem}): the container tier did not run; run 'make docker-engine'"
+        f"{NO_ENGINE_REASON} ({problem}): the container tier did not run; run 'make docker-engine'"
     )
-    config.stash[_NO_ENGINE_KEY] = f"{len(selected)} container-tier tests SKIPPED: {reason}"
-    print(f"\nimgpipe tests: warning: {config.stash[_NO_ENGINE_KEY]}", file=sys.stderr)
+    print(
+        f"\nimgpipe tests: warning: {len(selected)} container-tier tests SKIPPED: {reason}",
+        file=sys.stderr,
+    )
     for item in selected:
         item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
-    if _NO_ENGINE_KEY in config.stash:
-        terminalreporter.write_sep("!", config.stash[_NO_ENGINE_KEY], red=True, bold=True)
+    """The skip banner, from the skip reports: under xdist the workers collect, and only
+    their reports reach this process."""
+    reasons = [
+        report.longrepr[2]
+        for report in terminalreporter.stats.get("skipped", [])
+        if isinstance(report.longrepr, tuple) and NO_ENGINE_REASON in report.longrepr[2]
+    ]
+    if reasons:
+        reason = reasons[0].removeprefix("Skipped: ")
+        terminalreporter.write_sep(
+            "!", f"{len(reasons)} container-tier tests SKIPPED: {reason}", red=True, bold=True
+        )
 
 
 @pytest.fixture(scope="session")

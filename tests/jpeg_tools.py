@@ -43,8 +43,11 @@ def jpegtran() -> str:
         subprocess.run(["dpkg-deb", "-x", deb, os.path.join(partial, "root")], check=True)
         os.remove(deb)
         folder = os.path.join(artifacts, f"{PACKAGE}-{version}")
-        if not os.path.exists(folder):
+        try:
             os.rename(partial, folder)
+        except OSError:  # another test process fetched it first
+            if not os.path.exists(folder):
+                raise
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return os.path.join(folder, "root", "usr", "bin", "jpegtran")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -105,12 +106,11 @@ def test_a_tmpfs_below_the_repository_is_the_same_tmpfs_inside(tmp_path):
     ids=["top-folder", "top-folder-dot", "below-root", "below-root-unnormalised"],
 )
 def test_a_path_in_the_arguments_outside_tmp_and_the_repository_is_the_same_inside(
-    tmp_path, parent, spelling
+    parent, spelling
 ):
     # A top folder of its own, or a folder in /root, which the rootfs keeps as its HOME.
-    name = f"imgpipe-in-env-test-{tmp_path.name}"
-    base = parent + name
-    os.makedirs(base)
+    base = tempfile.mkdtemp(prefix="imgpipe-in-env-test-", dir=parent)
+    name = os.path.basename(base)
     try:
         output = run_in_chroot(base, WRITE_TO_A_PATH_IN_THE_ARGUMENTS, spelling + name)
         assert output.splitlines() == ["tmpfs", "rootfs home kept", "written inside"]

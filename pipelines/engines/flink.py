@@ -58,7 +58,6 @@ TASKMANAGER_MEMORY = {
 # k8s/flink-deployment.yaml.
 WORKER_POOL_PORT = 50000
 HOST = "localhost"
-STARTUP_TIMEOUT_SECONDS = 120.0
 # Flink's own start-up scripts pass these on Java 17+ (its config.yaml's env.java.opts.all).
 JAVA_MODULE_OPTIONS = (
     "--add-exports=java.base/sun.net.util=ALL-UNNAMED",
@@ -305,7 +304,7 @@ def flink_cluster(
         supervisor.wait_until(
             lambda: _ready(cluster) and _listening(cluster.job_port),
             "the Flink cluster and Beam's job server",
-            STARTUP_TIMEOUT_SECONDS,
+            processes.STARTUP_TIMEOUT_SECONDS,
         )
         yield cluster
 

@@ -25,6 +25,10 @@ from dataclasses import dataclass, field
 
 # What a stopped server gets to end by itself before SIGKILL.
 STOP_GRACE_SECONDS = 10.0
+# How long a local cluster may take to answer: its JVMs start in seconds on a quiet
+# machine, but on two busy cores (a training run beside it) in minutes. A server that
+# dies fails the wait at once, so a long limit costs nothing when something is wrong.
+STARTUP_TIMEOUT_SECONDS = 300.0
 _POLL_SECONDS = 0.25
 # How long stop_all waits for SIGKILLed processes to exit.
 KILL_WAIT_SECONDS = 10.0

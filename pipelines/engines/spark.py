@@ -46,7 +46,6 @@ _JOB_SERVER_MAIN = "org.apache.beam.runners.spark.SparkJobServerDriver"
 HOST = "127.0.0.1"
 WORKER_CORES = 2
 WORKER_MEMORY = "2g"
-STARTUP_TIMEOUT_SECONDS = 120.0
 # The SDK workers a job starts stay for the job's next stages instead of starting (and
 # importing TensorFlow) again for each: three times faster on the conversion test.
 ENVIRONMENT_CACHE_MILLIS = 60_000
@@ -238,7 +237,9 @@ def spark_cluster(work_dir: str) -> Iterator[SparkCluster]:
                 f"--service_port={cluster.worker_pool_port}",
             ],
         )
-        supervisor.wait_until(lambda: _ready(cluster), "the Spark cluster", STARTUP_TIMEOUT_SECONDS)
+        supervisor.wait_until(
+            lambda: _ready(cluster), "the Spark cluster", processes.STARTUP_TIMEOUT_SECONDS
+        )
         yield cluster
 
 
