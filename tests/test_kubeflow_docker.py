@@ -3,13 +3,11 @@
 DockerRunner: as the image's user (uid 1000), read-only root, no capabilities, offline.
 
 One folder stands for the cluster's volume (kubeflow.pvc_name): it is the pipeline root
-that DockerRunner mounts into every container, and it holds the data span and the
-serving directory, as the claim does on a cluster. The serving directory already holds a
-champion (a push of a model trained here), so the run's Evaluator, in its container,
-compares the new model with it and the Pusher pushes only a model not worse. The served
-model is then loaded here, in the test's own environment, and classifies photos that the
-span does not hold. (Span after span, on LocalDagRunner and on kfp.local's
-SubprocessRunner: tests/test_retraining.py.)
+that DockerRunner mounts into every container, and it holds the data spans and the
+serving directory, as the claim does on a cluster. Two runs: span 1 is trained and
+pushed; span 2 lands, and the second run compares its model with span 1's champion.
+The pushed model is then loaded here, in the test's own environment, and classifies
+photos that no span holds.
 
 kfp.local may report a failed step as succeeded (its container was removed before its
 exit code was read), so run-local judges each step by its outputs; this test also
@@ -29,18 +27,17 @@ import yaml
 
 from imgpipe.components.common.formats import conversion_summary, layout, manifest, served_models
 from imgpipe.components.evaluator import evaluation as ev
-from imgpipe.components.pusher.executor import publish
 from imgpipe.pipelines import cli, sample_photos
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines.images import RUNTIME_UID
 from imgpipe.pipelines.kubeflow import local_docker
 from tests import containers
-from tests import trainer_helpers as th
 
 pytestmark = pytest.mark.container
 
 CLASSES = ("animal", "chessboard")
 PER_CLASS = 24
+SPAN_2_PER_CLASS = 28
 PHOTO_SIZE = 64
 # Tiny training, and a gate a tiny model can pass on a dozen eval photos: the steps and
 # the champion logic are under test here, not the model.
@@ -146,7 +143,7 @@ def _classify(model_dir: str, folder: str) -> float:
     return float(np.mean([p.decode() == t for p, t in zip(predicted, labels, strict=True)]))
 
 
-def test_the_compiled_package_runs_in_containers_against_a_champion_and_serves(
+def test_the_compiled_package_runs_in_containers_twice_and_serves(
     project_image,
     tmp_path,
     capsys,
@@ -154,16 +151,8 @@ def test_the_compiled_package_runs_in_containers_against_a_champion_and_serves(
     volume = str(tmp_path / "volume")
     data, serving = os.path.join(volume, "data"), os.path.join(volume, "serving")
     os.makedirs(data)
-    staging = str(tmp_path / "staging")
-    older = _photos(str(tmp_path / "older"), staging, seed=0)
-    older_model = str(tmp_path / "older-model" / "Format-Serving")
-    publish(
-        th.trained_photo_model(older, CLASSES, older_model, SETTINGS["trainer"]["image_size"]),
-        serving,
-    )
-    champion_1 = served_models.latest(serving)
-    assert champion_1 is not None
-    _photos(os.path.join(data, "span-1"), staging, seed=1)
+    os.makedirs(serving)
+    _photos(os.path.join(data, "span-1"), str(tmp_path / "staging"), seed=1)
     _open_to_the_steps_user(volume)
     config = tmp_path / "config.yaml"
     config.write_text(
@@ -184,22 +173,35 @@ def test_the_compiled_package_runs_in_containers_against_a_champion_and_serves(
         spec = next(d for d in yaml.safe_load_all(f) if d)
     run = ["kfp", "run-local", "--config", str(config), "--package", package, "--network", "none"]
 
-    run_dir = _run(run, capsys)
-    steps = _check_steps(spec, run_dir)
-    (examples_uri,) = steps[ids.EXAMPLE_GEN]["examples"]
+    first_dir = _run(run, capsys)
+    first = _check_steps(spec, first_dir)
+    (evaluation_uri,) = first[ids.EVALUATOR]["evaluation"]
+    evaluation = ev.read(evaluation_uri)
+    assert evaluation.champion.status == ev.NO_CHAMPION
+    assert evaluation.decision.blessed, evaluation.decision.reason
+    champion_1 = served_models.latest(serving)
+    assert champion_1 is not None
+    assert os.stat(champion_1.path).st_uid == RUNTIME_UID
+
+    _photos(
+        os.path.join(data, "span-2"), str(tmp_path / "staging"), 2, SPAN_2_PER_CLASS
+    )  # new data
+    _open_to_the_steps_user(data)
+    second_dir = _run(run, capsys)
+    second = _check_steps(spec, second_dir)
+    (examples_uri,) = second[ids.EXAMPLE_GEN]["examples"]
     (summary,) = glob.glob(os.path.join(examples_uri, "**", layout.SUMMARY_FILE), recursive=True)
-    assert conversion_summary.read(os.path.dirname(summary)).written == 2 * PER_CLASS
-    (evaluation_uri,) = steps[ids.EVALUATOR]["evaluation"]
+    assert conversion_summary.read(os.path.dirname(summary)).written == 2 * SPAN_2_PER_CLASS
+    (evaluation_uri,) = second[ids.EVALUATOR]["evaluation"]
     evaluation = ev.read(evaluation_uri)
     assert evaluation.champion.status == ev.COMPARED, evaluation.champion.note
     assert evaluation.champion.version == champion_1.version
     champion = served_models.latest(serving)
     assert champion is not None
     assert (champion != champion_1) == evaluation.decision.blessed
-    if evaluation.decision.blessed:
-        assert os.stat(champion.path).st_uid == RUNTIME_UID  # pushed from a container
+    assert os.stat(champion.path).st_uid == RUNTIME_UID  # pushed from a container
 
-    held_back = _photos(str(tmp_path / "held-back"), staging, 3, 8)
+    held_back = _photos(str(tmp_path / "held-back"), str(tmp_path / "staging"), 3, 8)
     assert _classify(champion.path, held_back) >= 0.75
 
 
