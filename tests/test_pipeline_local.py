@@ -90,6 +90,7 @@ def test_run_local_stops_on_data_anomalies_with_one_line_naming_the_report(tmp_p
     )
     argv = ["run", "local", "--data", str(data), "--config", str(config_file)]
     argv += ["--pipeline-root", str(tmp_path / "root")]
+    argv += ["--serving-dir", str(tmp_path / "serving")]  # no champion, whatever /tmp holds
 
     assert cli.main(argv) == 1
     (line,) = capsys.readouterr().err.splitlines()
