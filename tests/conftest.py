@@ -38,9 +38,9 @@ CONTAINER_TIER = "container"
 ONE_AT_A_TIME_GROUP = "one-at-a-time"
 ONE_AT_A_TIME_TIERS = ("engine", "platform", "container")
 ONE_AT_A_TIME_MODULES = ("test_in_env.py", "test_signals.py", "test_free_space.py", "test_cpu.py")
-# Under xdist, the slower tiers are handed out first, so that no long test is left to run
-# alone at the end while the other worker idles.
-SLOWEST_TIER_FIRST = ("container", "engine", "platform", "pipeline", "component", "unit")
+# Under xdist, the slower tiers (TIERS is in order of cost) are handed out first, so that
+# no long test is left to run alone at the end while the other worker idles.
+SLOWEST_TIER_FIRST = tuple(reversed(TIERS))
 NO_ENGINE_REASON = "NO DOCKER ENGINE"
 
 

@@ -53,7 +53,7 @@ class ModelInput:
     ) -> ModelInput:
         """Measured moments as a model input, each std floored at MIN_STD (logged)."""
         floored = tuple(max(float(s), MIN_STD) for s in std)
-        if floored != tuple(float(s) for s in std):
+        if min(std) < MIN_STD:
             logging.warning(
                 "a channel's pixels barely vary (std %s): normalizing with std %s instead "
                 "(at least %.1f); set trainer std to choose",
