@@ -35,7 +35,7 @@ typecheck: env
 # Every tier, after the static checks: what CI runs. The container tier's images are built
 # first where a Docker engine answers; where none does, that tier is skipped, loudly.
 test: lint typecheck engines-fetch image-for-tests flink-image
-	$(call run_pytest,-n $(TEST_WORKERS) --dist loadgroup)
+	$(call run_pytest,-n $(TEST_WORKERS))
 
 # The unit tier alone: under half a minute once the environment exists.
 test-fast: env

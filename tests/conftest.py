@@ -16,11 +16,12 @@ Every test belongs to exactly one tier, marked with its pytest marker:
 `make test-fast` runs the unit tier; `make test` runs them all. A test with no tier, or
 with two, fails the collection, so the tiers cannot drift.
 
-`make test` runs on TEST_WORKERS pytest-xdist workers (--dist loadgroup): most tests are
+`make test` runs on TEST_WORKERS pytest-xdist workers: most tests are
 one Python thread, so two workers take about half the time on two cores. What must not
 share the machine with itself (the engine, platform and container tiers: JVM clusters,
 emulators, containers, a 4 to 12 GB cluster each; and the root-only modules that mount,
-chroot or signal) is one group, run in order on one worker; the rest is spread over both.
+chroot or signal) is one unit of work, run in order on one worker (pytest_xdist_make_scheduler);
+the rest is spread over both.
 """
 
 from __future__ import annotations
@@ -34,27 +35,54 @@ from imgpipe.pipelines.beam_args import DEFAULT_LOCAL_BEAM_ARGS
 
 TIERS = ("unit", "component", "pipeline", "engine", "platform", "container")
 CONTAINER_TIER = "container"
-# One pytest-xdist group: these run on one worker, one at a time (the docstring says why).
-ONE_AT_A_TIME_GROUP = "one-at-a-time"
+# What runs on one xdist worker, one test at a time (the docstring says why): these
+# modules. Every test of the tiers below must be in one of them; the collection checks.
+ONE_AT_A_TIME = "one-at-a-time"
 ONE_AT_A_TIME_TIERS = ("engine", "platform", "container")
-ONE_AT_A_TIME_MODULES = ("test_in_env.py", "test_signals.py", "test_free_space.py", "test_cpu.py")
+ONE_AT_A_TIME_MODULES = (
+    # engine, platform and container tiers
+    "test_dali.py",
+    "test_flink_beam.py",
+    "test_flink_cluster.py",
+    "test_flink_containers.py",
+    "test_image.py",
+    "test_kubeflow_docker.py",
+    "test_object_stores.py",
+    "test_resume.py",
+    "test_serving_folder_stores.py",
+    "test_spark_engine.py",
+    # root-only: mounts, chroot, signals, cgroups
+    "test_in_env.py",
+    "test_signals.py",
+    "test_free_space.py",
+    "test_cpu.py",
+)
 # Under xdist, the slower tiers (TIERS is in order of cost) are handed out first, so that
 # no long test is left to run alone at the end while the other worker idles.
 SLOWEST_TIER_FIRST = tuple(reversed(TIERS))
 NO_ENGINE_REASON = "NO DOCKER ENGINE"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _check_the_tiers(items)
     if hasattr(config, "workerinput"):  # an xdist worker; the sort is stable
         items.sort(key=lambda item: SLOWEST_TIER_FIRST.index(_tier(item)))
-    for item in items:
-        if item.path.name in ONE_AT_A_TIME_MODULES or any(
-            item.get_closest_marker(tier) for tier in ONE_AT_A_TIME_TIERS
-        ):
-            item.add_marker(pytest.mark.xdist_group(ONE_AT_A_TIME_GROUP))
     _skip_the_container_tier_without_an_engine(items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """xdist's scheduler (the controller sees only test ids): each test is a unit of work,
+    except the ONE_AT_A_TIME_MODULES' tests, which are one unit, so one worker runs them
+    in turn. (xdist's own --dist loadgroup marks are lost on pytest 9, which no longer
+    reads the node id xdist rewrites.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneAtATimeScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+            return ONE_AT_A_TIME if module in ONE_AT_A_TIME_MODULES else nodeid
+
+    return OneAtATimeScheduling(config, log)
 
 
 def _tiers(item: pytest.Item) -> set[str]:
@@ -72,10 +100,13 @@ def _check_the_tiers(items: list[pytest.Item]) -> None:
         tiers = _tiers(item)
         if len(tiers) != 1:
             wrong.append(f"{item.nodeid}: {sorted(tiers) or 'no tier'}")
+        elif tiers & set(ONE_AT_A_TIME_TIERS) and item.path.name not in ONE_AT_A_TIME_MODULES:
+            wrong.append(f"{item.nodeid}: {tiers.pop()}, but its module is not listed")
     if wrong:
         raise pytest.UsageError(
             "every test needs exactly one tier marker "
-            f"({', '.join(TIERS)}):\n  " + "\n  ".join(wrong)
+            f"({', '.join(TIERS)}), and one of {', '.join(ONE_AT_A_TIME_TIERS)} only in a "
+            "module of ONE_AT_A_TIME_MODULES:\n  " + "\n  ".join(wrong)
         )
 
 
