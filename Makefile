@@ -89,10 +89,10 @@ docker-engine:
 k8s-images:
 	bin/k8s-images
 
-# Pin the Dockerfile's base images to the digests their tags name now (needs the
-# registry; no Docker engine).
+# Pin the Dockerfile's base images, and the third-party images of k8s/ (Flink, Beam's
+# job server), to the digests their tags name now (needs the registries; no Docker engine).
 pin-images:
-	bin/pin-base-images Dockerfile
+	bin/pin-base-images Dockerfile k8s/*.yaml
 
 clean-env:
 	rm -f .venv

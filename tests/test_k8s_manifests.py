@@ -25,13 +25,30 @@ MANIFEST_FILES = sorted(
 )
 
 
+ROOT = os.path.dirname(K8S_DIR)
+K8S_IMAGES = os.path.join(ROOT, "bin", "k8s-images")
+STALE = (
+    "k8s/ names another build than this checkout's (a file of pipelines/images.py's "
+    "IMAGE_INPUTS changed): run `make k8s-images` and commit k8s/ with the change"
+)
+
+
 def assert_names_the_image(reference: str, variant: str) -> None:
-    """The project's image of that variant, by a content tag of this version (make
-    k8s-images writes the checkout's; a tag names one content, so it is never stale)."""
-    version = images.TAG.split("-")[0]
-    suffix = images.VARIANT_SUFFIXES[variant]
-    pattern = rf"{images.REGISTRY}/{images.IMAGE_NAME}:{re.escape(version)}-[0-9a-f]{{12}}"
-    assert re.fullmatch(pattern + re.escape(suffix), reference), reference
+    """The project's image of that variant, by this checkout's content tag, the one `imgpipe
+    kfp compile` names (`make k8s-images` writes it)."""
+    expected = {"cpu": images.RUNTIME_IMAGE, "gpu": images.GPU_IMAGE}[variant]
+    assert reference == expected, f"{reference} is not {expected}: {STALE}"
+
+
+def test_the_manifests_name_the_build_kfp_compile_names():
+    """`bin/k8s-images --check`, as the docs tell a user to run it, on the committed k8s/."""
+    import subprocess
+    import sys
+
+    check = subprocess.run(
+        [sys.executable, K8S_IMAGES, "--check"], capture_output=True, text=True, timeout=120
+    )
+    assert check.returncode == 0, f"{check.stdout}{check.stderr}{STALE}"
 
 
 def test_the_manifests_name_one_build_and_make_k8s_images_names_this_checkouts(tmp_path):
@@ -53,7 +70,7 @@ def test_the_manifests_name_one_build_and_make_k8s_images_names_this_checkouts(t
 
     for path in MANIFEST_FILES:
         shutil.copy(path, tmp_path)
-    script = os.path.join(os.path.dirname(K8S_DIR), "bin", "k8s-images")
+    script = K8S_IMAGES
     subprocess.run([sys.executable, script, str(tmp_path)], check=True, capture_output=True)
     rewritten = [
         m.groups() for p in tmp_path.glob("*.yaml") for m in map(marked.search, open(p)) if m
@@ -364,3 +381,173 @@ def test_the_flink_deployment_has_the_local_clusters_taskmanager_memory():
 
 def pod_labels(deployment: dict) -> dict:
     return deployment["spec"]["template"]["metadata"]["labels"]
+
+
+# ---- every pod: a read-only root, a token only where the API server is called, images
+# ---- pinned or pinnable ---------------------------------------------------------------
+
+
+def pod_specs() -> list[tuple[str, dict]]:
+    """Every pod spec in k8s/, named `file[:role]`; the FlinkDeployment's top-level
+    template is the JobManager's (it has none of its own)."""
+    pods = []
+    for name, document in ALL_DOCUMENTS:
+        if document["kind"] == "Pod":
+            pods.append((name, document["spec"]))
+        elif document["kind"] == "Deployment":
+            pods.append((name, document["spec"]["template"]["spec"]))
+        elif document["kind"] == "FlinkDeployment":
+            assert "podTemplate" not in document["spec"]["jobManager"]
+            pods.append((f"{name}:jobManager", document["spec"]["podTemplate"]["spec"]))
+            template = document["spec"]["taskManager"]["podTemplate"]
+            pods.append((f"{name}:taskManager", template["spec"]))
+    return pods
+
+
+# The pods that call the Kubernetes API server, and why; every other pod gets no token.
+API_CLIENTS = {
+    # Flink's native Kubernetes mode: the JobManager creates and deletes the TaskManager
+    # pods, as the operator's `flink` service account.
+    "flink-deployment.yaml:jobManager",
+}
+
+
+def test_only_a_pod_that_calls_the_api_server_mounts_a_service_account_token():
+    pods = dict(pod_specs())
+    assert set(pods) == {
+        "flink-deployment.yaml:jobManager",
+        "flink-deployment.yaml:taskManager",
+        "flink-job-server.yaml",
+        "gpu-node-pool.yaml",
+    }
+    for name, pod in pods.items():
+        # Said in every pod, never left to Kubernetes' default (mounted).
+        assert pod.get("automountServiceAccountToken") is (name in API_CLIENTS), name
+
+
+# Where each image's processes write, besides the volumes a pod mounts for its data.
+WRITABLE_PATHS = {
+    "flink": {"/tmp", "/opt/flink/log"},  # io.tmp.dirs and the blob store; the logs
+    "apache/beam_flink1.19_job_server": {"/tmp"},  # the JVM's temporary files
+    f"{images.REGISTRY}/{images.IMAGE_NAME}": {"/tmp"},  # security.WRITABLE_TMP
+}
+
+
+def _image_name(reference: str) -> str:
+    return reference.split("@")[0].rsplit(":", 1)[0]
+
+
+def test_every_container_has_a_read_only_root_and_emptydirs_where_it_writes():
+    flink_image = _flink_deployment()["spec"]["image"]
+    checked = set()
+    for name, pod in pod_specs():
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        for container in pod["containers"]:
+            where = f"{name}:{container['name']}"
+            assert container["securityContext"].get("readOnlyRootFilesystem") is True, where
+            # Flink's own container takes its image from the FlinkDeployment.
+            image = _image_name(container.get("image", flink_image))
+            mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+            for path in WRITABLE_PATHS[image]:
+                assert path in mounts, f"{where}: nothing writable on {path}"
+                assert volumes[mounts[path]] == {"name": mounts[path], "emptyDir": {}}, where
+            checked.add(image)
+    assert checked == set(WRITABLE_PATHS)
+
+
+def test_the_taskmanager_template_merges_with_the_common_one_by_position():
+    """The operator merges the role's template into the top-level one list by list, item
+    by item (unless merge-arrays-by-name is set): the common entries come first, in the
+    same order, so that no item merges into a different one (a volume with two sources)."""
+    spec = _flink_deployment()["spec"]
+    common, taskmanager = spec["podTemplate"]["spec"], spec["taskManager"]["podTemplate"]["spec"]
+    (flink,) = common["containers"]
+    assert taskmanager["containers"][0]["name"] == flink["name"] == "flink-main-container"
+    pairs = [
+        (common["volumes"], taskmanager["volumes"]),
+        (flink["volumeMounts"], taskmanager["containers"][0]["volumeMounts"]),
+    ]
+    for shared, own in pairs:
+        assert own[: len(shared)] == shared
+    assert taskmanager["containers"][0]["securityContext"] == flink["securityContext"]
+
+
+def _third_party_image_lines() -> list[tuple[str, str]]:
+    lines = []
+    for path in MANIFEST_FILES:
+        for line in open(path):
+            if re.match(r"\s*(- )?image:\s", line) and "# imgpipe-image:" not in line:
+                lines.append((os.path.basename(path), line.rstrip("\n")))
+    return lines
+
+
+def _pin_base_images():
+    import importlib.machinery
+    import importlib.util
+
+    path = os.path.join(ROOT, "bin", "pin-base-images")
+    loader = importlib.machinery.SourceFileLoader("pin_base_images", path)
+    spec = importlib.util.spec_from_loader("pin_base_images", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_third_party_images_name_a_version_and_make_pin_images_pins_them(tmp_path):
+    """No registry is reachable here, so Flink's and the job server's images are named by
+    their release tags; `make pin-images` adds the digests where a registry answers."""
+    import subprocess
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    pin = _pin_base_images()
+    found = _third_party_image_lines()
+    assert {name for name, _ in found} == {"flink-deployment.yaml", "flink-job-server.yaml"}
+    for name, line in found:
+        match = pin.IMAGE_LINE.match(line)
+        assert match, f"{name}: make pin-images would not pin {line.strip()}"
+        assert match["tag"] != "latest" and re.match(r"\d", match["tag"]), line
+
+    digest = "sha256:" + "d" * 64
+
+    class Registry(BaseHTTPRequestHandler):
+        """Every tag of every repository names `digest`, anonymously."""
+
+        def do_HEAD(self):  # noqa: N802
+            assert self.path.startswith("/v2/") and "/manifests/" in self.path
+            self.send_response(200)
+            self.send_header("Docker-Content-Digest", digest)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    every_yaml = [*MANIFEST_FILES, PIPELINE_CONFIG]  # as the Makefile's k8s/*.yaml
+    for path in every_yaml:
+        (tmp_path / os.path.basename(path)).write_text(open(path).read())
+    server = HTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {**os.environ, "IMGPIPE_REGISTRY_URL": f"http://127.0.0.1:{server.server_port}"}
+    files = sorted(str(p) for p in tmp_path.glob("*.yaml"))
+    script = os.path.join(ROOT, "bin", "pin-base-images")
+    try:
+        pinned = subprocess.run([script, *files], env=env, capture_output=True, timeout=60)
+        check = subprocess.run([script, "--check", *files], env=env, capture_output=True)
+    finally:
+        server.shutdown()
+    assert pinned.returncode == 0, pinned.stderr
+    assert check.returncode == 0, check.stdout
+    for name, line in found:
+        match = pin.IMAGE_LINE.match(line)
+        expected = f"{match['head']}{match['image']}:{match['tag']}@{digest}{match['tail']}"
+        assert expected in (tmp_path / name).read_text().splitlines()
+    # Nothing else moved: the project's images stay bin/k8s-images', the config's
+    # `image:` mapping stays a mapping.
+    for path in every_yaml:
+        old = open(path).read().splitlines()
+        new = (tmp_path / os.path.basename(path)).read_text().splitlines()
+        assert [o for o, n in zip(old, new, strict=True) if o != n] == [
+            line for name, line in found if name == os.path.basename(path)
+        ]

@@ -16,33 +16,16 @@ from google.protobuf import json_format
 from imgpipe.pipelines import cli, images
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines.kubeflow import compiler, local_docker, security
-from tests.test_k8s_manifests import ALL_DOCUMENTS, PIPELINE_CONFIG
+from tests.test_k8s_manifests import ALL_DOCUMENTS, PIPELINE_CONFIG, pod_specs
 from tests.test_kubeflow_compile import TEST_SETTINGS
 
 # ---- the k8s/ manifests --------------------------------------------------------------
 
 
-def _pod_specs() -> list[tuple[str, dict]]:
-    """Every pod spec in k8s/, FlinkDeployment templates included."""
-    pods = []
-    for name, document in ALL_DOCUMENTS:
-        if document["kind"] == "Pod":
-            pods.append((name, document["spec"]))
-        elif document["kind"] == "Deployment":
-            pods.append((name, document["spec"]["template"]["spec"]))
-        elif document["kind"] == "FlinkDeployment":
-            pods.append((name, document["spec"]["podTemplate"]["spec"]))
-            for role in ("jobManager", "taskManager"):
-                template = document["spec"][role].get("podTemplate")
-                if template:
-                    pods.append((f"{name}:{role}", template["spec"]))
-    return pods
-
-
 def _project_containers() -> list[tuple[str, dict, dict]]:
     return [
         (name, pod, container)
-        for name, pod in _pod_specs()
+        for name, pod in pod_specs()
         for container in pod["containers"]
         if container.get("image", "").startswith(f"{images.REGISTRY}/{images.IMAGE_NAME}:")
     ]
@@ -81,7 +64,7 @@ def _secret_env(container: dict) -> dict[str, tuple[str, str, bool]]:
 
 @pytest.mark.unit
 def test_the_flink_workers_read_the_object_store_secret():
-    (taskmanager,) = [pod for name, pod in _pod_specs() if name.endswith(":taskManager")]
+    (taskmanager,) = [pod for name, pod in pod_specs() if name.endswith(":taskManager")]
     names = {c["name"] for c in taskmanager["containers"]}
     assert names == {"flink-main-container", "beam-worker-pool"}
     expected = {
@@ -140,6 +123,81 @@ def test_every_step_gets_the_settings_a_platform_spec_can_carry(compiled):
         container = spec["deploymentSpec"]["executors"][label]["container"]
         env = {e["name"]: e["value"] for e in container["env"]}
         assert {k: env[k] for k in security.STEP_ENV} == security.STEP_ENV
+        # Exactly the settings the package carries, as written, nothing else.
+        assert entry["securityContext"] == security.STEP_SECURITY_CONTEXT, label
+
+
+def _camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(word.title() for word in rest)
+
+
+def _sources(source: str) -> set[str]:
+    return {key for key, s in security.STEP_SECURITY_SOURCES.items() if s == source}
+
+
+@pytest.mark.unit
+def test_the_package_carries_every_setting_kfp_kubernetes_can_and_names_who_adds_the_rest():
+    import inspect
+
+    from kfp import kubernetes
+    from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    definition = {**security.POD_SECURITY_CONTEXT, **security.CONTAINER_SECURITY_CONTEXT}
+    assert set(security.STEP_SECURITY_SOURCES) == set(definition)
+    assert set(security.STEP_SECURITY_SOURCES.values()) == {
+        security.PACKAGE,
+        security.BACKEND,
+        security.POLICY,
+    }
+    carried = {_camel(f.name) for f in k8s_pb2.SecurityContext.DESCRIPTOR.fields}
+    assert carried == _sources(security.PACKAGE), (
+        f"kfp-kubernetes' SecurityContext now has {sorted(carried)}: make the compiler write "
+        "each of the definition's, and update STEP_SECURITY_SOURCES and docs/kubeflow.md"
+    )
+    parameters = inspect.signature(kubernetes.set_security_context).parameters
+    assert {_camel(name) for name in parameters if name != "task"} == carried
+    # The PipelineSpec's container is the package's only other part of a step's pod, and
+    # it has no security field.
+    container = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec
+    assert {f.name for f in container.DESCRIPTOR.fields} == {
+        "image",
+        "command",
+        "args",
+        "lifecycle",
+        "resources",
+        "env",
+    }
+    assert security.STEP_SECURITY_CONTEXT == {k: definition[k] for k in carried}
+
+
+@pytest.mark.component
+def test_the_compiled_yaml_carries_the_package_settings_and_claims_none_of_the_others(
+    compiled,
+):
+    text, _, platform = compiled
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for key in _sources(security.PACKAGE):
+        values = {entry["securityContext"][key] for entry in executors.values()}
+        assert values == {security.STEP_SECURITY_CONTEXT[key]}, key
+    # What the backend or a policy adds appears nowhere in the package: a field the
+    # backend does not read would say a step has a setting it has not.
+    for key in _sources(security.BACKEND) | _sources(security.POLICY):
+        assert key not in text, key
+
+
+@pytest.mark.unit
+def test_the_docs_say_who_puts_each_setting_on_a_step():
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "kubeflow.md")
+    with open(path) as f:
+        text = f.read()
+    section = text.split("### What a KFP 2.16 package can carry", 1)[1].split("\n#", 1)[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ")]
+    said = {security.PACKAGE: "the package", security.BACKEND: "backend", security.POLICY: "policy"}
+    for key, source in security.STEP_SECURITY_SOURCES.items():
+        (row,) = [row for row in rows if f"`{key}" in row[0]]
+        assert said[source] in row[1], (key, row)
 
 
 # Values that look like credentials: AWS key ids, PEM keys, and credential options.

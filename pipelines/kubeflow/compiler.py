@@ -183,12 +183,9 @@ def security_context() -> dict[str, Any]:
     """Every step runs as the image's own user, never as root.
 
     This is all a KFP 2.16 platform spec can say (kfp-kubernetes' SecurityContext:
-    runAsUser, runAsGroup, runAsNonRoot). The rest is the backend's: KFP 2.16 gives every
-    step's container allowPrivilegeEscalation: false, capabilities drop ALL and the
-    RuntimeDefault seccomp profile (kubeflow/pipelines #12782, #12832), and a namespace
-    labelled for the restricted Pod Security Standard refuses a pod without them
-    (k8s/namespace.yaml). A read-only root filesystem cannot be asked for, and KFP's
-    launcher writes its local artifact copies (/minio, /s3, /gcs) into it.
+    runAsUser, runAsGroup, runAsNonRoot). The backend adds the seccomp profile, no
+    privilege escalation and no capabilities; a cluster policy must add the read-only
+    root (security.STEP_SECURITY_SOURCES says which and why).
     """
     return dict(STEP_SECURITY_CONTEXT)
 

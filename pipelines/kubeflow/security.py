@@ -6,7 +6,9 @@ The steps run as the image's own user, never as root, with no privilege escalati
 Linux capabilities and a read-only root filesystem; /tmp is the one writable place
 outside the volumes (an emptyDir on Kubernetes, a tmpfs under Docker), and HOME and
 TMPDIR point there, because TensorFlow, Keras and Beam write caches and temporary files
-under them.
+under them. The k8s/ manifests and the DockerRunner options carry every one of these
+settings; a compiled KFP 2.16 package can carry only the user (STEP_SECURITY_SOURCES
+says who adds each of the others).
 
 Object-store credentials never enter a compiled package: every step reads them from the
 Kubernetes Secret OBJECT_STORE_SECRET, whose keys are the environment variables boto3
@@ -37,10 +39,41 @@ CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
     "capabilities": {"drop": ["ALL"]},
     "readOnlyRootFilesystem": True,
 }
-# What a KFP 2.16 platform spec can set on a step (kfp-kubernetes' SecurityContext has
-# only these three fields); the backend adds the rest (compiler.security_context).
+
+# ---- who puts each setting on a compiled step's pod, under KFP 2.16 -------------------
+#
+# PACKAGE: the compiled YAML carries it. Its platform spec is the only place a package
+#   can name a security setting, and kfp-kubernetes 2.16's SecurityContext message has
+#   exactly three fields (run_as_user, run_as_group, run_as_non_root;
+#   kfp.kubernetes.set_security_context); the PipelineSpec's container has none.
+# BACKEND: the package cannot carry it; KFP 2.16's Argo compiler puts it on every step
+#   it compiles (backend/src/v2/compiler/argocompiler/security_context.go,
+#   applySecurityContextToExecutorTemplate, kubeflow/pipelines #12782): the pod's
+#   RuntimeDefault seccomp profile, and allowPrivilegeEscalation: false and drop ALL on
+#   the step's container. The restricted Pod Security Standard of k8s/namespace.yaml
+#   refuses a pod without them, so a backend that leaves them out fails loudly.
+# POLICY: neither the package nor the backend: the backend leaves readOnlyRootFilesystem
+#   to the user, and no package field reaches it. A mutating admission policy of the
+#   cluster (Kyverno, Gatekeeper's Assign) must add it to the step's `main` container,
+#   and nothing refuses a step without it (the restricted standard does not check it).
+#   The steps work under it: they write only to /tmp (the package's emptyDir), the
+#   volumes, and the backend's own emptyDirs (/kfp-launcher, /gcs, /minio, /s3,
+#   /.local, /.cache, /.config); the DockerRunner tier runs every step so.
+PACKAGE, BACKEND, POLICY = "package", "backend", "policy"
+STEP_SECURITY_SOURCES: dict[str, str] = {
+    "runAsNonRoot": PACKAGE,
+    "runAsUser": PACKAGE,
+    "runAsGroup": PACKAGE,
+    "seccompProfile": BACKEND,
+    "allowPrivilegeEscalation": BACKEND,
+    "capabilities": BACKEND,
+    "readOnlyRootFilesystem": POLICY,
+}
+# What the compiler writes into every step's platform spec (compiler.security_context).
 STEP_SECURITY_CONTEXT: dict[str, Any] = {
-    key: POD_SECURITY_CONTEXT[key] for key in ("runAsNonRoot", "runAsUser", "runAsGroup")
+    key: {**POD_SECURITY_CONTEXT, **CONTAINER_SECURITY_CONTEXT}[key]
+    for key, source in STEP_SECURITY_SOURCES.items()
+    if source == PACKAGE
 }
 
 # The one writable path outside the volumes, and the variables that send writes there.
