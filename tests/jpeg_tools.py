@@ -93,6 +93,34 @@ def progressive_with_scans(extra_scans: int, side: int = 48) -> bytes:
     return data[:end] + data[last_scan:end] * extra_scans + data[end:]
 
 
+def sequential_with_scans(extra_scans: int, side: int = 48, arithmetic: bool = False) -> bytes:
+    """A sequential (not progressive) colour JPEG of one scan a component, Huffman or
+    arithmetic-coded, with its last scan repeated `extra_scans` times: libjpeg decodes
+    every repeat into its coefficient buffer, a pass over the component each."""
+    rgb = imagegen.jpeg_bytes(imagegen.photo_like(side, side, seed=4))
+    coding = ["-arithmetic"] if arithmetic else []
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as script:
+        script.write("0;\n1;\n2;\n")  # full spectrum, full precision: sequential
+        script.flush()
+        data = transcode(rgb, *coding, "-scans", script.name)
+    last_scan = data.rindex(b"\xff\xda")
+    end = data.rindex(b"\xff\xd9")
+    return data[:end] + data[last_scan:end] * extra_scans + data[end:]
+
+
+def with_segment(data: bytes, marker: int, payload_bytes: int, count: int = 1) -> bytes:
+    """The JPEG with `count` segments of `marker` (0xFE a comment, 0xE0..0xEF APPn) of
+    `payload_bytes` zeros each, after its start-of-image marker."""
+    segment = bytes([0xFF, marker]) + struct.pack(">H", 2 + payload_bytes) + bytes(payload_bytes)
+    return data[:2] + segment * count + data[2:]
+
+
+def padded_arithmetic_bomb(side: int = 4000, padding: int = 20_000) -> bytes:
+    """arithmetic_bomb with a comment of `padding` bytes: past the byte floor, were the
+    floor counted over the whole file."""
+    return with_segment(arithmetic_bomb(side), 0xFE, padding)
+
+
 def lossless_grey(side: int = 16) -> bytes:
     """A lossless JPEG (SOF3, predictor 1) of a flat grey-128 image: every difference is
     0, coded with a one-symbol Huffman table. Valid to the letter of ITU T.81; TensorFlow's

@@ -67,7 +67,11 @@ def served_accuracy(model_dir: str, per_class: int = 30) -> float:
     """Accuracy of a served model's serving_default signature on held-out images."""
     import tensorflow as tf
 
+    from imgpipe.components.common.images.serving_limits import DEFAULT_MAX_REQUEST_IMAGES
+
     images, labels = held_out(per_class)
     signature = tf.saved_model.load(model_dir).signatures["serving_default"]
-    predicted = signature(images=tf.constant(images))["predicted_class"].numpy()
+    step = DEFAULT_MAX_REQUEST_IMAGES  # a request holds at most this many
+    requests = [tf.constant(images[i : i + step]) for i in range(0, len(images), step)]
+    predicted = np.concatenate([signature(images=r)["predicted_class"].numpy() for r in requests])
     return float(np.mean([p.decode() == t for p, t in zip(predicted, labels, strict=True)]))

@@ -21,11 +21,13 @@ from PIL import Image
 
 from imgpipe.components.common.formats import artifacts, conversion_summary
 from imgpipe.components.common.formats import features as fk
-from imgpipe.components.image_example_gen import walk
+from imgpipe.components.common.images import image_formats
+from imgpipe.components.common.images import image_header as hdr
+from imgpipe.components.image_example_gen import image_codec, walk
 from imgpipe.components.image_example_gen.convert import run_conversion
-from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
+from imgpipe.components.image_example_gen.options import VERIFY_DECODE, ImageOptions, OutputOptions
 from imgpipe.components.image_statistics import anomalies
-from imgpipe.components.image_statistics.analyze import AnalysisOptions
+from imgpipe.components.image_statistics.analyze import AnalysisOptions, BatchDecoder, analyze_batch
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.produce import produce
 from tests import imagegen, jpeg_tools
@@ -44,6 +46,45 @@ def corrupt_entropy_jpeg() -> bytes:
     middle = len(data) // 2
     data[middle : middle + 60] = np.random.default_rng(1).integers(1, 255, 60, np.uint8).tobytes()
     return bytes(data)
+
+
+def marker_flood_jpeg() -> bytes:
+    """A small JPEG with 100,000 empty comments after its scan: libjpeg reads them all."""
+    photo = imagegen.jpeg_bytes(imagegen.photo_like(16, 16))
+    end = photo.rindex(b"\xff\xd9")
+    return photo[:end] + b"\xff\xfe\x00\x02" * 100_000 + photo[end:]
+
+
+def with_stray_byte(jpeg: bytes) -> bytes:
+    """The JPEG with a comment and a stray byte before its first scan."""
+    sos = jpeg.index(b"\xff\xda")
+    return jpeg[:sos] + b"\xff\xfe\x00\x02\x00" + jpeg[sos:]
+
+
+# What a file can cost, whatever its coding: scans of a sequential JPEG, Huffman or
+# arithmetic, counted as a progressive one's are; coded bytes, not a comment's padding,
+# against the size the header claims; a bounded marker walk. Path -> (bytes, reason).
+def cost_bombs() -> dict[str, tuple[bytes, str]]:
+    return {
+        "cat/sequential-scan-bomb.jpg": (
+            jpeg_tools.sequential_with_scans(2000, arithmetic=True),
+            "sequential jpeg with more than 100 scans",
+        ),
+        "cat/sequential-huffman-scan-bomb.jpg": (
+            jpeg_tools.sequential_with_scans(2000),
+            "sequential jpeg with more than 100 scans",
+        ),
+        "cat/padded-arithmetic-bomb.jpg": (
+            jpeg_tools.padded_arithmetic_bomb(),
+            "truncated or corrupt jpeg",
+        ),
+        # libjpeg skips a stray byte between segments (with a warning): so does the walk.
+        "cat/stray-byte-scan-bomb.jpg": (
+            with_stray_byte(jpeg_tools.sequential_with_scans(2000)),
+            "sequential jpeg with more than 100 scans",
+        ),
+        "cat/marker-flood.jpg": (marker_flood_jpeg(), "corrupt jpeg"),
+    }
 
 
 def corrupt_body_png() -> bytes:
@@ -113,6 +154,8 @@ def hostile(tmp_path_factory, make_pipeline):
         "cat/lossless.jpg": jpeg_tools.lossless_grey(),
         "dog/arithmetic.jpg": jpeg_tools.arithmetic_photo(),
         "dog/progressive-64-scans.jpg": jpeg_tools.progressive_with_scans(0),
+        "dog/sequential-3-scans.jpg": jpeg_tools.sequential_with_scans(0, arithmetic=True),
+        **{path: data for path, (data, _) in cost_bombs().items()},
         " owl/a.jpg": good,
         "stray.jpg": good,
         "notes.txt": b"not an image\n",
@@ -184,6 +227,7 @@ def test_every_entry_is_written_skipped_or_ignored_with_its_reason(hostile):
         "cat/lying.jpg": "truncated or corrupt jpeg",
         "cat/arithmetic-bomb.jpg": "truncated or corrupt jpeg",
         "cat/scan-bomb.jpg": "progressive jpeg with more than 100 scans",
+        **{path: reason for path, (_, reason) in cost_bombs().items()},
         "cat/lossless.jpg": "lossless jpeg",
         "cat/frame-bomb.gif": "decompression bomb",
         "cat/animated.gif": "decompression bomb",
@@ -210,8 +254,9 @@ def test_every_entry_is_written_skipped_or_ignored_with_its_reason(hostile):
 
     summary = conversion_summary.read(out)
     # 12 generated + the ESC, newline and spaced names + inside.jpg (a link) + the two
-    # corrupt images that only a decode can find + the arithmetic and 64-scan JPEGs.
-    assert (summary.written, summary.skipped, summary.ignored) == (20, 22, 6)
+    # corrupt images that only a decode can find + the arithmetic, 64-scan and
+    # 3-scan sequential JPEGs.
+    assert (summary.written, summary.skipped, summary.ignored) == (21, 27, 6)
     assert summary.files_seen == summary.written + summary.skipped + summary.ignored
     names = {
         r.features.feature[fk.FILENAME_KEY].bytes_list.value[0].decode() for r in read_records(out)
@@ -264,3 +309,27 @@ def test_the_statistics_name_the_corrupt_images_the_conversion_kept(
     assert "cat/corrupt-entropy.jpg" in message
     # No name reaches the page or the terminal with its control characters.
     assert "\x1b" not in produced.html and "\x1b" not in message
+
+
+def test_the_cost_bombs_are_real_and_refused_by_decoding_conversion_and_statistics():
+    """Each decodes in TensorFlow (each is a real cost, not a corrupt file), and is refused
+    from its headers by a conversion that decodes every image and by the statistics
+    over records that no conversion checked."""
+    records = []
+    for path, (data, reason) in cost_bombs().items():
+        header = image_formats.read_header(data)
+        assert tf.io.decode_jpeg(data).shape[:2] == (header.height, header.width), path
+        with pytest.raises(hdr.ImageHeaderError, match=reason):
+            image_codec.convert_image(data, ImageOptions(verify=VERIFY_DECODE))
+        example = tf.train.Example()
+        example.features.feature[fk.IMAGE_ENCODED_KEY].bytes_list.value.append(data)
+        example.features.feature[fk.FILENAME_KEY].bytes_list.value.append(path.encode())
+        records.append(example.SerializeToString())
+    accumulator, _ = analyze_batch(
+        records, "train", BatchDecoder(32, 0.875), AnalysisOptions(32, 0.875)
+    )
+    assert accumulator.images == 0
+    reasons = dict(accumulator.failures)
+    assert set(reasons) == set(cost_bombs())
+    for path, (_, reason) in cost_bombs().items():
+        assert reasons[path].startswith(reason), (path, reasons[path])

@@ -158,17 +158,64 @@ def test_scans_are_counted_and_a_scan_bomb_is_refused():
     from tests import jpeg_tools
 
     progressive = jpeg_tools.progressive_with_scans(0)
-    assert hdr.count_jpeg_scans(progressive, stop_after=1000) == 64
+    assert hdr.jpeg_scans(progressive, stop_after=1000).scans == 64
     header = image_formats.read_header(progressive)
     assert header.jpeg_coding == hdr.JPEG_PROGRESSIVE
     hdr.check_complete(progressive, header)
     bomb = jpeg_tools.progressive_with_scans(2000)
-    assert hdr.count_jpeg_scans(bomb, stop_after=10_000) == 2064
-    assert hdr.count_jpeg_scans(bomb, stop_after=hdr.MAX_JPEG_SCANS) == hdr.MAX_JPEG_SCANS + 1
-    with pytest.raises(hdr.ImageHeaderError, match=r"more than 100 scans"):
+    assert hdr.jpeg_scans(bomb, stop_after=hdr.MAX_JPEG_SCANS).scans == hdr.MAX_JPEG_SCANS + 1
+    with pytest.raises(hdr.ImageHeaderError, match=r"progressive jpeg with more than 100 scans"):
         hdr.check_complete(bomb, image_formats.read_header(bomb))
     # A baseline JPEG holds one scan, and EXIF's thumbnail scans are not counted.
-    assert hdr.count_jpeg_scans(imagegen.jpeg_bytes(imagegen.photo_like(16, 16)), 10) == 1
+    assert hdr.jpeg_scans(imagegen.jpeg_bytes(imagegen.photo_like(16, 16)), 10).scans == 1
+
+
+@pytest.mark.parametrize("arithmetic", [False, True], ids=["huffman", "arithmetic"])
+def test_scans_of_a_sequential_jpeg_are_counted_too(arithmetic):
+    from tests import jpeg_tools
+
+    three = jpeg_tools.sequential_with_scans(0, arithmetic=arithmetic)
+    header = image_formats.read_header(three)
+    assert header.jpeg_coding == hdr.JPEG_SEQUENTIAL
+    assert hdr.jpeg_scans(three, stop_after=100).scans == 3
+    hdr.check_complete(three, header)
+    bomb = jpeg_tools.sequential_with_scans(2000, arithmetic=arithmetic)
+    with pytest.raises(hdr.ImageHeaderError, match=r"sequential jpeg with more than 100 scans"):
+        hdr.check_complete(bomb, image_formats.read_header(bomb))
+    # A stray byte between two segments hides no scan: libjpeg skips it, so does the walk.
+    sos = bomb.index(b"\xff\xda")
+    stray = bomb[:sos] + b"\xff\xfe\x00\x02\x00" + bomb[sos:]
+    assert hdr.jpeg_scans(stray, stop_after=100).scans == 101
+
+
+@pytest.mark.parametrize("marker", [0xFE, 0xE1, 0xEF], ids=["COM", "APP1", "APP15"])
+def test_the_byte_floor_counts_coded_bytes_not_padding(marker):
+    from tests import jpeg_tools
+
+    bomb = jpeg_tools.arithmetic_bomb(4000)
+    padded = jpeg_tools.with_segment(bomb, marker, 20_000)
+    header = image_formats.read_header(padded)
+    assert len(padded) > 5 * header.min_bytes  # past a floor over the whole file
+    assert hdr.jpeg_scans(padded, stop_after=100).coded_bytes == (
+        hdr.jpeg_scans(bomb, stop_after=100).coded_bytes
+    )
+    with pytest.raises(hdr.ImageHeaderError, match=r"coded image data cannot hold the 4000x4000"):
+        hdr.check_complete(padded, header)
+    # A real file's padding changes nothing: its image is coded in its scans.
+    photo = jpeg_tools.with_segment(imagegen.jpeg_bytes(imagegen.photo_like(64, 64)), marker, 9)
+    hdr.check_complete(photo, image_formats.read_header(photo))
+
+
+def test_a_flood_of_markers_is_refused_after_a_bounded_walk():
+    photo = imagegen.jpeg_bytes(imagegen.photo_like(16, 16))
+    many = hdr.MAX_JPEG_MARKERS
+    with pytest.raises(hdr.ImageHeaderError, match=f"more than {many} marker segments before"):
+        image_formats.read_header(b"\xff\xd8" + b"\xff\xfe\x00\x02" * 100_000 + photo[2:])
+    end = photo.rindex(b"\xff\xd9")
+    after_the_scan = photo[:end] + b"\xff\xfe\x00\x02" * 100_000 + photo[end:]
+    assert hdr.jpeg_scans(after_the_scan, stop_after=100).markers == many + 1
+    with pytest.raises(hdr.ImageHeaderError, match=f"more than {many} marker segments"):
+        hdr.check_complete(after_the_scan, image_formats.read_header(after_the_scan))
 
 
 def test_codings_tensorflow_cannot_decode_are_refused_by_name():

@@ -12,12 +12,14 @@ from imgpipe.components.common.images.image_header import (
     BMP,
     DEFLATE_MAX_RATIO,
     GIF,
+    HUFFMAN_BLOCKS_PER_BYTE,
     JPEG,
     JPEG_HIERARCHICAL,
     JPEG_LOSSLESS,
     JPEG_PROGRESSIVE,
     JPEG_SEQUENTIAL,
     LZW_MAX_PIXELS_PER_BYTE,
+    MAX_JPEG_MARKERS,
     MODE_CMYK,
     MODE_GRAY,
     MODE_GRAY_ALPHA,
@@ -58,7 +60,14 @@ def jpeg_header(data: bytes) -> ImageHeader:
     orientation = 1
     adobe_transform: int | None = None
     size = len(data)
+    markers = 0
     while pos < size:
+        markers += 1
+        if markers > MAX_JPEG_MARKERS:
+            raise ImageHeaderError(
+                f"corrupt jpeg: more than {MAX_JPEG_MARKERS} marker segments before the frame "
+                "header (SOF)"
+            )
         if data[pos] != 0xFF:
             raise ImageHeaderError(f"corrupt jpeg: expected a marker at byte {pos}")
         while pos < size and data[pos] == 0xFF:  # fill bytes
@@ -81,7 +90,7 @@ def jpeg_header(data: bytes) -> ImageHeader:
             precision, height, width, components = struct.unpack(">BHHB", segment[:6])
             blocks = -(-width // 8) * -(-height // 8)
             if marker in _HUFFMAN_DCT_SOF:
-                min_bytes = blocks // 8
+                min_bytes = blocks // HUFFMAN_BLOCKS_PER_BYTE
             elif marker == _HUFFMAN_LOSSLESS_SOF:
                 min_bytes = width * height // 8
             elif marker in _ARITHMETIC_SOF:

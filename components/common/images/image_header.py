@@ -9,7 +9,7 @@ header_parsers.py); the format comes from the magic bytes, never from the file n
 from __future__ import annotations
 
 import dataclasses
-import struct
+import re
 
 JPEG = "jpeg"
 PNG = "png"
@@ -74,8 +74,8 @@ def check_complete(data: bytes, header: ImageHeader) -> None:
     Raises:
       ImageHeaderError: the file is too short, or the end marker is missing.
     """
-    check_bounded(data, header)
     fmt = header.format
+    # The end first: a cut-off file is named truncated, not short of its coded bytes.
     if fmt == JPEG:
         # Some encoders pad after EOI; allow a little trailing data.
         if b"\xff\xd9" not in data[-64:]:
@@ -83,31 +83,36 @@ def check_complete(data: bytes, header: ImageHeader) -> None:
     elif fmt == PNG:
         if b"IEND" not in data[-32:]:
             raise ImageHeaderError("truncated png: no IEND chunk")
+    check_bounded(data, header)
 
 
 def check_bounded(data: bytes, header: ImageHeader) -> None:
     """Checks that decoding the file costs bounded work: it is long enough for the size
-    its header claims (min_bytes_note), and a JPEG is of a coding TensorFlow decodes with
-    at most MAX_JPEG_SCANS scans. Every stage that decodes bytes it did not check itself
-    asks this (a truncated end is left to the decoder, which names it).
+    its header claims (min_bytes_note), and a JPEG is of a coding TensorFlow decodes, with
+    at most MAX_JPEG_SCANS scans and MAX_JPEG_MARKERS markers, and enough entropy-coded
+    bytes for its size. Every stage that decodes bytes it did not check itself asks this
+    (a truncated end is left to the decoder, which names it).
 
     Raises:
       ImageHeaderError: the reason.
     """
-    if len(data) < header.min_bytes:
+    if header.format == JPEG:
+        check_jpeg_decodable(data, header)
+    elif len(data) < header.min_bytes:
         raise ImageHeaderError(
             f"truncated or corrupt {header.format}: {len(data)} bytes cannot hold the "
             f"{header.width}x{header.height} image its header claims "
             f"(at least {header.min_bytes} bytes)"
         )
-    if header.format == JPEG:
-        check_jpeg_decodable(data, header)
 
 
 def check_jpeg_decodable(data: bytes, header: ImageHeader) -> None:
-    """Refuses a JPEG that TensorFlow cannot decode, or that would cost unbounded time
-    at every decode: lossless, hierarchical or 12-bit coding, and more than
-    MAX_JPEG_SCANS progressive scans. Pure and cheap: sequential files are not scanned.
+    """Refuses a JPEG that TensorFlow cannot decode, or whose decode would cost more than
+    its bytes can honestly ask: lossless, hierarchical or 12-bit coding; more than
+    MAX_JPEG_SCANS scans of any coding (each scan is a pass over its components, and a
+    sequential file's scan can be repeated as a progressive one's can); fewer bytes of
+    entropy-coded data than its size needs (comments and APPn segments pad a file, not
+    its image). One marker walk (jpeg_scans), in C between markers.
 
     Raises:
       ImageHeaderError: the reason, and what to do.
@@ -121,50 +126,81 @@ def check_jpeg_decodable(data: bytes, header: ImageHeader) -> None:
             f"{header.bit_depth}-bit jpeg: TensorFlow decodes 8-bit JPEG only; convert it to "
             "PNG or an 8-bit JPEG"
         )
-    if header.jpeg_coding == JPEG_PROGRESSIVE:
-        scans = count_jpeg_scans(data, stop_after=MAX_JPEG_SCANS)
-        if scans > MAX_JPEG_SCANS:
-            raise ImageHeaderError(
-                f"progressive jpeg with more than {MAX_JPEG_SCANS} scans: each scan is a pass "
-                "over the whole image at every decode (encoders write at most 10); "
-                "re-encode it"
-            )
+    walk = jpeg_scans(data, stop_after=MAX_JPEG_SCANS)
+    if walk.markers > MAX_JPEG_MARKERS:
+        raise ImageHeaderError(
+            f"corrupt jpeg: more than {MAX_JPEG_MARKERS} marker segments (real files have "
+            "a few dozen); re-encode it"
+        )
+    if walk.scans > MAX_JPEG_SCANS:
+        raise ImageHeaderError(
+            f"{header.jpeg_coding} jpeg with more than {MAX_JPEG_SCANS} scans: each scan is a "
+            "pass over the image at every decode (encoders write at most 10); re-encode it"
+        )
+    if walk.coded_bytes < header.min_bytes:
+        raise ImageHeaderError(
+            f"truncated or corrupt jpeg: {walk.coded_bytes} bytes of coded image data cannot "
+            f"hold the {header.width}x{header.height} image its header claims (at least "
+            f"{header.min_bytes} bytes; comments and metadata do not count)"
+        )
 
 
-def count_jpeg_scans(data: bytes, stop_after: int) -> int:
-    """The JPEG's start-of-scan markers, counted up to stop_after + 1.
+@dataclasses.dataclass(frozen=True)
+class JpegScans:
+    """What a JPEG's marker walk found (jpeg_scans).
 
-    Inside entropy-coded data a 0xFF byte is followed by 0x00 (stuffing), a restart
-    marker or another 0xFF; any other marker ends the scan. So every FF DA is a scan
-    (an embedded EXIF thumbnail's are skipped with their APP segment).
+    Attributes:
+      scans: start-of-scan (SOS) markers, of any coding, counted up to stop_after + 1.
+      coded_bytes: the bytes of entropy-coded data after them (restart markers and
+        stuffing included): what the decoder reads as image, not what a segment carries.
+      markers: the markers walked, up to MAX_JPEG_MARKERS + 1.
     """
-    scans = 0
-    pos = 2
+
+    scans: int
+    coded_bytes: int
+    markers: int
+
+
+# A marker, where libjpeg looks for one: 0xFF then anything but 0x00 (a stuffed 0xFF in
+# entropy-coded data), 0xFF (fill), TEM or a restart marker, which stay in a scan.
+JPEG_MARKER = re.compile(rb"\xff[^\x00\x01\xd0-\xd7\xff]")
+
+
+def jpeg_scans(data: bytes, stop_after: int) -> JpegScans:
+    """Walks a JPEG's markers from its start to its end-of-image marker, as libjpeg reads
+    them: a segment is skipped by its length, a scan's entropy-coded data runs to the
+    next marker, and bytes between segments that are no marker are passed over (libjpeg
+    skips them with a warning). So every scan is counted, whatever its coding, and an
+    EXIF thumbnail's scans are not (they lie inside their APP1 segment). Stops after
+    stop_after + 1 scans or MAX_JPEG_MARKERS + 1 markers; serving_limits walks the same
+    way in TensorFlow ops.
+    """
     size = len(data)
-    in_scan = False
-    while pos < size:
-        if in_scan:
-            pos = data.find(b"\xff", pos)
-            if pos < 0 or pos + 1 >= size:
-                break
-        elif data[pos] != 0xFF:
-            break  # not at a marker: the header parser reports corrupt files
-        marker = data[pos + 1] if pos + 1 < size else 0
-        if marker in (0x00, 0xFF) or 0xD0 <= marker <= 0xD7 or marker == 0x01:
-            pos += 1 if marker == 0xFF else 2
+    scans = coded = markers = 0
+    pos = 0
+    while True:
+        found = JPEG_MARKER.search(data, pos)
+        if found is None:
+            break
+        pos = found.start()
+        markers += 1
+        marker = data[pos + 1]
+        if marker == 0xD9 or markers > MAX_JPEG_MARKERS:
+            break
+        if marker == 0xD8:  # SOI: no length
+            pos += 2
             continue
-        if marker == 0xD9:
-            break
-        if pos + 4 > size:
-            break
-        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+        end = min(pos + 2 + int.from_bytes(data[pos + 2 : pos + 4], "big"), size)
         if marker == 0xDA:
             scans += 1
+            after = JPEG_MARKER.search(data, end)
+            pos = after.start() if after is not None else size
+            coded += pos - end
             if scans > stop_after:
                 break
-            in_scan = True
-        pos += 2 + length
-    return scans
+        else:
+            pos = end
+    return JpegScans(scans, coded, markers)
 
 
 # JPEG codings, by frame header (SOFn). TensorFlow's decoder (libjpeg-turbo's 8-bit API)
@@ -179,10 +215,19 @@ JPEG_HIERARCHICAL = "hierarchical"
 # a policy, 1 byte per 64 blocks, an eighth of the Huffman floor's 1 bit per block;
 # real arithmetic-coded photos are within 10% of their Huffman size.
 ARITHMETIC_BLOCKS_PER_BYTE = 64
-# Each progressive scan is a pass over the whole image: 2,090 scans cost 18 s of CPU per
-# decode. Encoders write 10 at most (libjpeg's and mozjpeg's scripts); libjpeg-turbo's
-# own scan limit (TJPARAM_SCANLIMIT, djpeg -maxscans) exists for the same reason.
+# A Huffman-coded DCT block takes at least a bit (min_bytes_note).
+HUFFMAN_BLOCKS_PER_BYTE = 8
+# Each scan is a pass over the image, progressive or sequential, Huffman or arithmetic:
+# 2,090 progressive scans cost 18 s of CPU per decode, a 4000x4000 sequential scan
+# repeated 2,003 times (arithmetic, 42 KB) 11.3 s. Encoders write 10 at most (libjpeg's
+# and mozjpeg's scripts; a sequential file has one scan a component at most);
+# libjpeg-turbo's own scan limit (TJPARAM_SCANLIMIT, djpeg -maxscans) exists for the
+# same reason.
 MAX_JPEG_SCANS = 100
+# Real JPEGs have a few dozen markers (SOI, APPn, DQT, SOF, DHT, SOS, EOI; an ICC
+# profile takes at most 255 APP2 segments); the bound keeps the walk itself short: a
+# file of 4-byte comments would otherwise be millions of steps.
+MAX_JPEG_MARKERS = 1000
 # The largest image, in pixels, the conversion takes (ImageOptions.max_pixels) and the
 # served model decodes (serving_limits), unless set otherwise.
 DEFAULT_MAX_PIXELS = 100_000_000
@@ -190,7 +235,9 @@ DEFAULT_MAX_PIXELS = 100_000_000
 # coding, so no valid file falls below them:
 #   Huffman-coded JPEG: each 8x8 block of the full-resolution component takes at least
 #     one bit (its DC code; progressive AC scans can skip blocks, the DC scan cannot);
-#     lossless JPEG at least a bit a sample. Arithmetic coding has no such floor.
+#     lossless JPEG at least a bit a sample. Arithmetic coding has no such floor. The
+#     bits are entropy-coded data, so a JPEG's floor is checked against those bytes
+#     alone (JpegScans.coded_bytes): a comment can pad a file, not its image.
 #   PNG: deflate expands at most 1032:1, and the raw rows hold a filter byte each.
 #   GIF: an LZW code of b bits stands for fewer than 2**b pixels, so a byte of codes
 #     stands for fewer than 4096 (2730, in fact).
