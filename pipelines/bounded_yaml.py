@@ -15,22 +15,30 @@ from __future__ import annotations
 from typing import Any
 
 # No settings document comes near these: the full example config is about 150 nodes,
-# nested 5 deep.
+# nested 5 deep, in a few KB. The parser reads about a megabyte a second, so a longer
+# document is refused before it is parsed.
 MAX_DEPTH = 64
 MAX_NODES = 100_000
+MAX_CHARS = 1_000_000
 
 
 class YamlLimitError(ValueError):
-    """A document over MAX_DEPTH or MAX_NODES: refused before it is built."""
+    """A document over MAX_CHARS, MAX_DEPTH or MAX_NODES: refused before it is built."""
 
 
 def load(text: str, where: str) -> Any:
     """The one YAML document in `text`, or None for an empty one.
 
     Raises:
-      ValueError: not valid YAML, nested deeper than MAX_DEPTH, or more than MAX_NODES
-        values once aliases are expanded; the message starts with `where` and is one line.
+      ValueError: longer than MAX_CHARS, not valid YAML, nested deeper than MAX_DEPTH, or
+        more than MAX_NODES values once aliases are expanded; the message starts with
+        `where` and is one line.
     """
+    if len(text) > MAX_CHARS:
+        raise YamlLimitError(
+            f"{where}: more than {MAX_CHARS:,} characters; a settings file holds a few "
+            "thousand, so this is not one"
+        )
     import yaml
 
     try:

@@ -29,7 +29,9 @@ Example YAML (every key optional; unknown keys are errors that list the allowed 
       images: {default: registry/app:1.0, Trainer: registry/app-gpu:1.0}
     beam_args: [--runner=FlinkRunner, --flink_master=flink:8081]
 
-Everything is validated when the config is loaded, before any step runs.
+Everything is validated when the config is loaded, before any step runs: every string
+is bounded by its kind (config_loader.MAX_CHARS), and no setting may hold a credential
+(pipelines/credentials.py).
 """
 
 from __future__ import annotations
@@ -44,11 +46,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.runtime.printable import shown
 from imgpipe.components.evaluator.config import EvaluatorConfig
 from imgpipe.components.image_example_gen.options import LAYOUT_SPLIT, ExampleGenConfig
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.pusher.serving_files import ServingConfig
 from imgpipe.components.trainer.config import TrainerConfig
+from imgpipe.pipelines import credentials
 from imgpipe.pipelines.kubeflow.config import KubeflowConfig
 
 # Keys of the first release's config, and where each went.
@@ -100,13 +104,17 @@ class PipelineConfig:
       kubeflow: images, resources, GPU scheduling and volumes on Kubeflow.
     """
 
-    pipeline_name: str = "image-classifier"
+    pipeline_name: str = dataclasses.field(
+        default="image-classifier", metadata=config_loader.flag(kind=config_loader.NAME)
+    )
     data_root: str = ""
     pipeline_root: str = os.path.join(DEFAULT_WORK_DIR, "pipeline-root")
     serving_dir: str = os.path.join(DEFAULT_WORK_DIR, "serving")
     metadata_path: str | None = None
     enable_cache: bool = True
-    beam_args: tuple[str, ...] = ()
+    beam_args: tuple[str, ...] = dataclasses.field(
+        default=(), metadata=config_loader.flag(kind=config_loader.TEXT)
+    )
     example_gen: ExampleGenConfig = dataclasses.field(default_factory=ExampleGenConfig)
     statistics: StatisticsConfig = dataclasses.field(default_factory=StatisticsConfig)
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
@@ -120,9 +128,12 @@ class PipelineConfig:
         The loader validates each section as it builds it; this also checks a config
         built in Python, and what the sections must agree on.
         """
+        config_loader.check_lengths(self)
+        credentials.refuse_in_settings(config_loader.to_dict(self))
         if not self.pipeline_name or not all(c.isalnum() or c in "-_" for c in self.pipeline_name):
             raise ValueError(
-                f"pipeline_name must be letters, digits, '-' or '_', got {self.pipeline_name!r}"
+                "pipeline_name must be letters, digits, '-' or '_', got "
+                + shown(self.pipeline_name)
             )
         for name in ("pipeline_root", "serving_dir"):
             if not getattr(self, name):
@@ -162,8 +173,11 @@ def from_dict(values: Mapping[str, Any], source: str = "config") -> PipelineConf
     """Builds a validated PipelineConfig from plain data (e.g. parsed YAML).
 
     Raises:
-      ValueError: an unknown key or a bad value, naming `source` and the key.
+      ValueError: an unknown key or a bad value, naming `source` and the key; a setting
+        that holds a credential, naming the setting and not the value.
     """
+    # Before anything is built, so that no message or log can echo the credential.
+    credentials.refuse_in_settings(values)
     moved = sorted(set(values) & set(MOVED_KEYS))
     if moved:
         raise ValueError(
@@ -191,7 +205,9 @@ def apply_settings(values: dict[str, Any], settings: Sequence[str]) -> dict[str,
     for setting in settings:
         key, sep, text = setting.partition("=")
         if not sep or not key or any(not part for part in key.split(".")):
-            raise ValueError(f"--set takes section.key=VALUE, got {setting!r}")
+            raise ValueError(f"--set takes section.key=VALUE, got {shown(setting)}")
+        config_loader.check_length(key, config_loader.PATH, "--set: the key")
+        config_loader.check_length(text, config_loader.TEXT, f"--set {key}: the value")
         value = bounded_yaml.load(text, f"--set {key}")
         *parents, last = key.split(".")
         node = merged
@@ -214,15 +230,11 @@ def load(path: str | None, settings: Sequence[str] = (), **overrides: Any) -> Pi
     Example:
       load("pipeline.yaml", ["evaluator.tolerance=0.02"], data_root="/data/flowers")
     """
-    from imgpipe.components.common.storage import fileio
     from imgpipe.pipelines import bounded_yaml
 
     values: dict[str, Any] = {}
     if path:
-        if not fileio.exists(path):
-            raise ValueError(f"config file {path} does not exist")
-        with fileio.open_file(path, "r") as f:
-            loaded = bounded_yaml.load(f.read(), path)
+        loaded = bounded_yaml.load(_read_text(path, bounded_yaml.MAX_CHARS + 1), path)
         if loaded is not None and not isinstance(loaded, dict):
             raise ValueError(
                 f"{path}: the top level must be a mapping, got {type(loaded).__name__}"
@@ -231,6 +243,29 @@ def load(path: str | None, settings: Sequence[str] = (), **overrides: Any) -> Pi
     values = apply_settings(values, settings)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return from_dict(values, source=path or "config")
+
+
+def _read_text(path: str, limit: int) -> str:
+    """At most `limit` characters of a config file. A local file is read without the file
+    seam, which loads TensorFlow (seconds): a command checks its config first.
+
+    Raises:
+      ValueError: there is no such file.
+    """
+    if "://" not in path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read(limit)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ValueError(f"config file {path} does not exist") from None
+        except IsADirectoryError:
+            raise ValueError(f"config file {path} is a folder; give the YAML file") from None
+    from imgpipe.components.common.storage import fileio
+
+    if not fileio.exists(path):
+        raise ValueError(f"config file {path} does not exist")
+    with fileio.open_file(path, "r") as f:
+        return f.read(limit)
 
 
 def yaml_problem(error: Exception) -> str:

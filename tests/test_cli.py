@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+import yaml
 
 from imgpipe.pipelines import cli
 from imgpipe.pipelines.cli import chatter, errors
@@ -202,6 +204,36 @@ USER_ERRORS = {
         1,
         "imgpipe: error: --data nowhere: no such folder; give the image folder "
         "(root/<label>/... or root/<split>/<label>/...)",
+    ),
+    "a file given as the data folder (run local)": (
+        ["run", "local", "--data", "afile"],
+        1,
+        "imgpipe: error: --data afile is a file, not a folder; give the image folder "
+        "(root/<label>/... or root/<split>/<label>/...)",
+    ),
+    "a file given as the data folder (convert)": (
+        ["convert", "afile", "out"],
+        1,
+        "imgpipe: error: afile is a file, not a folder; give the image folder "
+        "(root/<label>/... or root/<split>/<label>/...)",
+    ),
+    "a file given as the Examples folder (stats)": (
+        ["stats", "afile"],
+        1,
+        "imgpipe: error: afile is a file, not a folder; give the output folder of "
+        "`imgpipe convert` or an Examples artifact's folder",
+    ),
+    "a setting given as a flag (run local)": (
+        ["run", "local", "--data", "src", "--epochs", "3"],
+        2,
+        "imgpipe: error: unrecognized arguments: --epochs 3 (did you mean --set "
+        "trainer.epochs=3?); see 'imgpipe run local --help'",
+    ),
+    "a setting of two sections given as a flag (kfp compile)": (
+        ["kfp", "compile", "--seed=7"],
+        2,
+        "imgpipe: error: unrecognized arguments: --seed=7 (did you mean --set "
+        "example_gen.output.seed=7 or --set trainer.seed=7?); see 'imgpipe kfp compile --help'",
     ),
     "a span pattern whose parent does not exist (run local)": (
         ["run", "local", "--data", "nowhere/span-{SPAN}"],
@@ -467,6 +499,8 @@ def test_chatter_is_told_from_what_the_user_reads():
         ["convert", "no-such-folder", "out"],
         ["stats", "no-such-folder"],
         ["stats", ".", "--baseline", "no-such-file"],
+        ["run", "local", "--data", "no-such-folder"],
+        ["run", "local", "--data", "no-such-folder", "--config", "no-such-file"],
     ],
 )
 def test_a_path_error_comes_before_tensorflow_and_beam_load(tmp_path, argv):
@@ -590,3 +624,285 @@ def test_local_beam_runs_never_try_to_download_a_runner(caplog, make_pipeline):
         _ = p | beam.Create([1, 2, 3]) | beam.CombineGlobally(sum)
     said = " ".join(record.getMessage() for record in caplog.records)
     assert "rism" not in said and "Downloading" not in said
+
+
+# ---- what a new user trips on ---------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_a_misspelt_set_key_names_the_closest_keys(workdir, capsys):
+    code, lines = run_cli(["run", "local", "--data", "src", "--set", "trainer.epoch=3"], capsys)
+    assert code == 1 and len(lines) == 1
+    assert lines[0].startswith(
+        "imgpipe: error: config: unknown key(s) ['epoch'] in trainer (did you mean 'epochs' or "
+        "'frozen_epochs'?); allowed: ['backbone', "
+    )
+
+
+def _as_another_user(tmp: str) -> dict:
+    """subprocess.run's arguments that run a command as a user who owns nothing in `tmp`:
+    nobody when this is root (for whom permissions are no bar), else this user."""
+    if os.geteuid() != 0:
+        return {}
+    for root, dirs, files in os.walk(tmp):
+        for name in dirs:
+            path = os.path.join(root, name)
+            os.chmod(path, os.stat(path).st_mode | 0o055)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    os.chmod(tmp, 0o755)
+    return {"user": 65534, "group": 65534}
+
+
+HEAVY_PROBE = (
+    "import sys\n"
+    "from imgpipe.pipelines import cli\n"
+    "code = cli.main(sys.argv[1:])\n"
+    "print(code, sorted({'tensorflow', 'apache_beam', 'tfx'} & set(sys.modules)))\n"
+)
+
+
+@pytest.mark.unit
+def test_an_unwritable_pipeline_root_names_the_folder_and_the_fix_before_anything_loads():
+    # Not under pytest's tmp_path, which only root may enter.
+    base = tempfile.mkdtemp(prefix="imgpipe-cli-")
+    try:
+        imagegen.make_image_folder(os.path.join(base, "src"), {"a": 1, "b": 1})
+        locked = os.path.join(base, "locked")
+        os.mkdir(locked)
+        user = _as_another_user(base)
+        os.chmod(locked, 0o555)
+        root = os.path.join(locked, "root")
+        src = os.path.join(base, "src")
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                HEAVY_PROBE,
+                "run",
+                "local",
+                "--data",
+                src,
+                "--pipeline-root",
+                root,
+            ],
+            cwd=base,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            **user,
+        )
+    finally:
+        os.chmod(os.path.join(base, "locked"), 0o755)
+        shutil.rmtree(base)
+    assert result.stdout == "1 []\n", result.stderr
+    assert result.stderr.splitlines() == [
+        f"imgpipe: error: --pipeline-root {root}: this user cannot write in {locked} "
+        "(Permission denied); give --pipeline-root a folder this user can write in (or set "
+        "pipeline_root in the config)"
+    ]
+
+
+@pytest.mark.unit
+def test_a_pipeline_root_below_a_file_names_the_file(workdir, capsys):
+    code, lines = run_cli(["run", "local", "--data", "src", "--pipeline-root", "afile/r"], capsys)
+    assert (code, lines) == (
+        1,
+        [
+            f"imgpipe: error: --pipeline-root afile/r: {workdir / 'afile'} is a file; give "
+            "--pipeline-root a folder this user can write in (or set pipeline_root in the config)"
+        ],
+    )
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (
+            ["run", "local", "--data", "d" * 20_000],
+            "imgpipe: error: argument 4 '" + "d" * 60 + "'... (20,000 characters) is longer "
+            "than the 16,384 characters a free-text setting may have; give a shorter one",
+        ),
+        (
+            ["convert", "s" * 5_000, "out"],
+            "imgpipe: error: SRC '" + "s" * 60 + "'... (5,000 characters) is longer than the "
+            "4,096 characters a path or URI may have; give a shorter one",
+        ),
+        (
+            ["run", "local", "--data", "src", "--set", "pipeline_name=" + "p" * 10_000],
+            "imgpipe: error: config: pipeline_name '" + "p" * 60 + "'... (10,000 characters) "
+            "is longer than the 63 characters a name may have; give a shorter one",
+        ),
+        (
+            ["run", "local", "--data", "src", "--set", "pipeline_name=" + "p" * 64],
+            "imgpipe: error: config: pipeline_name '" + "p" * 60 + "'... (64 characters) is "
+            "longer than the 63 characters a name may have; give a shorter one",
+        ),
+        (
+            ["convert", "src", "out", "--" + "x" * 10_000],
+            "imgpipe: error: unrecognized arguments: --" + "x" * 58 + "... (10,002 characters); "
+            "see 'imgpipe convert --help'. Apache Beam options it does not know go after '--'",
+        ),
+    ],
+    ids=["any argument", "a path", "a --set value", "a name", "an unknown flag"],
+)
+def test_a_long_argument_is_refused_in_one_short_line(workdir, capsys, argv, line):
+    code, lines = run_cli(argv, capsys)
+    assert code in (1, 2) and lines == [line]
+
+
+@pytest.mark.unit
+def test_a_long_value_a_library_echoes_is_cut_short_in_the_line():
+    long_path = "/data/" + "x" * 10_000_000
+    line = errors.one_line(FileNotFoundError(2, "No such file or directory", long_path))
+    assert line == (
+        "imgpipe: error: /data/" + "x" * 194 + "... (10,000,006 characters): "
+        "No such file or directory"
+    )
+
+
+# ---- no credential in an option ---------------------------------------------------------
+
+SECRET_VALUE = "Hunter2Pw"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "beam_args, named",
+    [
+        (["--s3_endpoint_url=https://AKIAX:Hunter2Pw@minio:9000"], "--s3_endpoint_url"),
+        (
+            ["--runner=FlinkRunner", "--flink_master=http://u:Hunter2Pw@flink:8081"],
+            "--flink_master",
+        ),
+        (["--dataflow_service_options=token=Hunter2Pw"], "--dataflow_service_options"),
+    ],
+    ids=["s3_endpoint_url", "flink_master", "dataflow_service_options"],
+)
+def test_a_credential_in_a_beam_option_never_reaches_a_compiled_package(
+    tmp_path, capsys, beam_args, named
+):
+    """The observed cases: each reached the compiled package three times."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"data_root": "/data", "beam_args": beam_args}))
+    output = tmp_path / "pipeline.yaml"
+    setting = f"beam_args={json.dumps(beam_args)}"
+    for argv, where in (
+        (["kfp", "compile", "--config", str(config), "-o", str(output)], f"beam_args {named}"),
+        # On the command line, the option names it before the config is loaded.
+        (["kfp", "compile", "-o", str(output), "--set", setting], "--set beam_args"),
+    ):
+        code, lines = run_cli(argv, capsys)
+        assert code == 1 and len(lines) == 1, lines
+        assert lines[0].startswith(f"imgpipe: error: {where} (a "), lines[0]
+        assert "Kubernetes Secret imgpipe-object-store" in lines[0]
+        assert SECRET_VALUE not in lines[0]
+        assert not output.exists()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (
+            ["convert", "src", "out", "--", "--flink_master=http://u:Hunter2Pw@flink:8081"],
+            "--flink_master (a user name or password in its URL)",
+        ),
+        (
+            ["convert", "src", "out", "--s3_secret_access_key", "Hunter2Pw"],
+            "--s3_secret_access_key",
+        ),
+        (
+            ["stats", "src", "--", "--experiments=AKIAIOSFODNN7EXAMPLE"],
+            "--experiments (an AWS access key id)",
+        ),
+        (
+            ["run", "local", "--data", "s3://AKIAX:Hunter2Pw@bucket/photos"],
+            "--data (a user name or password in its URL)",
+        ),
+        (
+            [
+                "run",
+                "local",
+                "--data",
+                "src",
+                "--set",
+                "trainer.weights=https://m/w.h5?token=Hunter2Pw",
+            ],
+            "--set trainer.weights (a secret in token=...)",
+        ),
+        (
+            ["kfp", "submit", "--host", "https://admin:Hunter2Pw@kfp", "--experiment", "e"],
+            "--host (a user name or password in its URL)",
+        ),
+        (
+            [
+                "kfp",
+                "submit",
+                "--host",
+                "http://kfp",
+                "--experiment",
+                "e",
+                "--param",
+                "api_key=Hunter2Pw",
+            ],
+            "--param api_key (a secret in api_key=...)",
+        ),
+    ],
+    ids=[
+        "beam option URL",
+        "credential flag",
+        "a key under another name",
+        "data URL",
+        "--set",
+        "--host",
+        "--param",
+    ],
+)
+def test_a_credential_in_any_option_is_refused_before_anything_runs(workdir, capsys, argv, named):
+    code, lines = run_cli(argv, capsys)
+    assert code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith(f"imgpipe: error: {named}: a credential must not be written")
+    assert "Kubernetes Secret imgpipe-object-store" in lines[0]
+    assert SECRET_VALUE not in lines[0] and "AKIAIOSFODNN7EXAMPLE" not in lines[0]
+    assert not (workdir / "out").exists()
+
+
+# ---- a label map names classes, never paths -------------------------------------------
+
+
+@pytest.mark.component
+def test_a_label_map_naming_paths_is_refused_in_one_line(workdir, capsys):
+    imagegen.make_image_folder("two", {"cat": 2, "dog": 2})
+    (workdir / "map.json").write_text(
+        json.dumps({"version": 1, "labels": ["cat", "dog", "../../etc", "/etc/passwd"]})
+    )
+    argv = ["convert", "two", "out", "--label-map", "map.json", "--no-progress", *IN_PROCESS]
+    code, lines = run_cli(argv, capsys)
+    assert (code, lines) == (
+        1,
+        [
+            "imgpipe: error: label map 'map.json': labels[2] '../../etc' cannot be a class: it "
+            "has a path separator ('/' or '\\'), so it is not one folder name"
+        ],
+    )
+    assert not any((workdir / "out").glob("**/manifest*"))
+
+
+# ---- stats writes what it is asked to -------------------------------------------------
+
+
+@pytest.mark.component
+def test_stats_writes_the_json_only_when_asked(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    imagegen.make_image_folder("src", {"a": 3, "b": 3})
+    assert cli.main(["convert", "src", "shards", "--no-progress", *IN_PROCESS]) == 0
+    before = set(os.listdir(tmp_path))
+    # As the README has it.
+    assert cli.main(["stats", "shards", "--html", "report.html", *IN_PROCESS]) == 0
+    assert set(os.listdir(tmp_path)) - before == {"report.html"}
+    assert "json " not in capsys.readouterr().out
+    assert cli.main(["stats", "shards", "--json", "out/stats.json", *IN_PROCESS]) == 0
+    assert json.loads((tmp_path / "out" / "stats.json").read_text())["splits"]
+    assert "json       out/stats.json" in capsys.readouterr().out

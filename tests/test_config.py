@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import pytest
 import yaml
@@ -110,21 +111,26 @@ def test_every_setting_of_every_section_reaches_its_component():
 
 
 @pytest.mark.parametrize(
-    "section, key, allowed",
+    "section, key, meant",
     [
-        ("statistics", "leakage", "leakage_threshold"),
-        ("trainer", "epoch", "epochs"),
-        ("evaluator", "threshold", "accuracy_threshold"),
-        ("kubeflow", "image", "images"),
+        ("statistics", "leakage", "'leakage_threshold'"),
+        ("trainer", "epoch", "'epochs' or 'frozen_epochs'"),
+        ("evaluator", "threshold", "'accuracy_threshold'"),
+        ("kubeflow", "image", "'images'"),
     ],
 )
-def test_unknown_keys_are_named_with_the_allowed_ones_in_every_section(section, key, allowed):
-    with pytest.raises(
-        ValueError,
-        match=rf"unknown key\(s\) \['{key}'\] in {section}; "
-        rf"allowed: .*'{allowed}'",
-    ):
+def test_unknown_keys_are_named_with_the_closest_and_the_allowed_ones_in_every_section(
+    section, key, meant
+):
+    with pytest.raises(ValueError) as raised:
         cfg.from_dict({section: {key: 1}})
+    message = str(raised.value)
+    assert message.startswith(
+        f"config: unknown key(s) ['{key}'] in {section} (did you mean {meant}?); allowed: ["
+    ), message
+    # Every allowed key is listed after the closest ones.
+    allowed = sorted(f.name for f in dataclasses.fields(getattr(cfg.PipelineConfig(), section)))
+    assert message.endswith(f"; allowed: {allowed}")
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['resize'\] in example_gen; "):
         cfg.from_dict({"example_gen": {"resize": 256}})
 
@@ -376,3 +382,187 @@ def test_a_large_wrong_value_is_shown_cut_short(tmp_path):
     assert len(str(raised.value)) < 300
     with pytest.raises(ValueError, match=r"--set trainer\.mean: not valid YAML: .*nested"):
         cfg.apply_settings({}, ["trainer.mean=" + "[" * 100 + "]" * 100])
+
+
+# ---- every string setting is bounded by its kind; messages quote only its start ------
+
+NAME_MAX = config_loader.MAX_CHARS[config_loader.NAME]
+PATH_MAX = config_loader.MAX_CHARS[config_loader.PATH]
+TEXT_MAX = config_loader.MAX_CHARS[config_loader.TEXT]
+
+
+@pytest.mark.parametrize(
+    "values, where, kind",
+    [
+        ({"pipeline_name": "p" * (NAME_MAX + 1)}, "pipeline_name", "a name"),
+        (
+            {"example_gen": {"output": {"eval_split": "e" * (NAME_MAX + 1)}}},
+            "example_gen.output.eval_split",
+            "a name",
+        ),
+        (
+            {"example_gen": {"output": {"splits": [["train", 0.9], ["v" * (NAME_MAX + 1), 0.1]]}}},
+            r"example_gen.output.splits[1][0]",
+            "a name",
+        ),
+        ({"data_root": "/" + "d" * PATH_MAX}, "data_root", "a path or URI"),
+        ({"trainer": {"weights": "/" + "w" * PATH_MAX}}, "trainer.weights", "a path or URI"),
+        (
+            {"evaluator": {"golden_examples": "g" * (PATH_MAX + 1)}},
+            "evaluator.golden_examples",
+            "a path or URI",
+        ),
+        (
+            {"kubeflow": {"images": {"k" * (PATH_MAX + 1): "a:1"}}},
+            "kubeflow.images: the key",
+            "a path or URI",
+        ),
+        ({"beam_args": ["--x=" + "b" * TEXT_MAX]}, "beam_args[0]", "a free-text setting"),
+    ],
+)
+def test_every_string_setting_is_bounded_by_its_kind(tmp_path, values, where, kind):
+    with pytest.raises(ValueError) as raised:
+        cfg.from_dict(values)
+    message = str(raised.value)
+    assert message.startswith(f"config: {where} '") and f"characters {kind} may have" in message
+    assert len(message) < 300
+
+
+def test_the_bounds_take_what_they_bound_and_hold_for_a_config_built_in_python():
+    # Right at the bound: taken.
+    assert cfg.from_dict({"pipeline_name": "p" * NAME_MAX}).pipeline_name == "p" * NAME_MAX
+    cfg.from_dict({"data_root": "/" + "d" * (PATH_MAX - 1), "beam_args": ["-" * TEXT_MAX]})
+    # TFX refuses a longer pipeline name, after a minute of work: refused at once here.
+    for config in (
+        cfg.PipelineConfig(pipeline_name="p" * (NAME_MAX + 1)),
+        cfg.PipelineConfig(serving_dir="/" + "s" * PATH_MAX),
+        cfg.PipelineConfig(trainer=TrainerConfig(checkpoint_dir="/" + "c" * PATH_MAX)),
+    ):
+        with pytest.raises(ValueError, match=r"is longer than the [\d,]+ characters"):
+            config.validate()
+
+
+def test_a_ten_megabyte_setting_is_refused_in_one_short_line(tmp_path):
+    """The observed case: a 10 MB pipeline_name passed, and TFX's refusal echoed it."""
+    path = tmp_path / "pipeline.yaml"
+    path.write_text("pipeline_name: " + "x" * 10_000_000 + "\n")
+    with pytest.raises(ValueError) as raised:
+        cfg.load(str(path))
+    assert str(raised.value) == (
+        f"{path}: more than 1,000,000 characters; a settings file holds a few thousand, "
+        "so this is not one"
+    )
+    # Within the file's bound, the setting's own bound names it.
+    path.write_text("pipeline_name: " + "x" * 500_000 + "\n")
+    with pytest.raises(ValueError) as raised:
+        cfg.load(str(path))
+    assert str(raised.value) == (
+        f"{path}: pipeline_name '{'x' * 60}'... (500,000 characters) is longer than the 63 "
+        "characters a name may have; give a shorter one"
+    )
+    # --set is bounded too, before its YAML is parsed.
+    for setting in ("pipeline_name=" + "x" * 10_000_000, "k" * 10_000 + "=1"):
+        with pytest.raises(ValueError) as raised:
+            cfg.load(None, [setting])
+        assert len(str(raised.value)) < 300 and "is longer than the" in str(raised.value)
+
+
+def test_a_message_quotes_only_the_start_of_a_value():
+    from imgpipe.components.common.runtime.printable import shown
+
+    assert shown("x" * 10_000_000) == f"'{'x' * 60}'... (10,000,000 characters)"
+    assert shown(list(range(100))) == "[0, 1, 2, 3, ...]"
+    assert shown("five") == "'five'"
+    # A wrong type and an unknown key are quoted as short.
+    for values in (
+        {"trainer": {"epochs": "e" * 1_000_000}},
+        {"trainer": {"e" * 1_000_000: 1}},
+        {"pipeline_name": "no spaces " * 5},
+    ):
+        with pytest.raises(ValueError) as raised:
+            cfg.from_dict(values)
+        assert len(str(raised.value)) < 700, str(raised.value)[:700]
+
+
+# ---- no credential in any setting ----------------------------------------------------
+
+CREDENTIALS_IN_SETTINGS = {
+    "user-info in a Beam option's URL": (
+        {"beam_args": ["--s3_endpoint_url=https://AKIAX:Hunter2Pw@minio:9000"]},
+        "beam_args --s3_endpoint_url (a user name or password in its URL)",
+    ),
+    "user-info in the Flink master": (
+        {"beam_args": ["--runner=FlinkRunner", "--flink_master=http://u:Hunter2Pw@flink:8081"]},
+        "beam_args --flink_master (a user name or password in its URL)",
+    ),
+    "a token in an option's value": (
+        {"beam_args": ["--dataflow_service_options=token=Hunter2Pw"]},
+        "beam_args --dataflow_service_options (a secret in token=...)",
+    ),
+    "a key under another flag's name": (
+        {"beam_args": ["--experiments=AKIAIOSFODNN7EXAMPLE"]},
+        "beam_args --experiments (an AWS access key id)",
+    ),
+    "a credential flag by its name": (
+        {"beam_args": ["--s3_secret_access_key=Hunter2Pw"]},
+        "beam_args --s3_secret_access_key",
+    ),
+    "user-info in a path": (
+        {"data_root": "s3://AKIAX:Hunter2Pw@bucket/photos/span-{SPAN}"},
+        "data_root (a user name or password in its URL)",
+    ),
+    "a token in a URL's query": (
+        {"trainer": {"weights": "https://models.example/notop.h5?X-Amz-Security-Token=Hunter2Pw"}},
+        "trainer.weights (a secret in X-Amz-Security-Token=...)",
+    ),
+    "a password in a Kubeflow setting": (
+        {"kubeflow": {"gpu": {"node_selector": {"pool": "gpu;password=Hunter2Pw"}}}},
+        "kubeflow.gpu.node_selector.pool (a secret in password=...)",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "values, named", CREDENTIALS_IN_SETTINGS.values(), ids=CREDENTIALS_IN_SETTINGS
+)
+def test_a_credential_in_any_setting_is_refused_naming_the_setting_not_the_value(
+    tmp_path, values, named
+):
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(values))
+    with pytest.raises(ValueError) as raised:
+        cfg.load(str(path))
+    message = str(raised.value)
+    assert message.startswith(f"{named}: a credential must not be written in a setting")
+    assert "Kubernetes Secret imgpipe-object-store (AWS_ACCESS_KEY_ID" in message
+    assert "Hunter2Pw" not in message and "AKIA" not in message and "\n" not in message
+
+
+def test_a_credential_in_a_config_built_in_python_is_refused_when_it_is_validated():
+    config = cfg.PipelineConfig(
+        data_root="/data", beam_args=("--flink_master=http://u:Hunter2Pw@flink:8081",)
+    )
+    with pytest.raises(ValueError, match=r"^beam_args --flink_master \(a user name") as raised:
+        config.validate()
+    assert "Hunter2Pw" not in str(raised.value)
+
+
+def test_ordinary_settings_are_not_taken_for_credentials():
+    config = cfg.from_dict(
+        {
+            "data_root": "gs://bucket/photos/span-{SPAN}",
+            "serving_dir": "s3://bucket/serving",
+            "trainer": {"weights": "https://models.example/notop.h5?version=3"},
+            "beam_args": [
+                "--runner=FlinkRunner",
+                "--flink_master=flink:8081",
+                "--s3_endpoint_url=http://minio:9000",
+                "--service_account_email=runner@example.iam.gserviceaccount.com",
+                "--experiments=use_runner_v2,enable_secure_boot",
+                '--environment_config={"command": "/opt/apache/beam/boot"}',
+            ],
+            "kubeflow": {"images": {"default": "registry.example:5000/app@sha256:" + "a" * 64}},
+        }
+    )
+    assert config.beam_args[1] == "--flink_master=flink:8081"
+    cfg.load(os.path.join(os.path.dirname(__file__), "..", "k8s", "pipeline-config.yaml"))

@@ -296,6 +296,13 @@ HOSTILE_CLASS_NAMES = [
     "\x1b[31mred",
     "\ufeffcat",
     "",
+    # Class names are folder names: one safe path component each.
+    "../../etc",
+    "/etc/passwd",
+    ".",
+    "..",
+    "a\\b",
+    "é" * 128,  # 256 bytes in UTF-8
 ]
 
 
@@ -311,6 +318,19 @@ def test_labels_txt_round_trips_every_class_name_it_accepts(tmp_path):
     )
     assert refused[" cat"] == "it has white space at an end, which labels.txt cannot keep"
     assert refused["a\tb"] == refused["\x1b[31mred"] == "it has a control character"
+    assert (
+        refused["../../etc"]
+        == refused["/etc/passwd"]
+        == refused["a\\b"]
+        == "it has a path separator ('/' or '\\'), so it is not one folder name"
+    )
+    assert (
+        refused["."]
+        == refused[".."]
+        == "it names a folder of the path ('.' or '..'), not a folder of its own"
+    )
+    assert refused["é" * 128] == "it is longer than the 255 bytes a folder name may have"
+    assert label_map.class_name_problem("é" * 127 + "e") is None  # 255 bytes
 
     label_map.write(str(tmp_path), accepted)
     for name in ("labels.txt", "label_map.json"):

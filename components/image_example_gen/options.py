@@ -10,7 +10,7 @@ import dataclasses
 
 from imgpipe.components.common.formats.layout import EVAL_SPLIT, TRAIN_SPLIT
 from imgpipe.components.common.images import image_header
-from imgpipe.components.common.runtime.config_loader import flag
+from imgpipe.components.common.runtime.config_loader import NAME, flag
 
 ON_ERROR_SKIP = "skip"
 ON_ERROR_FAIL = "fail"
@@ -177,11 +177,17 @@ class OutputOptions:
 
     layout: str = dataclasses.field(default=LAYOUT_AUTO, metadata=flag(choices=LAYOUTS))
     follow_links: bool = False
-    splits: tuple[tuple[str, float], ...] = ((TRAIN_SPLIT, 0.9), (EVAL_SPLIT, 0.1))
+    splits: tuple[tuple[str, float], ...] = dataclasses.field(
+        default=((TRAIN_SPLIT, 0.9), (EVAL_SPLIT, 0.1)), metadata=flag(kind=NAME)
+    )
     split_by: str = dataclasses.field(default=SPLIT_BY_CONTENT, metadata=flag(choices=SPLIT_BYS))
     stratify: bool = True
-    train_split: str = dataclasses.field(default=TRAIN_SPLIT, metadata=flag(metavar="NAME"))
-    eval_split: str = dataclasses.field(default=EVAL_SPLIT, metadata=flag(metavar="NAME"))
+    train_split: str = dataclasses.field(
+        default=TRAIN_SPLIT, metadata=flag(metavar="NAME", kind=NAME)
+    )
+    eval_split: str = dataclasses.field(
+        default=EVAL_SPLIT, metadata=flag(metavar="NAME", kind=NAME)
+    )
     on_label_conflict: str = dataclasses.field(
         default=LABEL_CONFLICT_SKIP, metadata=flag(choices=LABEL_CONFLICT_ACTIONS)
     )

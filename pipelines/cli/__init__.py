@@ -6,7 +6,9 @@ come from the components' own option types, never from literals here.
 
 Errors: a mistake the user can fix (`errors.is_user_error`) is one line,
 `imgpipe: error: ...`, that names the fix; anything else is a bug, also one line, that
-says so. `--debug` (or IMGPIPE_DEBUG=1) shows the traceback instead.
+says so. `--debug` (or IMGPIPE_DEBUG=1) shows the traceback instead. The arguments are
+checked before they are parsed: none longer than a setting may be, none holding a
+credential (arguments.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from imgpipe.pipelines import termination
-from imgpipe.pipelines.cli import chatter, errors
+from imgpipe.pipelines.cli import arguments, chatter, errors
 
 DEBUG_FLAG = "--debug"
 # What separates the options of a command from the Beam options passed through verbatim.
@@ -94,20 +96,34 @@ def _beam_args(args: argparse.Namespace, extra: list[str], after: list[str]) -> 
     own = [s for action in command._actions for s in action.option_strings]
     if not getattr(args, "accepts_extra_args", False):
         if extra or after:
-            unknown = (extra or after)[0]
+            unknown = extra or after
             raise errors.UsageError(
-                f"unrecognized arguments: {' '.join(extra + after)}"
-                f"{errors.did_you_mean(unknown, own)}; see '{command.prog} --help'"
+                f"unrecognized arguments: {errors.quoted_args(extra + after)}"
+                f"{_suggestion(unknown, own)}; see '{command.prog} --help'"
             )
         return []
     unknown_to_beam = unknown_beam_args(extra)
     if unknown_to_beam:
         raise errors.UsageError(
-            f"unrecognized arguments: {' '.join(unknown_to_beam)}"
+            f"unrecognized arguments: {errors.quoted_args(unknown_to_beam)}"
             f"{errors.did_you_mean(unknown_to_beam[0], own)}; see '{command.prog} --help'. "
             f"Apache Beam options it does not know go after '{BEAM_SEPARATOR}'"
         )
     return extra + after
+
+
+def _suggestion(unknown: list[str], own: list[str]) -> str:
+    """What the user may have meant by the first unknown argument: the `--set` form of a
+    setting given as a flag (`--epochs 3`), when the command takes --set, else the
+    closest of its own flags."""
+    if "--set" in own:
+        from imgpipe.components.common.runtime import config_loader
+        from imgpipe.pipelines.config import PipelineConfig
+
+        found = arguments.set_form(unknown, config_loader.setting_keys(PipelineConfig))
+        if found:
+            return found
+    return errors.did_you_mean(unknown[0], own)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -119,11 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             stack.enter_context(errors.quiet_library_logs(debug))
             stack.enter_context(chatter.quiet_stderr(enabled=True))
         try:
+            arguments.check_argv([*own, *after])
             parser = build_parser()
             args, extra = parser.parse_known_args(own)
             if not hasattr(args, "handler"):  # a command that needs a subcommand
                 getattr(args, "command_parser", parser).print_help()
                 return 2
+            arguments.check_paths(args, args.command_parser)
             args.extra_args = _beam_args(args, extra, after)
             with termination.stop_on_signals():
                 return args.handler(args)

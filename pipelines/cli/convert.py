@@ -22,6 +22,10 @@ if TYPE_CHECKING:  # conversion_summary loads TensorFlow, which `imgpipe --help`
     from imgpipe.components.common.formats.conversion_summary import ConversionSummary
 
 
+# What to give instead of a data folder that is not one (convert's SRC, run local's --data).
+IMAGE_FOLDER_FIX = "give the image folder (root/<label>/... or root/<split>/<label>/...)"
+
+
 def _output_default(name: str) -> Any:
     return config_loader.field_default(OutputOptions, name)
 
@@ -143,12 +147,9 @@ class ProgressBar:
 
 
 def run(args: argparse.Namespace) -> int:
-    no_source = (
-        f"{args.src}: no such folder; give the image folder "
-        "(root/<label>/... or root/<split>/<label>/...)"
-    )
+    no_source = f"{args.src}: no such folder; {IMAGE_FOLDER_FIX}"
     # Local paths are checked before TensorFlow and Beam load (seconds), object stores after.
-    paths.require_local_folder(args.src, no_source)
+    paths.require_local_folder(args.src, args.src, IMAGE_FOLDER_FIX)
     image_options, output_options = options_from_args(args)
     paths.refuse_local_file_on_the_way(args.out)
 

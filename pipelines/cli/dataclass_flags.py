@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.runtime.printable import shown
 
 _ATTRIBUTE = re.compile(r"^(\s+)(\w+): (.*)$")
 
@@ -147,5 +148,7 @@ def _int_tuple(size: int, text: str) -> tuple[int, ...]:
     except ValueError:
         parsed = ()
     if len(parsed) != size:
-        raise argparse.ArgumentTypeError(f"takes {size} comma-separated integers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"takes {size} comma-separated integers, got {shown(text)}"
+        )
     return parsed

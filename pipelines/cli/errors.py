@@ -5,7 +5,9 @@ settings loader and executor raises naming the value), a path, disk or host that
 not there or not usable (OSError and TensorFlow's file errors), invalid YAML, or a
 UserError that a command raises with the fix in its message. It prints as
 `imgpipe: error: <message>`. Anything else is a bug: one line that says so, and how to
-see the traceback (--debug).
+see the traceback (--debug). Whoever raised it, the line quotes at most the start of a
+long value (printable.short): a library that echoes a 10 MB argument prints 200
+characters of it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import logging
 import re
 import sys
 from collections.abc import Iterator, Sequence
+
+from imgpipe.components.common.runtime.printable import short
 
 PREFIX = "imgpipe: error: "
 # Exit codes: 0 success (`run local`: a model was pushed), 1 a user error or a
@@ -29,6 +33,11 @@ _BEAM_STEP = re.compile(r"\s*\[while running '[^']*'\]")
 # (a lost TaskManager, say), not a bug here, and the run published nothing. Beam raises it
 # as a RuntimeError whose message its PipelineResult.wait_until_finish writes so.
 _FAILED_JOB = re.compile(r"Pipeline (\S+) failed in state (\w+): (.*)", re.DOTALL)
+# A word of a message longer than this is a value no one reads whole: it is cut short.
+_LONGEST_WORD = 200
+_LONG_WORD = re.compile(rf"\S{{{_LONGEST_WORD + 1},}}")
+# The unknown arguments a usage error quotes.
+_QUOTED_ARGS = 8
 
 
 class UserError(Exception):
@@ -82,7 +91,21 @@ def message(error: BaseException) -> str:
         text = error.message
     else:
         text = str(error) or type(error).__name__
-    return " ".join(_BEAM_STEP.sub("", text).split())
+    text = " ".join(_BEAM_STEP.sub("", text).split())
+    return _LONG_WORD.sub(_cut_word, text)
+
+
+def _cut_word(match: re.Match) -> str:
+    """A long word cut short, keeping the punctuation it ends with (`path:`)."""
+    word = match.group()
+    stem = word.rstrip(":;,.)")
+    return short(stem, _LONGEST_WORD) + word[len(stem) :]
+
+
+def quoted_args(args: Sequence[str]) -> str:
+    """Arguments as a message quotes them: the first few, each cut to its start."""
+    quoted = " ".join(short(arg) for arg in args[:_QUOTED_ARGS])
+    return quoted + (f" ... ({len(args)} in all)" if len(args) > _QUOTED_ARGS else "")
 
 
 def failed_job(error: BaseException) -> str | None:

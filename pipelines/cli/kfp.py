@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from imgpipe.components.common.runtime.printable import short, shown
 from imgpipe.pipelines.cli.errors import UserError
 from imgpipe.pipelines.cli.kfp_client import (
     api_errors,
@@ -140,10 +141,10 @@ def parse_params(pairs: Sequence[str], spec: dict[str, Any]) -> dict[str, Any]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            raise ValueError(f"--param takes NAME=VALUE, got {pair!r}")
+            raise ValueError(f"--param takes NAME=VALUE, got {shown(pair)}")
         if name not in declared:
             raise ValueError(
-                f"--param {name}: the pipeline has no parameter {name!r}; "
+                f"--param {short(name)}: the pipeline has no parameter {shown(name)}; "
                 f"it has {sorted(declared) or 'none'}"
             )
         kind = declared[name].get("parameterType", "STRING")
@@ -159,7 +160,7 @@ def parse_params(pairs: Sequence[str], spec: dict[str, Any]) -> dict[str, Any]:
             else:
                 params[name] = value
         except ValueError:
-            raise ValueError(f"--param {name}: {value!r} is not a {kind}") from None
+            raise ValueError(f"--param {name}: {shown(value)} is not a {kind}") from None
     return params
 
 

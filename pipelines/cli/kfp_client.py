@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from imgpipe.components.common.runtime.printable import shown
 from imgpipe.pipelines.cli.errors import UserError
 
 # kfp.Client's first call, and the one that tells a KFP API from anything else.
@@ -23,7 +24,7 @@ def validate_cron(expression: str) -> str:
     if len(fields) != 6:
         raise ValueError(
             f"--cron needs six fields (seconds minutes hours day month weekday), "
-            f'e.g. "0 0 3 * * *"; got {len(fields)} in {expression!r}'
+            f'e.g. "0 0 3 * * *"; got {len(fields)} in {shown(expression)}'
         )
     return " ".join(fields)
 

@@ -9,6 +9,8 @@ from typing import Any
 from imgpipe.components.image_example_gen.options import flat_splits
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines import sample_photos
+from imgpipe.pipelines.cli import paths
+from imgpipe.pipelines.cli.convert import IMAGE_FOLDER_FIX
 from imgpipe.pipelines.cli.errors import NOT_PUSHED_EXIT_CODE, UserError
 from imgpipe.pipelines.cli.settings import add_set_argument
 
@@ -95,10 +97,36 @@ def run_local(args: argparse.Namespace) -> int:
         serving_dir=args.serving_dir,
     )
     if args.data is not None:
-        check_data(config, f"--data {args.data}", args.data)
+        origin, data_root = f"--data {args.data}", args.data
     else:
-        check_data(config, f"data_root {config.data_root}", config.data_root)
+        origin, data_root = f"data_root {config.data_root}", config.data_root
+    # What needs nothing loaded first: TensorFlow and TFX take seconds to load.
+    require_data(config, origin, data_root)
+    paths.require_writable_folder(
+        config.pipeline_root,
+        f"{'--pipeline-root' if args.pipeline_root else 'pipeline_root'} {config.pipeline_root}",
+        "give --pipeline-root a folder this user can write in (or set pipeline_root in the config)",
+    )
+    check_data(config, origin, data_root)
     return _run_and_report(config, not_pushed=NOT_PUSHED_EXIT_CODE)
+
+
+def require_data(config: Any, origin: str, data_root: str) -> str:
+    """The checks of `check_data` that need nothing loaded: data_root is set, and a local
+    folder without span patterns is a folder. Returns data_root as check_data reads it.
+
+    Raises:
+      UserError: one line naming the path and the fix.
+    """
+    if not config.data_root:
+        raise UserError(
+            "no image folder: give --data DIR, or set data_root in the config (--config FILE)"
+        )
+    if "/" not in data_root:  # a folder of the current one: give the pattern a parent
+        data_root = f"{os.curdir}/{data_root}"
+    if "{" not in data_root:
+        paths.require_local_folder(data_root, origin, IMAGE_FOLDER_FIX)
+    return data_root
 
 
 def check_data(config: Any, origin: str, data_root: str) -> str:
@@ -114,16 +142,11 @@ def check_data(config: Any, origin: str, data_root: str) -> str:
     Raises:
       UserError: one line naming the path and the fix.
     """
+    data_root = require_data(config, origin, data_root)
     from imgpipe.components.image_example_gen import data_warnings
     from imgpipe.components.image_example_gen.driver import resolve_input_root
     from imgpipe.components.image_example_gen.listing import list_images
 
-    if not config.data_root:
-        raise UserError(
-            "no image folder: give --data DIR, or set data_root in the config (--config FILE)"
-        )
-    if "/" not in data_root:  # a folder of the current one: give the pattern a parent
-        data_root = f"{os.curdir}/{data_root}"
     try:
         folder = resolve_input_root(data_root)
     except FileNotFoundError as e:

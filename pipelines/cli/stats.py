@@ -45,9 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--json",
-        default=layout.IMAGE_STATS_FILE,
         metavar="FILE",
-        help="where to write the statistics (default %(default)s)",
+        help=f"also write the statistics, as an {layout.IMAGE_STATS_FILE} (default: not "
+        "written; the summary and the report show them)",
     )
     parser.add_argument(
         "--html",
@@ -83,19 +83,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    no_examples = (
-        f"{args.examples_dir}: no such folder; give the output folder of "
-        "`imgpipe convert` or an Examples artifact's folder"
-    )
+    examples_fix = "give the output folder of `imgpipe convert` or an Examples artifact's folder"
+    no_examples = f"{args.examples_dir}: no such folder; {examples_fix}"
     no_baseline = (
         f"--baseline {args.baseline} does not exist: give an {layout.IMAGE_STATS_FILE}, "
         "a folder holding one, or a serving directory"
     )
     # Local paths are checked before TensorFlow and Beam load (seconds), object stores after.
-    paths.require_local_folder(args.examples_dir, no_examples)
+    paths.require_local_folder(args.examples_dir, args.examples_dir, examples_fix)
     if args.baseline is not None:
         paths.require_local_path(args.baseline, no_baseline)
-    for path in (args.json, args.html):
+    outputs = [path for path in (args.html, args.json) if path is not None]
+    for path in outputs:
         paths.refuse_local_file_on_the_way(os.path.dirname(path) or ".")
 
     import tempfile
@@ -139,21 +138,22 @@ def run(args: argparse.Namespace) -> int:
                 raise disk_full.explain(e, "imgpipe stats", f"{work} (TMPDIR)") from e
             raise
     try:
-        for path in (args.json, args.html):
+        for path in outputs:
             if os.path.dirname(path):
                 fileio.makedirs(os.path.dirname(path))
         # The report first: the statistics, which readers act on, come whole and last.
         fileio.write_atomic(args.html, produced.html.encode())
-        image_stats.write_file(args.json, produced.stats)
+        if args.json is not None:
+            image_stats.write_file(args.json, produced.stats)
     except Exception as e:
         if disk_full.is_out_of_space(e):
-            raise disk_full.explain(e, "imgpipe stats", args.json) from e
+            raise disk_full.explain(e, "imgpipe stats", args.json or args.html) from e
         raise
     print_summary(produced.stats, args.json, args.html)
     return 1 if anomalies.blocking(produced.anomalies, config) else 0
 
 
-def print_summary(stats: ImageStats, json_path: str, html_path: str) -> None:
+def print_summary(stats: ImageStats, json_path: str | None, html_path: str) -> None:
     for split, s in stats.splits.items():
         pixels = s.pixels
         mean = ", ".join(f"{v:.3f}" for v in pixels.mean) if pixels else "n/a"
@@ -175,5 +175,6 @@ def print_summary(stats: ImageStats, json_path: str, html_path: str) -> None:
             print(f"  - [{anomaly.code}] {printable(anomaly.message)}")
     else:
         print("anomalies  none")
-    print(f"json       {json_path}")
+    if json_path is not None:
+        print(f"json       {json_path}")
     print(f"report     {html_path}")

@@ -5,7 +5,10 @@ This module is the only reader and writer of both. A class name must survive
 labels.txt: written as one line and read back, it must come back the same. Names that
 cannot (a line break, white space at either end, a control character, nothing at all)
 are refused, with the reason, wherever a name becomes a class: a label folder of the
-input (its images are skipped), or a given label map (the run stops).
+input (its images are skipped), or a given label map (the run stops). A class name is
+also a folder's name (root/<label>/), so it must be one safe path component: not `.` or
+`..`, no `/` or `\\`, and at most NAME_MAX_BYTES in UTF-8. A label map naming
+`../../etc` or `/etc/passwd` is refused, not taken as classes without images.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ import unicodedata
 
 from imgpipe.components.common.formats.layout import LABEL_MAP_FILE, LABELS_TXT_FILE
 from imgpipe.components.common.runtime import config_loader
-from imgpipe.components.common.runtime.printable import printable
+from imgpipe.components.common.runtime.printable import printable, short
 from imgpipe.components.common.storage import fileio
 
 SCHEMA_VERSION = 1
+# The longest file or folder name of Linux's file systems (ext4, XFS, tmpfs), in bytes.
+NAME_MAX_BYTES = 255
 
 
 def class_name_problem(name: str) -> str | None:
@@ -31,6 +36,12 @@ def class_name_problem(name: str) -> str | None:
     """
     if not name:
         return "it is empty"
+    if name in (".", ".."):
+        return "it names a folder of the path ('.' or '..'), not a folder of its own"
+    if "/" in name or "\\" in name:
+        return "it has a path separator ('/' or '\\'), so it is not one folder name"
+    if len(name.encode("utf-8", "surrogatepass")) > NAME_MAX_BYTES:
+        return f"it is longer than the {NAME_MAX_BYTES} bytes a folder name may have"
     if len(f"{name}.".splitlines()) > 1:  # the dot keeps a final line break in sight
         return "it has a line break, which labels.txt cannot hold"
     if name != name.strip():
@@ -54,12 +65,11 @@ class LabelMap:
         seen: set[str] = set()
         for index, name in enumerate(self.labels):
             problem = class_name_problem(name)
+            shown = short(printable(name), NAME_MAX_BYTES)
             if problem is not None:
-                raise ValueError(
-                    f"labels[{index}] '{printable(name)}' cannot be a class: {problem}"
-                )
+                raise ValueError(f"labels[{index}] '{shown}' cannot be a class: {problem}")
             if name in seen:
-                raise ValueError(f"labels[{index}] '{printable(name)}' repeats a class name")
+                raise ValueError(f"labels[{index}] '{shown}' repeats a class name")
             seen.add(name)
 
 
