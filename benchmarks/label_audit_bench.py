@@ -144,6 +144,7 @@ def train_champion(
 
 
 def measure(work: str, per_class: int, epochs: int, champion_per_class: int) -> list[str]:
+    from imgpipe.components.common.formats import champion
     from imgpipe.components.image_statistics import label_gate
     from imgpipe.components.image_statistics.config import StatisticsConfig
 
@@ -172,7 +173,8 @@ def measure(work: str, per_class: int, epochs: int, champion_per_class: int) -> 
         moved = moved_copy(span, os.path.join(work, name), rate, seed=int(rate * 1000) + 3)
         examples = convert(os.path.join(work, name), os.path.join(work, name + "-examples"))
         started = time.perf_counter()
-        audited = label_gate.before_training(serving, examples, ["train", "eval"], config)
+        resolved = champion.resolve(serving)
+        audited = label_gate.before_training(resolved, examples, ["train", "eval"], config)
         seconds = time.perf_counter() - started
         result = audited.result
         flagged = {i.path for i in result.issues}

@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=3000)
     parser.add_argument(
         "--only",
-        choices=["convert", "stats", "input", "validation", "scale", "cli"],
+        choices=["convert", "stats", "input", "validation", "scale", "cli", "retraining"],
         action="append",
     )
     parser.add_argument(
@@ -88,6 +88,10 @@ def _run(args: argparse.Namespace, selected: set[str]) -> None:
         "dataset": {"folder": photos, "images": args.images},
     }
     start = time.time()
+    if "retraining" in selected:
+        from benchmarks import retraining_bench
+
+        results["retraining"] = retraining_bench.run()
     if "cli" in selected:
         from benchmarks import cli_start
 

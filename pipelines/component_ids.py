@@ -6,6 +6,7 @@ resources by them, and the local runner finds each component's results by them.
 
 from __future__ import annotations
 
+CHAMPION = "ChampionResolver"
 EXAMPLE_GEN = "ImageExampleGen"
 STATISTICS_GEN = "StatisticsGen"
 SCHEMA_GEN = "SchemaGen"
@@ -15,6 +16,7 @@ TRAINER = "Trainer"
 EVALUATOR = "Evaluator"
 PUSHER = "Pusher"
 COMPONENT_IDS = (
+    CHAMPION,
     EXAMPLE_GEN,
     STATISTICS_GEN,
     SCHEMA_GEN,

@@ -68,7 +68,9 @@ class RunResult:
 
     @property
     def all_cached(self) -> bool:
-        return bool(self.nodes) and all(n.state == "CACHED" for n in self.nodes.values())
+        """Every step that may be cached was (the resolver always runs)."""
+        cacheable = [n for i, n in self.nodes.items() if i not in pl.NEVER_CACHED]
+        return bool(cacheable) and all(n.state == "CACHED" for n in cacheable)
 
     @property
     def pushed(self) -> bool:
@@ -133,8 +135,31 @@ def run(config: PipelineConfig) -> RunResult:
     runtime_parameter_utils.substitute_runtime_parameter(
         ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id}
     )
-    LocalDagRunner().run_with_ir(ir)
+    for node in ir.nodes:
+        # The image folder's fingerprint keeps ImageExampleGen's cache key true; the
+        # resolver has no such key.
+        if node.pipeline_node.node_info.id == ids.CHAMPION:
+            node.pipeline_node.execution_options.caching_options.enable_cache = False
+    try:
+        LocalDagRunner().run_with_ir(ir)
+    finally:
+        release_lease(config, run_id)
     return latest_results(config, run_id)
+
+
+def release_lease(config: PipelineConfig, run_id: str) -> None:
+    """Gives back the serving lease this run still holds: a run whose last step was
+    served from the cache, or that stopped at a step that is not ours (StatisticsGen)."""
+    from imgpipe.components.common.formats import champion
+    from imgpipe.components.common.storage import serving_lock
+
+    try:
+        uri = latest_results(config, run_id).uri(ids.CHAMPION, pl.CHAMPION_KEY)
+        resolved = champion.read(uri) if uri else None
+    except (OSError, ValueError):  # the resolver did not finish: it took nothing
+        return
+    if resolved is not None and resolved.lease_token:
+        serving_lock.release(resolved.serving_dir, resolved.lease_token)
 
 
 def latest_results(config: PipelineConfig, run_id: str | None = None) -> RunResult:
@@ -218,6 +243,7 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
     lines = [
         f"data                 {config.data_root}"
         + (f" (span {span})" if span is not None else ""),
+        *champion_lines(result.uri(ids.CHAMPION, pl.CHAMPION_KEY)),
         f"model (trained)      {result.uri(ids.TRAINER, keys.MODEL_KEY) or 'not produced'}",
         *drift_lines(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)),
         *label_audit_lines(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)),
@@ -256,15 +282,35 @@ def training_lines(model_run_uri: str | None) -> list[str]:
         if trained.label_audit is not None
         else []
     )
+    window = [f"spans trained        {trained.window}"] if trained.window else []
+    # A warm start's weights are the champion's, whatever the configured weights say.
+    from imgpipe.components.trainer.warm_start import BACKBONE_ONLY, FULL
+
+    warm = trained.warm_start in (FULL, BACKBONE_ONLY)
+    weights = "the champion's (warm start)" if warm else trained.weights or "none (from scratch)"
     lines = [
+        *window,
         f"training             {trained.backbone} at {trained.image_size} px, weights "
-        f"{trained.weights or 'none (from scratch)'}; {phases}",
+        f"{weights}; {phases}",
         f"warm start           {trained.warm_start}: {trained.warm_start_note}",
         *audited,
     ]
     if trained.resume.status == summary.RESUMED:
         lines.append(f"preemption           {trained.resume.note}")
     return lines
+
+
+def champion_lines(champion_uri: str | None) -> list[str]:
+    """The one champion this run was judged against, as the ChampionResolver read it."""
+    from imgpipe.components.common.formats import champion
+
+    if not champion_uri:
+        return []
+    try:
+        resolved = champion.read(champion_uri)
+    except (OSError, ValueError):
+        return []
+    return [f"champion             {resolved.describe()}"]
 
 
 def evaluation_lines(evaluation_uri: str | None) -> list[str]:

@@ -1,16 +1,18 @@
 """The one pipeline definition every runner uses.
 
-ImageExampleGen -> StatisticsGen -> SchemaGen -> ExampleValidator -> ImageStatistics
--> Trainer -> Evaluator -> Pusher. ImageStatistics reads ExampleValidator's anomalies,
-so a bad data set stops the run before any GPU time is spent. There is no resolver
-node: open-source KFP v2 cannot run TFX resolvers, so the Evaluator finds the served
-champion in the serving directory itself, and ImagePusher publishes each push whole.
+ChampionResolver, ImageExampleGen -> StatisticsGen -> SchemaGen -> ExampleValidator ->
+ImageStatistics -> Trainer -> Evaluator -> Pusher. The ChampionResolver reads the serving
+directory once, at the head of the run, and takes the run's serving lease: drift, the
+label audit, the warm start and the evaluation all see that one champion
+(open-source KFP v2 cannot run TFX resolver nodes, so it is a small component).
+ImageStatistics reads ExampleValidator's anomalies, so a bad data set stops the run
+before any GPU time is spent, and ImagePusher publishes each push whole.
 
-Compiled for Kubeflow (parameterized=True), the data root, the epochs, the blessing
-tolerance and the one span whose drift is accepted are the pipeline's root parameters
-(RUNTIME_PARAMETERS), each with the config's value as its default, so one compiled
-package serves every run. Its output `pushed_model` (the Pusher's) says whether the run
-pushed (docs/retraining.md).
+Compiled for Kubeflow (parameterized=True), the data root, the epochs, the window of
+spans, the blessing margin and the one span whose drift (and the one whose label audit)
+is accepted are the pipeline's root parameters (RUNTIME_PARAMETERS), each with the
+config's value as its default, so one compiled package serves every run. Its output
+`pushed_model` (the Pusher's) says whether the run pushed (docs/retraining.md).
 """
 
 from __future__ import annotations
@@ -25,20 +27,33 @@ from imgpipe.components.common.images.model_input import DEFAULT_CROP_FRACTION
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines.config import PipelineConfig
 
+# The ChampionResolver's output channel.
+CHAMPION_KEY = "champion"
+# Steps that read state outside the pipeline, so never served from a cache: the image
+# folder (a new span, new files) and the serving folder (a newer champion, the lease).
+NEVER_CACHED = (ids.CHAMPION, ids.EXAMPLE_GEN)
+
 # The root parameters of a compiled pipeline: name -> (type, where its default is in
 # the config).
 DATA_ROOT_PARAMETER = "data_root"
 EPOCHS_PARAMETER = "epochs"
+SPANS_PARAMETER = "spans"
 TOLERANCE_PARAMETER = "tolerance"
 ACCEPT_DRIFT_SPAN_PARAMETER = "accept_drift_span"  # -1 (NO_SPAN): none
+ACCEPT_LABEL_ISSUES_SPAN_PARAMETER = "accept_label_issues_span"  # -1 (NO_SPAN): none
 RUNTIME_PARAMETERS: dict[str, tuple[type, str]] = {
     DATA_ROOT_PARAMETER: (str, "data_root"),
     EPOCHS_PARAMETER: (int, "trainer.epochs"),
+    SPANS_PARAMETER: (int, "trainer.spans"),
     TOLERANCE_PARAMETER: (float, "evaluator.tolerance"),
     ACCEPT_DRIFT_SPAN_PARAMETER: (int, "statistics.accept_drift_span"),
+    ACCEPT_LABEL_ISSUES_SPAN_PARAMETER: (int, "statistics.accept_label_issues_span"),
 }
 # A root parameter's value for a setting that is None (a parameter cannot be None).
-NONE_VALUES: dict[str, Any] = {ACCEPT_DRIFT_SPAN_PARAMETER: -1}
+NONE_VALUES: dict[str, Any] = {
+    ACCEPT_DRIFT_SPAN_PARAMETER: -1,
+    ACCEPT_LABEL_ISSUES_SPAN_PARAMETER: -1,
+}
 
 
 def _config_value(config: PipelineConfig, dotted: str) -> Any:
@@ -76,6 +91,7 @@ def create_components(
     from tfx import v1 as tfx
     from tfx.proto import pusher_pb2
 
+    from imgpipe.components.champion.component import ChampionResolver
     from imgpipe.components.common.runtime import config_loader
     from imgpipe.components.evaluator.component import ImageEvaluator
     from imgpipe.components.image_example_gen.component import ImageExampleGen
@@ -86,6 +102,8 @@ def create_components(
     from imgpipe.components.trainer.component import ImageTrainer
 
     parameters = runtime_parameters(config) if parameterized else {}
+    resolver = ChampionResolver(serving_dir=config.serving_dir).with_id(ids.CHAMPION)
+    champion = resolver.outputs[CHAMPION_KEY]
     example_gen = ImageExampleGen(
         input_base=parameters.get(DATA_ROOT_PARAMETER, config.data_root),
         image_options=config.example_gen.image,
@@ -110,16 +128,18 @@ def create_components(
         image_size=config.trainer.input_size,
         crop_fraction=config.trainer.crop_fraction or DEFAULT_CROP_FRACTION,
         config=config.statistics,
-        serving_dir=config.serving_dir,
+        champion=champion,
         accept_drift_span=parameters.get(ACCEPT_DRIFT_SPAN_PARAMETER),
+        accept_label_issues_span=parameters.get(ACCEPT_LABEL_ISSUES_SPAN_PARAMETER),
     ).with_id(ids.IMAGE_STATISTICS)
     output = config.example_gen.output
     trainer = ImageTrainer(
         examples=examples,
         image_statistics=image_statistics.outputs[keys.STATISTICS_KEY],
         config=config.trainer,
-        serving_dir=config.serving_dir,
+        champion=champion,
         epochs=parameters.get(EPOCHS_PARAMETER),
+        spans=parameters.get(SPANS_PARAMETER),
         train_split=output.train_split,
         eval_split=output.eval_split,
     ).with_id(ids.TRAINER)
@@ -127,7 +147,7 @@ def create_components(
         examples=examples,
         model=trainer.outputs[keys.MODEL_KEY],
         config=config.evaluator,
-        serving_dir=config.serving_dir,
+        champion=champion,
         eval_split=output.eval_split,
         tolerance=parameters.get(TOLERANCE_PARAMETER),
     ).with_id(ids.EVALUATOR)
@@ -140,6 +160,7 @@ def create_components(
         custom_config={SERVING_CONFIG_KEY: config_loader.to_dict(config.serving)},
     ).with_id(ids.PUSHER)
     return [
+        resolver,
         example_gen,
         statistics_gen,
         schema_gen,

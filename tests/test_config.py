@@ -95,14 +95,15 @@ def test_every_setting_of_every_section_reaches_its_component():
     # The Trainer and the Evaluator read the splits ImageExampleGen is told to write.
     assert json.loads(trainer[trainer_spec.TRAIN_ARGS_KEY]) == {"num_steps": 40, "splits": ["fit"]}
     assert json.loads(trainer[trainer_spec.EVAL_ARGS_KEY]) == {"splits": ["holdout"]}
-    assert trainer[trainer_spec.SERVING_DIR_KEY] == config.serving_dir
+    # The serving folder is read once, by the ChampionResolver, for every step.
+    resolver = components[ids.CHAMPION].exec_properties
+    assert resolver["serving_dir"] == config.serving_dir
     evaluator = components[ids.EVALUATOR].exec_properties
     assert json.loads(evaluator[evaluator_spec.EVALUATOR_CONFIG_KEY]) == config_loader.to_dict(
         config.evaluator
     )
     assert evaluator[evaluator_spec.EVAL_SPLIT_KEY] == "holdout"
     assert evaluator[evaluator_spec.TOLERANCE_KEY] == 0.03
-    assert evaluator[evaluator_spec.SERVING_DIR_KEY] == config.serving_dir
     # ...and each changed value is in the config the loader built.
     assert config.statistics.fail_on_anomalies is False
     assert config.trainer.weights == "/w/notop.h5"

@@ -59,6 +59,7 @@ from imgpipe.components.image_statistics.pixel_summaries import (
 )
 from imgpipe.components.image_statistics.produce import produce
 from tests import imagegen
+from tests import trainer_helpers as th
 from tests.outputs import tree
 
 pytestmark = pytest.mark.component
@@ -884,9 +885,17 @@ def test_executor_checks_drift_against_the_served_models_training_data(tmp_path)
             spec.IMAGE_SIZE_KEY: 32,
             spec.CROP_FRACTION_KEY: 1.0,
             spec.STATISTICS_CONFIG_KEY: config_loader.to_json(config),
-            spec.SERVING_DIR_KEY: str(serving),
         }
-        executor.Do({spec.EXAMPLES_KEY: [examples]}, {spec.STATISTICS_KEY: [output]}, properties)
+        # A run's head: the champion resolved (and the serving lease given back after).
+        champion = th.resolve_champion(str(tmp_path / f"{name}-run"), str(serving))
+        try:
+            executor.Do(
+                {spec.EXAMPLES_KEY: [examples], spec.CHAMPION_KEY: [champion]},
+                {spec.STATISTICS_KEY: [output]},
+                properties,
+            )
+        finally:
+            th.release_lease(champion)
         return output.uri
 
     first = run("span1", 12)

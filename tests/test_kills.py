@@ -116,7 +116,6 @@ def assert_every_reader_refuses(examples_uri: str, work: str, why: str) -> None:
     evaluator_properties = {
         evaluator_spec.EVALUATOR_CONFIG_KEY: "{}",
         evaluator_spec.EVAL_SPLIT_KEY: "eval",
-        evaluator_spec.SERVING_DIR_KEY: "",
     }
     with pytest.raises(manifest.IncompleteOutputError, match=why):
         EvaluatorExecutor().Do({"examples": [examples], "model": [model]}, {}, evaluator_properties)

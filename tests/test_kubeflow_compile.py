@@ -530,8 +530,19 @@ def test_the_package_declares_runtime_parameters_with_the_config_defaults(compil
             "isOptional": True,
             "parameterType": "NUMBER_DOUBLE",
         },
-        # No span's drift is accepted unless a run says which (docs/retraining.md).
+        "spans": {
+            "defaultValue": config.trainer.spans,
+            "isOptional": True,
+            "parameterType": "NUMBER_INTEGER",
+        },
+        # No span's drift (or label audit) is accepted unless a run says which
+        # (docs/retraining.md).
         "accept_drift_span": {
+            "defaultValue": -1,
+            "isOptional": True,
+            "parameterType": "NUMBER_INTEGER",
+        },
+        "accept_label_issues_span": {
             "defaultValue": -1,
             "isOptional": True,
             "parameterType": "NUMBER_INTEGER",

@@ -12,8 +12,8 @@ import pytest
 from tfx.types import artifact_utils, standard_artifacts
 
 from benchmarks import label_audit_bench as bench
+from imgpipe.components.common.formats import champion, layout, served_models
 from imgpipe.components.common.formats import image_stats as schema
-from imgpipe.components.common.formats import layout, served_models
 from imgpipe.components.common.formats.artifact_types import ImageStatisticsArtifact
 from imgpipe.components.common.images import label_audit_scoring as scoring
 from imgpipe.components.common.runtime import config_loader
@@ -23,6 +23,7 @@ from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.executor import REJECTED_SUFFIX, Executor
 from imgpipe.components.trainer import candidate_audit
 from imgpipe.pipelines import local_runner
+from tests import trainer_helpers as th
 
 pytestmark = pytest.mark.component
 
@@ -57,12 +58,21 @@ def run_statistics(world, name: str, rate: float, serving: str | None = None):
         spec.IMAGE_SIZE_KEY: bench.IMAGE_SIZE,
         spec.CROP_FRACTION_KEY: 1.0,
         spec.STATISTICS_CONFIG_KEY: config_loader.to_json(StatisticsConfig(sample_thumbnails=0)),
-        spec.SERVING_DIR_KEY: world["serving"] if serving is None else serving,
     }
     executor = Executor(
         Executor.Context(beam_pipeline_args=["--direct_num_workers=1"], tmp_dir=str(root))
     )
-    executor.Do({spec.EXAMPLES_KEY: [examples]}, {spec.STATISTICS_KEY: [output]}, properties)
+    champion = th.resolve_champion(
+        str(root / f"{name}-run"), world["serving"] if serving is None else serving
+    )
+    try:
+        executor.Do(
+            {spec.EXAMPLES_KEY: [examples], spec.CHAMPION_KEY: [champion]},
+            {spec.STATISTICS_KEY: [output]},
+            properties,
+        )
+    finally:
+        th.release_lease(champion)
     return output.uri, moved, examples.uri
 
 
@@ -109,12 +119,19 @@ def test_no_champion_or_a_champion_without_a_model_skips_the_audit_with_why(worl
     config = StatisticsConfig()
     empty = tmp_path / "empty-serving"
     empty.mkdir()
-    audited = label_gate.before_training(str(empty), world["examples"], SPLITS, config)
-    assert not audited.result.checked and "no model has been pushed" in audited.result.reason
-    assert label_gate.before_training("", world["examples"], SPLITS, config).result.reason == (
-        "no serving_dir is set, so there is no served model to audit with"
+    audited = label_gate.before_training(
+        champion.resolve(str(empty)), world["examples"], SPLITS, config
     )
-    assert label_gate.before_training("", "x", SPLITS, StatisticsConfig(label_audit=False)) is None
+    assert not audited.result.checked and "no model has been pushed" in audited.result.reason
+    assert label_gate.before_training(
+        champion.resolve(""), world["examples"], SPLITS, config
+    ).result.reason == ("no serving_dir is set, so there is no served model to audit with")
+    assert (
+        label_gate.before_training(
+            champion.resolve(""), "x", SPLITS, StatisticsConfig(label_audit=False)
+        )
+        is None
+    )
     # A push with its assets but no SavedModel (as the drift tests make): skipped, named.
     broken = empty / "1700000001"
     shutil.copytree(
@@ -122,7 +139,9 @@ def test_no_champion_or_a_champion_without_a_model_skips_the_audit_with_why(worl
         broken / served_models.ASSETS_EXTRA_DIR,
     )
     (broken / served_models.PUSH_COMPLETE_FILE).touch()
-    audited = label_gate.before_training(str(empty), world["examples"], SPLITS, config)
+    audited = label_gate.before_training(
+        champion.resolve(str(empty)), world["examples"], SPLITS, config
+    )
     assert not audited.result.checked and "could not score the images" in audited.result.reason
     assert label_gate.anomalies(audited.result, "report.html", config) == []
 

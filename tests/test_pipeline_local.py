@@ -39,7 +39,7 @@ def test_sample_photos_is_deterministic_real_photos(tmp_path):
 
 
 @pytest.mark.pipeline
-def test_run_local_with_defaults_learns_pushes_and_reruns_from_cache(tmp_path, capsys):
+def test_run_local_with_defaults_learns_pushes_and_a_rerun_pushes_nothing_new(tmp_path, capsys):
     data = retraining_data.span_folder(str(tmp_path / "images"), 1, per_class=200)
     serving = tmp_path / "serving"
     argv = ["run", "local", "--data", data, "--pipeline-root", str(tmp_path / "root")]
@@ -69,12 +69,17 @@ def test_run_local_with_defaults_learns_pushes_and_reruns_from_cache(tmp_path, c
     report = lines["image report"]
     assert report.endswith("report.html") and os.path.isfile(report)
 
-    # Served from the cache: nothing new pushed (docs/retraining.md, exit codes).
+    # The same data again: converted once (ImageExampleGen served from the cache), judged
+    # against the push it made, and nothing pushed (docs/retraining.md, exit codes).
     assert cli.main(argv) == NOT_PUSHED_EXIT_CODE
     second = capsys.readouterr().out
-    assert local_runner.latest_results(config).all_cached
-    assert "served from TFX's cache" in second
+    rerun = local_runner.latest_results(config)
+    assert rerun.nodes[ids.EXAMPLE_GEN].state == "CACHED"
+    assert rerun.nodes[ids.CHAMPION].state == "COMPLETE"  # never served from the cache
+    assert f"champion             {champion.version} ({champion.path})" in second
+    assert "not blessed: nothing new: trained on the same data" in second
     assert served_models.latest(str(serving)) == champion
+    assert not os.path.exists(os.path.join(serving, ".decision-lock.json"))
 
 
 @pytest.mark.pipeline
@@ -153,7 +158,9 @@ def test_a_validation_folder_is_evaluated_and_the_data_gate_advice_can_be_follow
     assert "(or raise statistics.leakage_threshold if the copies are intended)" in line
     report = re.search(r"; see (\S+), then", line).group(1)
     assert "validation/animal/leaked.jpg" in open(report).read()
-    assert not (tmp_path / "serving").exists()
+    # The run checked the serving folder and took its lease first, and left nothing
+    # there: no version, no lease, no span admitted to a later window.
+    assert os.listdir(tmp_path / "serving") == []
 
     config_file.write_text(settings + "statistics: {leakage_threshold: 0.5}\n")
     # Past the gate, the run finishes: two training steps may not earn a push (exit 3).

@@ -139,7 +139,7 @@ def test_evaluation_json_and_report_show_every_set_and_read_version_1(tmp_path):
 # --- the executor and the Pusher on photos -----------------------------------------------
 
 SIZE = 32
-PER_CLASS = 24
+PER_CLASS = 48
 PHOTO_SIZE = 48
 
 

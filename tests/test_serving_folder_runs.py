@@ -25,6 +25,12 @@ from tests.test_serving_folder import run_pusher, truncate
 pytestmark = pytest.mark.component
 
 
+def resolve(serving: str):
+    from imgpipe.components.common.formats import champion
+
+    return champion.resolve(serving)
+
+
 @pytest.fixture(scope="module")
 def trained():
     return te._trained_model()
@@ -61,7 +67,7 @@ def test_warm_start_passes_over_a_push_whose_label_map_is_truncated(tmp_path, tr
         dataclasses.replace(config, seed=3), 3, ModelInput(te.MEAN, te.STD, te.SIZE)
     )
     outcome = warm_start.apply(
-        model, config, list(th.CLASSES), serving, ModelInput(te.MEAN, te.STD, te.SIZE)
+        model, config, list(th.CLASSES), resolve(serving), ModelInput(te.MEAN, te.STD, te.SIZE)
     )
     assert outcome.status == warm_start.FULL and outcome.champion == older
     assert outcome.note == (
@@ -72,7 +78,7 @@ def test_warm_start_passes_over_a_push_whose_label_map_is_truncated(tmp_path, tr
     # Nothing sound left: a fresh model, and why; the schedule goes on.
     truncate(os.path.join(older, "saved_model.pb"))
     outcome = warm_start.apply(
-        model, config, list(th.CLASSES), serving, ModelInput(te.MEAN, te.STD, te.SIZE)
+        model, config, list(th.CLASSES), resolve(serving), ModelInput(te.MEAN, te.STD, te.SIZE)
     )
     assert outcome.status == warm_start.FRESH
     assert outcome.note.startswith(f"no champion in {serving}: fresh ({newer}: damaged")
@@ -112,8 +118,8 @@ def test_the_evaluator_and_drift_pass_over_a_push_whose_graph_is_truncated(tmp_p
 
 
 def retrain_at_once(tmp_path, examples, candidates: list[str], serving: str):
-    """Each candidate's Evaluator then Pusher, all started together in threads; returns
-    [(evaluation, pushed model)] in candidate order."""
+    """Each candidate's run (ChampionResolver, Evaluator, Pusher), all started together
+    in threads; returns [(evaluation, pushed model)] in candidate order."""
     from imgpipe.components.evaluator.component import ImageEvaluator
     from imgpipe.components.evaluator.executor import Executor
 
@@ -135,11 +141,12 @@ def retrain_at_once(tmp_path, examples, candidates: list[str], serving: str):
                 types.Channel(type=standard_artifacts.Examples),
                 types.Channel(type=standard_artifacts.Model),
                 EvaluatorConfig(significance=0.05),
-                serving_dir=serving,
             )
             start.wait()
+            # The run's head: the second resolver waits here until the first has pushed.
+            champion = th.resolve_champion(str(tmp_path / f"run{i}"), serving)
             Executor().Do(
-                {"examples": [examples], "model": [model]},
+                {"examples": [examples], "model": [model], "champion": [champion]},
                 {"evaluation": [evaluation], "blessing": [blessing]},
                 component.exec_properties,
             )

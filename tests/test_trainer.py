@@ -796,7 +796,7 @@ def test_run_fn_fine_tunes_from_a_weights_file_then_warm_starts(data, tmp_path, 
         8,
         epochs=1,
         warm_start=True,
-        serving_dir=serving,
+        champion_uri=th.resolve_champion(str(tmp_path / "two-run"), serving).uri,
         tensorboard_images=0,
     )
     task.run_fn(second)

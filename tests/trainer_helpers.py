@@ -120,8 +120,9 @@ def write_stats(
 
 
 def evaluate(tmp_path, name: str, examples, model_dir: str, serving_dir: str, **config):
-    """Runs the Evaluator executor on `model_dir` (a Format-Serving folder), then gives
-    the serving lease back as the Pusher would; returns (Evaluation, ModelBlessing)."""
+    """Resolves the champion in serving_dir and runs the Evaluator executor on `model_dir`
+    (a Format-Serving folder), then gives the serving lease back as the Pusher would;
+    returns (Evaluation, ModelBlessing)."""
     from tfx import types
     from tfx.types import standard_artifacts
 
@@ -139,10 +140,10 @@ def evaluate(tmp_path, name: str, examples, model_dir: str, serving_dir: str, **
         types.Channel(type=standard_artifacts.Examples),
         types.Channel(type=standard_artifacts.Model),
         EvaluatorConfig(**config),
-        serving_dir=serving_dir,
     )
+    champion = resolve_champion(str(tmp_path / f"{name}-run"), serving_dir)
     Executor().Do(
-        {"examples": [examples], "model": [model]},
+        {"examples": [examples], "model": [model], "champion": [champion]},
         {"evaluation": [result], "blessing": [blessing]},
         component.exec_properties,
     )
@@ -193,3 +194,25 @@ def trained_photo_model(folder: str, labels: tuple[str, ...], path: str, size: i
         lambda out: export.export_serving_model(model, out, list(labels), model_input),
     )
     return path
+
+
+def resolve_champion(work: str, serving_dir: str):
+    """The ChampionResolver's executor on `serving_dir`: the ServedChampion artifact a run
+    hands its steps (it holds the serving lease when serving_dir is set)."""
+    from imgpipe.components.champion import executor as resolver
+    from imgpipe.components.common.formats.artifact_types import ChampionArtifact
+
+    artifact = ChampionArtifact()
+    artifact.uri = os.path.join(work, "champion")
+    resolver.Executor().Do({}, {"champion": [artifact]}, {"serving_dir": serving_dir})
+    return artifact
+
+
+def release_lease(champion_artifact) -> None:
+    """Gives back the serving lease a resolved champion holds (as a run's last step does)."""
+    from imgpipe.components.common.formats import champion
+    from imgpipe.components.common.storage import serving_lock
+
+    resolved = champion.read(champion_artifact.uri)
+    if resolved.lease_token:
+        serving_lock.release(resolved.serving_dir, resolved.lease_token)

@@ -6,11 +6,13 @@ hand-made metrics.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
 from imgpipe.components.common.formats.reference_sets import NEW_SPLIT
 from imgpipe.components.evaluator import evaluation as ev
+from imgpipe.components.evaluator import paired
 from imgpipe.components.evaluator.config import EvaluatorConfig
 
 
@@ -86,7 +88,72 @@ def _floor_checks(metrics: ev.ModelMetrics, config: EvaluatorConfig) -> list[ev.
     ]
 
 
-def _champion_checks(
+def _champion_checks(comparison: ev.Comparison, config: EvaluatorConfig) -> list[ev.Check]:
+    """Candidate against champion on one set: paired image by image when the pairs were
+    recorded, else (an evaluation of version 2) on the two accuracies."""
+    if comparison.paired is not None:
+        return _paired_checks(comparison, config)
+    assert comparison.candidate is not None and comparison.champion is not None
+    return _unpaired_checks(comparison.candidate, comparison.champion, config, comparison.name)
+
+
+def _paired_checks(comparison: ev.Comparison, config: EvaluatorConfig) -> list[ev.Check]:
+    assert comparison.paired is not None
+    on = comparison.name
+    overall = paired.judge(
+        comparison.paired,
+        config.tolerance,
+        config.paired_significance,
+        config.margin_significance,
+    )
+    checks = [
+        ev.Check(
+            f"not_worse_than_champion:{on}",
+            not overall.worse,
+            f"on {on} ({comparison.paired.images} images): {overall.detail}",
+        )
+    ]
+    judged = [c for c in comparison.paired_by_class if c.paired.images >= config.min_class_examples]
+    # Each class is one more chance to refuse by luck: the levels are shared (Bonferroni).
+    for class_paired in judged:
+        verdict = paired.judge(
+            class_paired.paired,
+            config.class_tolerance,
+            config.paired_significance / len(judged),
+            config.margin_significance / len(judged),
+        )
+        checks.append(
+            ev.Check(
+                f"class_not_worse:{on}:{class_paired.label}",
+                not verdict.worse,
+                f"on {on}: class {class_paired.label!r} ({class_paired.paired.images} "
+                f"images): {verdict.detail}",
+            )
+        )
+    return checks
+
+
+def with_tests(comparison: ev.Comparison, config: EvaluatorConfig) -> ev.Comparison:
+    """The comparison with its paired test's name, p-value and margin filled in."""
+    if comparison.paired is None:
+        return comparison
+    return dataclasses.replace(
+        comparison,
+        test=paired.TEST_NAME,
+        p_value=round(comparison.paired.p_worse, 6),
+        margin=config.tolerance,
+    )
+
+
+def too_small(comparison: ev.Comparison, config: EvaluatorConfig) -> bool:
+    """No outcome on this set's discordant images could have refused the candidate."""
+    if comparison.paired is None:
+        return False
+    level = max(config.paired_significance, config.margin_significance)
+    return comparison.paired.discordant < paired.fewest_discordant(level)
+
+
+def _unpaired_checks(
     candidate: ev.ModelMetrics, champion: ev.ModelMetrics, config: EvaluatorConfig, on: str
 ) -> list[ev.Check]:
     checks = [
@@ -172,12 +239,19 @@ def decide(
         comparisons = comparisons_of(champion, candidate)
     checks = _floor_checks(candidate, config)
     compared = champion.status == ev.COMPARED
+    if compared and champion.same_training:
+        checks.append(
+            ev.Check(
+                "something_new",
+                False,
+                f"nothing new: trained on the same data with the same settings as champion "
+                f"{champion.version}, so pushing it would only replace it with its twin",
+            )
+        )
     if compared:
         for comparison in comparisons:
             if comparison.compared and comparison.candidate and comparison.champion:
-                checks += _champion_checks(
-                    comparison.candidate, comparison.champion, config, comparison.name
-                )
+                checks += _champion_checks(comparison, config)
         checks += _new_class_checks(candidate, champion, config)
     failed = [c for c in checks if not c.passed]
     if failed:
@@ -193,6 +267,9 @@ def decide(
         )
         if skipped:
             against += f" ({', '.join(skipped)} skipped)"
+        small = [c.name for c in comparisons if c.compared and too_small(c, config)]
+        if small:
+            against += f" ({', '.join(small)} too small to decide)"
         if champion.classes_added:
             against += f"; new classes {list(champion.classes_added)} above their floor"
     else:

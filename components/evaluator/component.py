@@ -1,9 +1,9 @@
 """ImageEvaluator: blesses a candidate model against the served champion.
 
-Open-source KFP v2 cannot run TFX resolvers, so the champion is not an input channel:
-the executor finds the newest complete push in the serving directory itself
-(components/common/formats/served_models.py), evaluates both models' `serving_examples`
-signatures on the same eval split, and decides by the rules in config.py. Its
+The champion is the ChampionResolver's output, resolved once at the head of the run
+(components/common/formats/champion.py); the executor evaluates both models'
+`serving_examples` signatures on the same images, compares them image by image, and
+decides by the rules in config.py. Its
 `blessing` output is the standard ModelBlessing TFX's Pusher checks; `evaluation`
 holds evaluation.json (evaluation.py) with both models' metrics and the decision.
 """
@@ -27,7 +27,8 @@ class ImageEvaluator(base_component.BaseComponent):
 
     Example:
       evaluator = ImageEvaluator(gen.outputs["examples"], trainer.outputs["model"],
-                                 EvaluatorConfig(tolerance=0.02), serving_dir="/srv/models")
+                                 EvaluatorConfig(tolerance=0.02),
+                                 champion=resolver.outputs["champion"])
       Pusher(model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
              push_destination=...)
     """
@@ -40,7 +41,7 @@ class ImageEvaluator(base_component.BaseComponent):
         examples: types.BaseChannel,
         model: types.BaseChannel,
         config: EvaluatorConfig | None = None,
-        serving_dir: str | data_types.RuntimeParameter = "",
+        champion: types.BaseChannel | None = None,
         eval_split: str = EVAL_SPLIT,
         tolerance: float | data_types.RuntimeParameter | None = None,
     ):
@@ -48,8 +49,7 @@ class ImageEvaluator(base_component.BaseComponent):
           examples: ImageExampleGen's `Examples` channel.
           model: the Trainer's `model` channel: the candidate.
           config: the blessing rules.
-          serving_dir: where the Pusher pushes; its newest complete push is the
-            champion. Empty applies the floor alone.
+          champion: the ChampionResolver's `champion`; None applies the floor alone.
           eval_split: the split both models are evaluated on.
           tolerance: overrides config.tolerance (a Kubeflow runtime parameter).
 
@@ -65,7 +65,7 @@ class ImageEvaluator(base_component.BaseComponent):
                     spec.MODEL_KEY: model,
                     spec.EVALUATOR_CONFIG_KEY: config_loader.to_json(config),
                     spec.TOLERANCE_KEY: config.tolerance if tolerance is None else tolerance,
-                    spec.SERVING_DIR_KEY: serving_dir,
+                    spec.CHAMPION_KEY: champion,
                     spec.EVAL_SPLIT_KEY: eval_split,
                     spec.EVALUATION_KEY: types.Channel(type=standard_artifacts.ModelEvaluation),
                     spec.BLESSING_KEY: types.Channel(type=standard_artifacts.ModelBlessing),

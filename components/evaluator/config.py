@@ -6,11 +6,14 @@ docs/retraining.md):
   floor: accuracy >= accuracy_threshold, and clearly above the majority-class rate of
     the eval split (by majority_margin, and by a one-sided binomial test at
     significance), and it predicts more than one class;
-  champion: on the new eval split, on the champion's reference set (the examples it
-    was blessed on) and on the golden set if any, each restricted to the classes both
-    models know: overall accuracy at most `tolerance` below the champion's, and each
-    class with at least min_class_examples images at most class_tolerance below the
-    champion's recall of that class;
+  champion: on the new eval split, on the champion's reference set (the eval images of
+    the last pushes) and on the golden set if any, each restricted to the classes both
+    models know, the two models are compared image by image (paired.py, McNemar's
+    exact test): refused when the candidate is significantly worse
+    (paired_significance), or worse by more than the practical margin `tolerance` at
+    the weaker level margin_significance; the same class by class, for each class with at least
+    min_class_examples images, with class_tolerance and both levels divided by the
+    number of classes judged;
   new classes: each class the champion lacks has a recall of at least
     new_class_min_recall on the new eval split.
 """
@@ -31,8 +34,13 @@ class EvaluatorConfig:
       significance: the accuracy must also beat the majority-class rate in a one-sided
         binomial test at this level, so a small eval split cannot bless by luck; 0
         turns the test off.
-      tolerance: how far (0..1) the overall accuracy may fall below the champion's.
-      class_tolerance: how far a class's recall may fall below the champion's.
+      tolerance: the practical margin: a drop in accuracy (0..1) on a set whose one-sided
+        (1 - margin_significance) confidence bound lies beyond it refuses.
+      class_tolerance: the same margin for a class's recall.
+      paired_significance: a candidate significantly worse than the champion at this
+        level (exact one-sided McNemar test) on any set is refused.
+      margin_significance: the level of that bound: a large drop refuses on this much
+        evidence (paired.py).
       min_class_examples: classes with fewer eval images are not compared one by one
         (their recall is too noisy); they still count overall.
       compare_with_champion: compare with the newest push in the serving directory;
@@ -43,17 +51,22 @@ class EvaluatorConfig:
         none.
       new_class_min_recall: the recall on the new eval split that a class the champion
         does not know must reach (it has no champion to be compared with).
+      reference_per_class: a blessed model's reference set keeps the eval images of the
+        last pushes, newest first, at most this many per class.
     """
 
     accuracy_threshold: float = 0.0
     majority_margin: float = 0.05
     significance: float = 0.01
-    tolerance: float = 0.01
-    class_tolerance: float = 0.05
+    tolerance: float = 0.05
+    class_tolerance: float = 0.1
     min_class_examples: int = 20
     compare_with_champion: bool = True
     golden_examples: str = ""
     new_class_min_recall: float = 0.5
+    paired_significance: float = 0.05
+    margin_significance: float = 0.2
+    reference_per_class: int = 200
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
@@ -70,6 +83,14 @@ class EvaluatorConfig:
         if not 0.0 <= self.significance < 0.5:
             raise ValueError(
                 f"significance must be in [0, 0.5) (0 turns the test off), got {self.significance}"
+            )
+        for name in ("paired_significance", "margin_significance"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 0.5:
+                raise ValueError(f"{name} must be in [0, 0.5), got {value}")
+        if self.reference_per_class < 1:
+            raise ValueError(
+                f"reference_per_class must be at least 1, got {self.reference_per_class}"
             )
         if self.min_class_examples < 1:
             raise ValueError(

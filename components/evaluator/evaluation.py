@@ -15,10 +15,12 @@ import posixpath
 from imgpipe.components.common.formats import layout
 from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.storage import fileio
+from imgpipe.components.evaluator.paired import ClassPaired, Paired
 
 EVALUATION_FILE = layout.EVALUATION_FILE
-VERSION = 2
-READABLE_VERSIONS = (1, 2)  # 1: before comparisons were recorded
+VERSION = 3
+# 1: before comparisons were recorded; 2: before they were paired image by image.
+READABLE_VERSIONS = (1, 2, 3)
 
 # Champion statuses.
 NO_CHAMPION = "none"  # nothing pushed yet: the floor alone
@@ -70,6 +72,8 @@ class Champion:
       metrics: its metrics on the new eval split, on the classes both models know.
       classes_added, classes_removed: the candidate's classes the champion lacks, and
         the champion's the candidate lacks.
+      same_training: the candidate was trained on the same spans' data with the same
+        settings as the champion (served_models.TRAINING_DIGEST_FILE): nothing new.
     """
 
     status: str
@@ -79,6 +83,7 @@ class Champion:
     metrics: ModelMetrics | None = None
     classes_added: tuple[str, ...] = ()
     classes_removed: tuple[str, ...] = ()
+    same_training: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +98,11 @@ class Comparison:
       classes: the classes scored: those the set and both models have.
       candidate, champion: the metrics on those classes; a prediction of a class
         outside them counts as wrong.
+      paired: both models image by image on those images (paired.py); None in
+        documents of version 2 and earlier.
+      paired_by_class: the same, class by class.
+      test, p_value, margin: the paired test on all those images, its p-value that the
+        candidate is worse, and the practical margin it was judged with.
     """
 
     name: str
@@ -102,6 +112,11 @@ class Comparison:
     classes: tuple[str, ...] = ()
     candidate: ModelMetrics | None = None
     champion: ModelMetrics | None = None
+    paired: Paired | None = None
+    paired_by_class: tuple[ClassPaired, ...] = ()
+    test: str = ""
+    p_value: float | None = None
+    margin: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,6 @@ import posixpath
 import tempfile
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 from tfx import types
@@ -19,13 +18,14 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
+from imgpipe.components.common.formats import champion as champion_lib
 from imgpipe.components.common.formats import manifest, reference_sets, served_models
 from imgpipe.components.common.formats.reference_sets import ReferenceSet
 from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.storage import disk_full, fileio, serving_lock, staging
 from imgpipe.components.evaluator import blessing as blessing_lib
 from imgpipe.components.evaluator import evaluation as ev
-from imgpipe.components.evaluator import report, scoring, spec
+from imgpipe.components.evaluator import paired, references, report, scoring, spec
 from imgpipe.components.evaluator.config import EvaluatorConfig
 
 # What reading a model or an evaluation set can raise when it is missing or damaged.
@@ -89,15 +89,6 @@ def _notes(*notes: str) -> str:
     return "; ".join(note for note in notes if note)
 
 
-def look_up(serving_dir: str, checksums: bool) -> served_models.Lookup | ev.Champion:
-    """The serving directory's pushes, every byte checksummed when the blessing rests on
-    them; an unreadable directory as the champion's status."""
-    try:
-        return served_models.find(serving_dir, checksums=checksums)
-    except READ_ERRORS as e:
-        return ev.Champion(ev.UNREADABLE, f"the serving directory {serving_dir} is unreadable: {e}")
-
-
 def other_sets(
     config: EvaluatorConfig, champion: ev.Champion
 ) -> tuple[list[ReferenceSet], list[ev.Comparison]]:
@@ -145,12 +136,12 @@ def other_sets(
 
 def compare(
     reference: ReferenceSet,
-    matrices: list[np.ndarray],
+    scored: scoring.Scored,
     labels: list[str],
     champion_labels: tuple[str, ...] | None,
 ) -> ev.Comparison:
-    """Both models' metrics on the classes the set and both know (the candidate's alone
-    when there is no champion to compare with)."""
+    """Both models' metrics on the classes the set and both know, and the two compared
+    image by image (the candidate's alone when there is no champion to compare with)."""
     models = [labels] + ([list(champion_labels)] if champion_labels is not None else [])
     shared = scoring.shared_classes(reference.labels, *models)
     left_out = [name for name in reference.labels if name not in shared]
@@ -159,17 +150,130 @@ def compare(
         return ev.Comparison(
             reference.name, reference.uri, False, f"skipped: no class in common ({note})"
         )
-    candidate = scoring.shared_metrics(reference.labels, labels, matrices[0], shared)
+    rows = len(reference.labels)
+    candidate = scoring.shared_metrics(
+        reference.labels, labels, scored.matrix(0, rows, len(labels)), shared
+    )
     if champion_labels is None:
         note = "; ".join(filter(None, ["no champion to compare with", note]))
         return ev.Comparison(reference.name, reference.uri, False, note, shared, candidate)
-    champion = scoring.shared_metrics(reference.labels, champion_labels, matrices[1], shared)
-    return ev.Comparison(reference.name, reference.uri, True, note, shared, candidate, champion)
+    champion = scoring.shared_metrics(
+        reference.labels, champion_labels, scored.matrix(1, rows, len(champion_labels)), shared
+    )
+    by_class = scoring.paired_by_class(scored, reference.labels, models, shared)
+    total = sum((c.paired for c in by_class), paired.Paired(0, 0, 0))
+    return ev.Comparison(
+        reference.name,
+        reference.uri,
+        True,
+        note,
+        shared,
+        candidate,
+        champion,
+        total,
+        by_class,
+    )
+
+
+def champion_of(
+    config: EvaluatorConfig, resolved: champion_lib.Resolved | None, labels: list[str]
+) -> tuple[ev.Champion, tuple[str, ...]]:
+    """The champion the run resolved, as the evaluation records it, and its classes."""
+    if resolved is None:
+        return ev.Champion(ev.NO_CHAMPION, "no champion was resolved for this run"), ()
+    if resolved.status == champion_lib.UNREADABLE:
+        return ev.Champion(ev.UNREADABLE, resolved.reason), ()
+    if resolved.status == champion_lib.NOT_SET:
+        return ev.Champion(ev.NO_CHAMPION, "no complete push in (none set) yet"), ()
+    return find_champion(config, resolved.lookup(), labels)
+
+
+def same_training(champion: ev.Champion, candidate_dir: str) -> ev.Champion:
+    """Marks a champion trained on what the candidate was trained on (both digests
+    known and equal)."""
+    if champion.status != ev.COMPARED or not champion.path:
+        return champion
+    theirs = served_models.ServedModel(champion.path, champion.version or 0, ()).training_digest()
+    ours = served_models.ServedModel(candidate_dir, 0, ()).training_digest()
+    if theirs is None or theirs != ours:
+        return champion
+    return dataclasses.replace(champion, same_training=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scored:
+    """Both models on every evaluation set."""
+
+    candidate: ev.ModelMetrics
+    champion: ev.Champion
+    comparisons: tuple[ev.Comparison, ...]
+
+
+# The order evaluation.json and the summary list the sets in.
+_SET_ORDER = (reference_sets.NEW_SPLIT, reference_sets.CHAMPION_REFERENCE, reference_sets.GOLDEN)
+
+
+def score_sets(
+    config: EvaluatorConfig,
+    new_split: ReferenceSet,
+    labels: list[str],
+    candidate_dir: str,
+    champion: ev.Champion,
+    champion_labels: tuple[str, ...],
+) -> _Scored:
+    """Scores the candidate, and the champion when there is one, on the new split, the
+    champion's reference set and the golden set; sets that cannot be read are skipped
+    comparisons that say why."""
+    others, comparisons = other_sets(config, champion)
+    scored: list[ev.Comparison] = []
+    with contextlib.ExitStack() as local:
+        # TensorFlow reads these: object-store copies are made local first.
+        staged_in = local.enter_context(tempfile.TemporaryDirectory(prefix="imgpipe-eval-"))
+
+        def staged(reference: ReferenceSet) -> list[str]:
+            folder = os.path.join(staged_in, reference.name)
+            return list(staging.stage_files(reference.shards, folder, reference.uri))
+
+        predictors = [scoring.predictor(local.enter_context(staging.local_copy(candidate_dir)))]
+        if champion.status == ev.COMPARED:
+            try:
+                champion_dir = local.enter_context(staging.local_copy(champion.path or ""))
+                predictors.append(scoring.predictor(champion_dir))
+            except READ_ERRORS as e:
+                champion = dataclasses.replace(
+                    champion, status=ev.UNREADABLE, note=f"the champion did not load: {e}"
+                )
+        compared_labels = champion_labels if len(predictors) > 1 else None
+        on_split = scoring.score(staged(new_split), len(labels), predictors)
+        scored.append(compare(new_split, on_split, labels, compared_labels))
+        for reference in others:
+            if compared_labels is None and reference.name != reference_sets.GOLDEN:
+                continue
+            try:
+                found = scoring.score(staged(reference), len(reference.labels), predictors)
+            except READ_ERRORS as e:
+                comparisons.append(
+                    ev.Comparison(reference.name, reference.uri, False, f"skipped: unreadable: {e}")
+                )
+                continue
+            scored.append(compare(reference, found, labels, compared_labels))
+    candidate = scoring.metrics_from_confusion(labels, on_split.matrix(0, len(labels), len(labels)))
+    if compared_labels is not None:
+        champion = dataclasses.replace(champion, metrics=scored[0].champion)
+    else:
+        scored = scored[1:]  # the new split has no champion to be compared with
+    every = sorted(
+        (blessing_lib.with_tests(c, config) for c in scored + comparisons),
+        key=lambda c: _SET_ORDER.index(c.name),
+    )
+    return _Scored(candidate, champion, tuple(every))
 
 
 class Executor(base_executor.BaseExecutor):
-    """Keys: inputs `examples`, `model`; outputs `evaluation`, `blessing`; parameters
-    `evaluator_config` (EvaluatorConfig JSON), `tolerance`, `serving_dir`, `eval_split`."""
+    """Keys: inputs `examples`, `model` and optional `champion` (the ChampionResolver's);
+    outputs `evaluation`, `blessing`; parameters `evaluator_config` (EvaluatorConfig
+    JSON), `tolerance`, `eval_split`. It holds the run's serving lease while it works,
+    gives it back when it does not bless, and hands it to the Pusher when it does."""
 
     @disk_full.explained("Evaluator", disk_full.first_output)
     def Do(  # noqa: N802 - TFX's executor interface
@@ -181,133 +285,75 @@ class Executor(base_executor.BaseExecutor):
         config = config_from_properties(exec_properties)
         examples = artifact_utils.get_single_instance(input_dict[spec.EXAMPLES_KEY])
         model = artifact_utils.get_single_instance(input_dict[spec.MODEL_KEY])
-        # Outputs a killed or retried step left incomplete fail here, the file named.
-        manifest.verify(examples.uri)
-        manifest.verify(model.uri)
-        evaluation_out = artifact_utils.get_single_instance(output_dict[spec.EVALUATION_KEY])
-        blessing_out = artifact_utils.get_single_instance(output_dict[spec.BLESSING_KEY])
-        eval_split = exec_properties.get(spec.EVAL_SPLIT_KEY) or ""
-        serving_dir = exec_properties.get(spec.SERVING_DIR_KEY) or ""
-        splits = artifact_utils.decode_split_names(examples.split_names)
-        if eval_split not in splits:
-            raise ValueError(f"{examples.uri} has no split {eval_split!r}; it has {splits}")
-        new_split = reference_sets.from_split(examples.uri, eval_split)
-        labels = list(new_split.labels)
-        candidate_dir = path_utils.serving_model_path(model.uri)
-        candidate_labels = list(served_models.read_labels(candidate_dir))
-        if candidate_labels != labels:
-            raise ValueError(
-                f"the model {candidate_dir} was trained on labels {candidate_labels}, "
-                f"the examples {examples.uri} have {labels}"
-            )
-
-        lease = serving_lock.acquire(serving_dir, model.uri) if serving_dir else None
-        try:
-            self._decide(
-                config,
-                eval_split,
-                new_split,
-                labels,
-                candidate_dir,
-                serving_dir,
-                lease,
-                evaluation_out,
-                blessing_out,
-            )
-        except BaseException:
-            if lease is not None:
-                serving_lock.release(serving_dir, lease.token)
-            raise
-
-    def _decide(
-        self,
-        config: EvaluatorConfig,
-        eval_split: str,
-        new_split: ReferenceSet,
-        labels: list[str],
-        candidate_dir: str,
-        serving_dir: str,
-        lease: serving_lock.Lease | None,
-        evaluation_out: types.Artifact,
-        blessing_out: types.Artifact,
-    ) -> None:
-        """Picks the champion, scores both models on every set, writes the decision; gives
-        the lease back unless the Pusher is to push (it gives it back then)."""
-        lookup = look_up(serving_dir, checksums=config.compare_with_champion)
-        head = None
-        champion_labels: tuple[str, ...] = ()
-        if isinstance(lookup, ev.Champion):
-            champion = lookup
-        else:
-            champion, champion_labels = find_champion(config, lookup, labels)
-            head = lookup.head
-        others, comparisons = other_sets(config, champion)
-        scored: list[ev.Comparison] = []
-        with contextlib.ExitStack() as local:
-            # TensorFlow reads these: object-store copies are made local first.
-            staged_in = local.enter_context(tempfile.TemporaryDirectory(prefix="imgpipe-eval-"))
-
-            def staged(reference: ReferenceSet) -> list[str]:
-                folder = os.path.join(staged_in, reference.name)
-                return list(staging.stage_files(reference.shards, folder, reference.uri))
-
-            predictors = [
-                (
-                    scoring.predictor(local.enter_context(staging.local_copy(candidate_dir))),
-                    len(labels),
+        resolved = champion_lib.from_inputs(input_dict.get(spec.CHAMPION_KEY))
+        with champion_lib.holding(resolved):
+            # Outputs a killed or retried step left incomplete fail here, the file named.
+            manifest.verify(examples.uri)
+            manifest.verify(model.uri)
+            eval_split = exec_properties.get(spec.EVAL_SPLIT_KEY) or ""
+            splits = artifact_utils.decode_split_names(examples.split_names)
+            if eval_split not in splits:
+                raise ValueError(f"{examples.uri} has no split {eval_split!r}; it has {splits}")
+            new_split = reference_sets.from_split(examples.uri, eval_split)
+            labels = list(new_split.labels)
+            candidate_dir = path_utils.serving_model_path(model.uri)
+            candidate_labels = list(served_models.read_labels(candidate_dir))
+            if candidate_labels != labels:
+                raise ValueError(
+                    f"the model {candidate_dir} was trained on labels {candidate_labels}, "
+                    f"the examples {examples.uri} have {labels}"
                 )
-            ]
-            if champion.status == ev.COMPARED:
-                try:
-                    champion_dir = local.enter_context(staging.local_copy(champion.path or ""))
-                    predictors.append((scoring.predictor(champion_dir), len(champion_labels)))
-                except READ_ERRORS as e:
-                    champion = dataclasses.replace(
-                        champion, status=ev.UNREADABLE, note=f"the champion did not load: {e}"
-                    )
-            compared_labels = champion_labels if len(predictors) > 1 else None
-            matrices = scoring.confusion_matrices(staged(new_split), len(labels), predictors)
-            scored.append(compare(new_split, matrices, labels, compared_labels))
-            for reference in others:
-                if compared_labels is None and reference.name != reference_sets.GOLDEN:
-                    continue
-                try:
-                    found = scoring.confusion_matrices(
-                        staged(reference), len(reference.labels), predictors
-                    )
-                except READ_ERRORS as e:
-                    comparisons.append(
-                        ev.Comparison(
-                            reference.name, reference.uri, False, f"skipped: unreadable: {e}"
-                        )
-                    )
-                    continue
-                scored.append(compare(reference, found, labels, compared_labels))
-        candidate = scoring.metrics_from_confusion(labels, matrices[0])
-        if compared_labels is not None:
-            champion = dataclasses.replace(champion, metrics=scored[0].champion)
-        else:
-            scored = scored[1:]  # the new split has no champion to be compared with
-        order = [reference_sets.NEW_SPLIT, reference_sets.CHAMPION_REFERENCE, reference_sets.GOLDEN]
-        every = tuple(sorted(scored + comparisons, key=lambda c: order.index(c.name)))
-        decision = blessing_lib.decide(candidate, champion, config, every)
-        majority_label, majority_rate = blessing_lib.majority(candidate)
+            champion, champion_labels = champion_of(config, resolved, labels)
+            champion = same_training(champion, candidate_dir)
+            scored = score_sets(config, new_split, labels, candidate_dir, champion, champion_labels)
+            result = self._decide(config, eval_split, scored)
+            blessing_out = artifact_utils.get_single_instance(output_dict[spec.BLESSING_KEY])
+            evaluation_out = artifact_utils.get_single_instance(output_dict[spec.EVALUATION_KEY])
+            self._write(config, result, new_split, evaluation_out, blessing_out)
+            if resolved is not None and resolved.lease_token:
+                self._hand_on_or_release(resolved, result.decision.blessed, blessing_out)
+
+    def _decide(self, config: EvaluatorConfig, eval_split: str, scored: _Scored) -> ev.Evaluation:
+        decision = blessing_lib.decide(
+            scored.candidate, scored.champion, config, scored.comparisons
+        )
+        majority_label, majority_rate = blessing_lib.majority(scored.candidate)
         result = ev.Evaluation(
             eval_split=eval_split,
             majority_label=majority_label,
             majority_rate=majority_rate,
-            required_accuracy=blessing_lib.required_accuracy(candidate, config),
-            candidate=candidate,
-            champion=champion,
+            required_accuracy=blessing_lib.required_accuracy(scored.candidate, config),
+            candidate=scored.candidate,
+            champion=scored.champion,
             decision=decision,
-            comparisons=every,
+            comparisons=scored.comparisons,
         )
+        logging.info("ImageEvaluator: %s", decision.reason)
+        if scored.champion.note:
+            logging.info("ImageEvaluator: champion: %s", scored.champion.note)
+        for comparison in scored.comparisons:
+            if comparison.note:
+                logging.info("ImageEvaluator: %s: %s", comparison.name, comparison.note)
+        return result
+
+    def _write(
+        self,
+        config: EvaluatorConfig,
+        result: ev.Evaluation,
+        new_split: ReferenceSet,
+        evaluation_out: types.Artifact,
+        blessing_out: types.Artifact,
+    ) -> None:
         ev.write(evaluation_out.uri, result)
         report.write(evaluation_out.uri, result)
+        decision, champion = result.decision, result.champion
         if decision.blessed:
             # The Pusher copies it into the push: the next candidate is judged on it too.
-            reference_sets.write(
-                new_split, os.path.join(blessing_out.uri, reference_sets.REFERENCE_DIR)
+            references.write_grown(
+                new_split,
+                champion.path if champion.status == ev.COMPARED else None,
+                os.path.join(blessing_out.uri, reference_sets.REFERENCE_DIR),
+                config.reference_per_class,
             )
         else:
             fileio.makedirs(blessing_out.uri)
@@ -319,19 +365,19 @@ class Executor(base_executor.BaseExecutor):
         blessing_out.set_string_custom_property(spec.REASON_PROPERTY, decision.reason)
         if champion.version is not None:
             blessing_out.set_int_custom_property(spec.CHAMPION_PROPERTY, champion.version)
-        logging.info("ImageEvaluator: %s", decision.reason)
-        if champion.note:
-            logging.info("ImageEvaluator: champion: %s", champion.note)
-        for comparison in every:
-            if comparison.note:
-                logging.info("ImageEvaluator: %s: %s", comparison.name, comparison.note)
-        if lease is not None:
-            if not isinstance(lookup, ev.Champion):  # the Pusher's compare-and-swap
-                blessing_out.set_int_custom_property(
-                    serving_lock.SERVING_HEAD_PROPERTY,
-                    serving_lock.NO_HEAD if head is None else head,
-                )
-            if decision.blessed:
-                blessing_out.set_string_custom_property(serving_lock.LEASE_PROPERTY, lease.token)
-            else:
-                serving_lock.release(serving_dir, lease.token)
+
+    def _hand_on_or_release(
+        self, resolved: champion_lib.Resolved, blessed: bool, blessing_out: types.Artifact
+    ) -> None:
+        """The Pusher's compare-and-swap: the head the run resolved must still be the
+        newest push; the lease goes to the Pusher with a blessing, else back."""
+        blessing_out.set_int_custom_property(
+            serving_lock.SERVING_HEAD_PROPERTY,
+            serving_lock.NO_HEAD if resolved.head is None else resolved.head,
+        )
+        if blessed:
+            blessing_out.set_string_custom_property(
+                serving_lock.LEASE_PROPERTY, resolved.lease_token
+            )
+        else:
+            serving_lock.release(resolved.serving_dir, resolved.lease_token)

@@ -7,6 +7,7 @@ the set and both models share, a prediction of any other class counting as wrong
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -20,6 +21,7 @@ from imgpipe.components.common.formats.serving import (
     SERVING_EXAMPLES,
 )
 from imgpipe.components.evaluator import evaluation as ev
+from imgpipe.components.evaluator.paired import ClassPaired, Paired
 
 EVAL_BATCH_SIZE = 64
 
@@ -36,33 +38,90 @@ def predictor(model_dir: str) -> Predict:
     return predict
 
 
-def confusion_matrices(
-    shards: Sequence[str], num_labels: int, predictors: Sequence[tuple[Predict, int]]
-) -> list[np.ndarray]:
-    """One [true, predicted] count matrix per (predictor, its class count), over the
-    same records.
+@dataclasses.dataclass(frozen=True)
+class Scored:
+    """Every model's prediction of every record of a set, in record order.
+
+    Attributes:
+      labels: the set's label id of each record.
+      predictions: one array of predicted ids per model (each in its own classes).
+    """
+
+    labels: np.ndarray
+    predictions: tuple[np.ndarray, ...]
+
+    def matrix(self, model: int, num_labels: int, classes: int) -> np.ndarray:
+        """The [true, predicted] count matrix of one model."""
+        matrix: np.ndarray = np.zeros((num_labels, classes), np.int64)
+        np.add.at(matrix, (self.labels, self.predictions[model]), 1)
+        return matrix
+
+
+def score(shards: Sequence[str], num_labels: int, predictors: Sequence[Predict]) -> Scored:
+    """Every predictor's prediction of every record of the shards.
 
     Raises:
       ValueError: a label id outside the set's num_labels classes.
       tf.errors.OpError: a shard is unreadable or corrupt.
     """
-    matrices: list[np.ndarray] = [
-        np.zeros((num_labels, classes), np.int64) for _, classes in predictors
-    ]
     features = {DEFAULT_KEY_MAP.label: tf.io.FixedLenFeature([], tf.int64)}
     by_compression: dict[str, list[str]] = {}
     for shard in shards:
         by_compression.setdefault(artifacts.shard_compression(shard), []).append(shard)
+    labels: list[np.ndarray] = []
+    predictions: list[list[np.ndarray]] = [[] for _ in predictors]
     for compression, group in sorted(by_compression.items()):
         for serialized in tf.data.TFRecordDataset(group, compression).batch(EVAL_BATCH_SIZE):
-            labels = tf.io.parse_example(serialized, features)[DEFAULT_KEY_MAP.label].numpy()
-            if labels.size and (labels.min() < 0 or labels.max() >= num_labels):
+            batch = tf.io.parse_example(serialized, features)[DEFAULT_KEY_MAP.label].numpy()
+            if batch.size and (batch.min() < 0 or batch.max() >= num_labels):
                 raise ValueError(
-                    f"label ids {sorted(set(labels.tolist()))} do not fit {num_labels} classes"
+                    f"label ids {sorted(set(batch.tolist()))} do not fit {num_labels} classes"
                 )
-            for matrix, (predict, _) in zip(matrices, predictors, strict=True):
-                np.add.at(matrix, (labels, predict(serialized)), 1)
-    return matrices
+            labels.append(batch)
+            for found, predict in zip(predictions, predictors, strict=True):
+                found.append(predict(serialized))
+    empty: np.ndarray = np.zeros((0,), np.int64)
+    return Scored(
+        np.concatenate(labels) if labels else empty,
+        tuple(np.concatenate(found) if found else empty for found in predictions),
+    )
+
+
+def confusion_matrices(
+    shards: Sequence[str], num_labels: int, predictors: Sequence[tuple[Predict, int]]
+) -> list[np.ndarray]:
+    """One [true, predicted] count matrix per (predictor, its class count), over the
+    same records (see `score`)."""
+    scored = score(shards, num_labels, [predict for predict, _ in predictors])
+    return [scored.matrix(i, num_labels, classes) for i, (_, classes) in enumerate(predictors)]
+
+
+def paired_by_class(
+    scored: Scored,
+    set_labels: Sequence[str],
+    model_labels: Sequence[Sequence[str]],
+    shared: Sequence[str],
+) -> tuple[ClassPaired, ...]:
+    """Candidate (model 0) against champion (model 1) image by image, on the images of
+    each shared class: a prediction is right when it names the image's class."""
+    found = []
+    for name in shared:
+        rows = scored.labels == set_labels.index(name)
+        right = [
+            scored.predictions[i][rows] == list(labels).index(name)
+            for i, labels in enumerate(model_labels[:2])
+        ]
+        found.append(
+            ClassPaired(
+                name,
+                Paired(
+                    int(rows.sum()),
+                    int(np.sum(right[0] & ~right[1])),
+                    int(np.sum(right[1] & ~right[0])),
+                ),
+            )
+        )
+    return tuple(found)
 
 
 def metrics_from_confusion(labels: Sequence[str], matrix: np.ndarray) -> ev.ModelMetrics:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from tfx.types import component_spec, standard_artifacts, standard_component_specs
 
+from imgpipe.components.common.formats.artifact_types import ChampionArtifact
+
 EXAMPLES_KEY = standard_component_specs.EXAMPLES_KEY
 MODEL_KEY = standard_component_specs.MODEL_KEY
 EVALUATION_KEY = standard_component_specs.EVALUATION_KEY
@@ -13,8 +15,9 @@ EVALUATOR_CONFIG_KEY = "evaluator_config"
 # Separate from the config so that a Kubeflow run can set them (a runtime parameter
 # is a whole execution property).
 TOLERANCE_KEY = "tolerance"
-SERVING_DIR_KEY = "serving_dir"
 EVAL_SPLIT_KEY = "eval_split"
+# The ChampionResolver's output: the served model the candidate is compared with.
+CHAMPION_KEY = "champion"
 
 # On the blessing artifact: TFX's Pusher pushes when `blessed` is 1.
 BLESSED_PROPERTY = "blessed"
@@ -31,12 +34,12 @@ class ImageEvaluatorSpec(component_spec.ComponentSpec):
     PARAMETERS = {
         EVALUATOR_CONFIG_KEY: component_spec.ExecutionParameter(type=str),
         TOLERANCE_KEY: component_spec.ExecutionParameter(type=float),
-        SERVING_DIR_KEY: component_spec.ExecutionParameter(type=str),
         EVAL_SPLIT_KEY: component_spec.ExecutionParameter(type=str),
     }
     INPUTS = {
         EXAMPLES_KEY: component_spec.ChannelParameter(type=standard_artifacts.Examples),
         MODEL_KEY: component_spec.ChannelParameter(type=standard_artifacts.Model),
+        CHAMPION_KEY: component_spec.ChannelParameter(type=ChampionArtifact, optional=True),
     }
     OUTPUTS = {
         EVALUATION_KEY: component_spec.ChannelParameter(type=standard_artifacts.ModelEvaluation),

@@ -184,23 +184,35 @@ def validator_anomalies(anomalies_uri: str, split_names: Sequence[str]) -> list[
 
 
 def blocking(
-    anomalies: Sequence[Anomaly], config: StatisticsConfig, drift_accepted: bool = False
+    anomalies: Sequence[Anomaly],
+    config: StatisticsConfig,
+    drift_accepted: bool = False,
+    labels_accepted: bool = False,
 ) -> list[Anomaly]:
     """The anomalies that stop the run: drift under fail_on_drift unless accepted for
-    this span (accept_drift_span), the others under fail_on_anomalies. With drift
-    accepted, the champion's label audit of the span is reported but stops nothing: a
-    champion that has not seen data like it (grey where it learned colour) flags what
-    changed, not the labels; the reference sets still judge the model trained on it."""
-    accepted = drift_accepted and any(a.code == DRIFT for a in anomalies)
-    return [
-        a
-        for a in anomalies
-        if (
-            config.fail_on_drift and not drift_accepted
-            if a.code == DRIFT
-            else config.fail_on_anomalies and not (accepted and a.code == LABEL_ISSUES)
-        )
-    ]
+    this span (accept_drift_span), label issues under fail_on_anomalies unless accepted
+    for this span (accept_label_issues_span), the others under fail_on_anomalies. Each
+    gate is accepted on its own: accepting drift never lets mislabelled data through."""
+
+    def stops(anomaly: Anomaly) -> bool:
+        if anomaly.code == DRIFT:
+            return config.fail_on_drift and not drift_accepted
+        if anomaly.code == LABEL_ISSUES:
+            return config.fail_on_anomalies and not labels_accepted
+        return config.fail_on_anomalies
+
+    return [a for a in anomalies if stops(a)]
+
+
+def label_issues_fix(span: int | None) -> str:
+    """What to do about label issues above the gate: fix them, or accept this span's."""
+    which = str(span) if span is not None else "SPAN"
+    return (
+        "if this span's labels are right (the served model has not seen data like it), "
+        f"accept its label audit for this span only: imgpipe run local --accept-label-issues "
+        f"{which} (statistics.accept_label_issues_span: {which}, or the "
+        "accept_label_issues_span parameter on Kubeflow)"
+    )
 
 
 def drift_fix(span: int | None, config: StatisticsConfig) -> str:
@@ -234,14 +246,16 @@ def gate_message(
     config: StatisticsConfig,
     span: int | None = None,
     drift_accepted: bool = False,
+    labels_accepted: bool = False,
 ) -> str:
     """The anomalies, one a line, whether the run stops, and where the report is."""
-    stopping = blocking(anomalies, config, drift_accepted)
-    outcome = (
-        f"the run stops before training ({switches(stopping)}: true)"
-        if stopping
-        else f"training goes on ({switches(anomalies)}: false)"
-    )
+    stopping = blocking(anomalies, config, drift_accepted, labels_accepted)
+    if stopping:
+        outcome = f"the run stops before training ({switches(stopping)}: true)"
+    elif blocking(anomalies, config):
+        outcome = f"training goes on (accepted for span {span})"
+    else:
+        outcome = f"training goes on ({switches(anomalies)}: false)"
     lines = [
         f"ImageStatistics found {len(anomalies)} data anomal"
         f"{'y' if len(anomalies) == 1 else 'ies'}; {outcome}:"
@@ -258,6 +272,10 @@ def gate_message(
         )
     if drift_accepted and any(a.code == DRIFT for a in anomalies):
         lines.append(f"The drift of span {span} is accepted (statistics.accept_drift_span).")
+    if labels_accepted and any(a.code == LABEL_ISSUES for a in anomalies):
+        lines.append(
+            f"The label audit of span {span} is accepted (statistics.accept_label_issues_span)."
+        )
     fixes = []
     # A label-issues line names its own fix; turning the gate off is not one.
     if any(a.code not in (DRIFT, LABEL_ISSUES) for a in anomalies):
@@ -269,8 +287,10 @@ def gate_message(
                 else ""
             )
         )
-    if any(a.code == DRIFT for a in anomalies) and not drift_accepted:
+    if any(a.code == DRIFT for a in stopping):
         fixes.append(drift_fix(span, config))
+    if any(a.code == LABEL_ISSUES for a in stopping):
+        fixes.append(label_issues_fix(span))
     lines.append(
         f"Inspect {os.path.join(output_uri, layout.REPORT_FILE)} and "
         f"{layout.IMAGE_STATS_FILE}" + (f", then {'; '.join(fixes)}." if fixes else ".")

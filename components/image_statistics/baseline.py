@@ -1,7 +1,7 @@
 """Where drift's baseline comes from: the statistics the served model was trained on.
 
-The champion is the newest sound push in the serving directory (served_models.find;
-damaged pushes are passed over and named in `note`); its assets.extra/ holds the
+The champion is the one the run resolved (components/common/formats/champion.py: the
+newest sound push; damaged pushes are passed over and named in `note`); its assets.extra/ holds the
 image_stats.json of its training data. Whatever stands in the way of reading it
 (nothing pushed yet, a model pushed without statistics, a file this release cannot
 read) is not an error: the comparison is skipped, and the reason goes into
@@ -15,6 +15,7 @@ import os
 
 import tensorflow as tf
 
+from imgpipe.components.common.formats import champion as champion_lib
 from imgpipe.components.common.formats import image_stats, layout, served_models
 from imgpipe.components.common.storage import fileio
 
@@ -55,18 +56,21 @@ def read_file(path: str) -> Baseline:
 
 
 def from_serving_dir(serving_dir: str) -> Baseline:
-    """The served model's training statistics: the newest complete push's."""
-    if not serving_dir:
-        return none("no serving_dir is set, so there is no served model to compare with")
-    try:
-        lookup = served_models.find(serving_dir)
-    except _READ_ERRORS as e:
-        return none(f"the serving directory {serving_dir} cannot be read: {e}")
-    champion = lookup.model
+    """The served model's training statistics, read from the serving directory (`imgpipe
+    stats --baseline`; a run reads its resolved champion: from_champion)."""
+    return from_champion(champion_lib.resolve(serving_dir, checksums=False))
+
+
+def from_champion(resolved: champion_lib.Resolved) -> Baseline:
+    """The training statistics of the champion the run resolved."""
+    if resolved.status == champion_lib.NOT_SET:
+        return none(resolved.reason)
+    champion = resolved.model
     if champion is None:
-        return none(
-            lookup.note or f"no model has been pushed to {serving_dir} yet: nothing to compare with"
-        )
+        if resolved.status == champion_lib.NONE and not resolved.note:
+            return none(f"{resolved.reason}: nothing to compare with")
+        return none(resolved.reason)
+    lookup = resolved.lookup()
     uri = champion.statistics_uri
     if uri is None:
         found = none(

@@ -20,10 +20,10 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
 
     Per split: exact per-channel mean and std of the pixels the model sees (the
     Trainer reads them), size, format and label distributions, duplicates, and
-    duplicates across splits (leakage), and drift from the data the served model in
-    `serving_dir` was trained on. With config.fail_on_anomalies (and fail_on_drift for
-    drift) the executor raises after writing image_stats.json and report.html, so the
-    run stops before training.
+    duplicates across splits (leakage), and drift from the data the served model (the
+    ChampionResolver's `champion`) was trained on. With config.fail_on_anomalies (and
+    fail_on_drift for drift) the executor raises after writing image_stats.json and
+    report.html, so the run stops before training.
 
     Example:
       stats = ImageStatistics(examples=gen.outputs["examples"],
@@ -42,8 +42,9 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
         crop_fraction: float = DEFAULT_CROP_FRACTION,
         anomalies: types.BaseChannel | None = None,
         config: StatisticsConfig | None = None,
-        serving_dir: str = "",
+        champion: types.BaseChannel | None = None,
         accept_drift_span: int | data_types.RuntimeParameter | None = None,
+        accept_label_issues_span: int | data_types.RuntimeParameter | None = None,
     ):
         """Args:
           examples: ImageExampleGen's `Examples` (label_map.json beside the splits).
@@ -51,11 +52,12 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
           crop_fraction: eval_image's center-crop fraction.
           anomalies: ExampleValidator's `ExampleAnomalies`, gated with ours.
           config: thumbnails, thresholds and the gate.
-          serving_dir: where served models are pushed: the newest one's training
-            statistics are the drift baseline ("" for no drift check). A plain string,
-            so a runtime parameter can stand in for it.
+          champion: the ChampionResolver's `champion`: its training statistics are the
+            drift baseline, and it audits the labels (None: neither).
           accept_drift_span: overrides config.accept_drift_span (a Kubeflow runtime
             parameter; spec.NO_SPAN for none).
+          accept_label_issues_span: overrides config.accept_label_issues_span, the same
+            way.
 
         Raises:
           ValueError: a bad setting, named.
@@ -71,7 +73,7 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
                     spec.IMAGE_SIZE_KEY: image_size,
                     spec.CROP_FRACTION_KEY: crop_fraction,
                     spec.STATISTICS_CONFIG_KEY: config_loader.to_json(config),
-                    spec.SERVING_DIR_KEY: serving_dir,
+                    spec.CHAMPION_KEY: champion,
                     spec.ACCEPT_DRIFT_SPAN_KEY: (
                         accept_drift_span
                         if accept_drift_span is not None
@@ -81,7 +83,18 @@ class ImageStatistics(base_beam_component.BaseBeamComponent):
                             else config.accept_drift_span
                         )
                     ),
+                    spec.ACCEPT_LABEL_ISSUES_SPAN_KEY: _span_or_none(
+                        accept_label_issues_span, config.accept_label_issues_span
+                    ),
                     spec.STATISTICS_KEY: types.Channel(type=ImageStatisticsArtifact),
                 }
             )
         )
+
+
+def _span_or_none(
+    parameter: int | data_types.RuntimeParameter | None, configured: int | None
+) -> int | data_types.RuntimeParameter:
+    if parameter is not None:
+        return parameter
+    return spec.NO_SPAN if configured is None else configured

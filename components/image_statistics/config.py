@@ -42,6 +42,10 @@ class StatisticsConfig:
         comparator measures categorical features).
       drift_size_distance: the largest tolerated change of the share of images in one
         bin of the width, height or aspect-ratio histogram (L-infinity distance).
+      accept_label_issues_span: the one span whose label audit above the gate is
+        accepted (`imgpipe run local --accept-label-issues SPAN`, or the
+        accept_label_issues_span pipeline parameter on Kubeflow): accepted apart from
+        drift, since accepting one gate never turns another off.
       accept_drift_span: the one span whose drift is accepted (`imgpipe run local
         --accept-drift SPAN`, or the accept_drift_span pipeline parameter on
         Kubeflow): its drift is recorded as accepted and does not stop the run; any
@@ -85,13 +89,14 @@ class StatisticsConfig:
     max_label_issue_fraction: float = 0.1
     label_issue_reference_factor: float = 1.5
     accept_drift_span: int | None = None
+    accept_label_issues_span: int | None = None
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
-        if self.accept_drift_span is not None and self.accept_drift_span < 0:
-            raise ValueError(
-                f"accept_drift_span must be a span number (>= 0), got {self.accept_drift_span}"
-            )
+        for name in ("accept_drift_span", "accept_label_issues_span"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be a span number (>= 0), got {value}")
         if self.sample_thumbnails < 0:
             raise ValueError(f"sample_thumbnails must be >= 0, got {self.sample_thumbnails}")
         if not 0.0 <= self.leakage_threshold < 1.0:

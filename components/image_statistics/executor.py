@@ -12,12 +12,13 @@ from tfx import types
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
-from imgpipe.components.common.formats import image_stats, layout, manifest
+from imgpipe.components.common.formats import artifacts, image_stats, layout, manifest, spans
+from imgpipe.components.common.formats import champion as champion_lib
 from imgpipe.components.common.images import label_audit
 from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.storage import disk_full, fileio, outputs
+from imgpipe.components.image_statistics import acceptances, baseline, spec
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
-from imgpipe.components.image_statistics import baseline, spec
 from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.produce import Produced, produce
@@ -56,11 +57,12 @@ def analysis_options(
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
-    """Keys: inputs `examples` (Examples) and optional `anomalies` (ExampleAnomalies);
-    parameters `image_size`, `crop_fraction`, `statistics_config` (StatisticsConfig
-    JSON) and `serving_dir` (the served model, whose training statistics drift is
-    checked against and which audits the labels, label_gate.py; "" for none); output
-    `statistics` (ImageStatistics). Splits are the Examples' split_names."""
+    """Keys: inputs `examples` (Examples), optional `anomalies` (ExampleAnomalies) and
+    optional `champion` (ServedChampion: the served model whose training statistics
+    drift is checked against and which audits the labels, label_gate.py); parameters
+    `image_size`, `crop_fraction`, `statistics_config` (StatisticsConfig JSON) and
+    `accept_drift_span`; output `statistics` (ImageStatistics). Splits are the
+    Examples' split_names."""
 
     @disk_full.explained("ImageStatistics", disk_full.first_output)
     def Do(  # noqa: N802 - TFX's executor interface
@@ -70,6 +72,19 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         exec_properties: dict[str, Any],
     ) -> None:
         options, config = options_from_properties(exec_properties)
+        resolved = champion_lib.from_inputs(input_dict.get(spec.CHAMPION_KEY))
+        with champion_lib.holding(resolved):
+            self._run(input_dict, output_dict, exec_properties, options, config, resolved)
+
+    def _run(
+        self,
+        input_dict: dict[str, list[types.Artifact]],
+        output_dict: dict[str, list[types.Artifact]],
+        exec_properties: dict[str, Any],
+        options: AnalysisOptions,
+        config: StatisticsConfig,
+        resolved: champion_lib.Resolved | None,
+    ) -> None:
         examples = artifact_utils.get_single_instance(input_dict[spec.EXAMPLES_KEY])
         output = artifact_utils.get_single_instance(output_dict[spec.STATISTICS_KEY])
         splits = artifact_utils.decode_split_names(examples.split_names)
@@ -81,7 +96,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                 artifact_utils.decode_split_names(anomalies_artifact.split_names),
             )
         logging.info("ImageStatistics: %s %s -> %s", examples.uri, splits, output.uri)
-        drift_baseline = baseline.from_serving_dir(exec_properties.get(spec.SERVING_DIR_KEY) or "")
+        drift_baseline = baseline.from_champion(resolved or champion_lib.resolve(""))
         logging.info(
             "ImageStatistics: drift baseline %s",
             drift_baseline.uri or f"none: {drift_baseline.reason}",
@@ -92,9 +107,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         fileio.remove(rejected)
 
         span = span_of(examples)
-        value = exec_properties.get(spec.ACCEPT_DRIFT_SPAN_KEY)
-        accepted_span = spec.NO_SPAN if value is None else int(value)
-        drift_accepted = accepted_span != spec.NO_SPAN and accepted_span == span
+        drift_accepted = accepted_for(exec_properties, spec.ACCEPT_DRIFT_SPAN_KEY, span)
+        labels_accepted = accepted_for(exec_properties, spec.ACCEPT_LABEL_ISSUES_SPAN_KEY, span)
         produced = produce(
             examples.uri,
             splits,
@@ -104,13 +118,15 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             self._make_beam_pipeline,
             validator,
             drift_baseline,
-            audit_serving_dir=exec_properties.get(spec.SERVING_DIR_KEY) or "",
+            audit_champion=resolved or champion_lib.resolve(""),
         )
         drifted = [a for a in produced.anomalies if a.code == anomaly_lib.DRIFT]
-        if drift_accepted and drifted and produced.stats.drift is not None:
-            note = f"span {span}: accepted by accept_drift_span: " + "; ".join(
-                a.message for a in drifted
-            )
+        note = ""
+        if drifted and produced.stats.drift is not None:
+            note = _accept_drift(resolved, span, produced.stats.drift, drift_accepted)
+            drift_accepted = bool(note)
+        if note and produced.stats.drift is not None:
+            note += ": " + "; ".join(a.message for a in drifted)
             produced = dataclasses.replace(
                 produced,
                 stats=dataclasses.replace(
@@ -119,6 +135,15 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                 ),
             )
             logging.warning("ImageStatistics: drift of %s", note)
+        audit = produced.stats.label_audit
+        if labels_accepted and audit is not None and audit.exceeded:
+            accepted = f"span {span}, by accept_label_issues_span"
+            produced = dataclasses.replace(
+                produced,
+                stats=dataclasses.replace(
+                    produced.stats, label_audit=dataclasses.replace(audit, accepted=accepted)
+                ),
+            )
         if produced.stats.label_audit is not None:
             logging.info(
                 "ImageStatistics: label audit %s", label_audit.describe(produced.stats.label_audit)
@@ -126,6 +151,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         _write(output.uri, produced)
         output.set_int_custom_property(spec.ANOMALY_COUNT_PROPERTY, len(produced.anomalies))
         output.set_int_custom_property(spec.IMAGES_PROPERTY, produced.stats.source.images_decoded)
+        stopping = anomaly_lib.blocking(produced.anomalies, config, drift_accepted, labels_accepted)
+        _admit_or_withdraw(resolved, span, examples.uri, not stopping)
         if not produced.anomalies:
             return
         message = functools.partial(
@@ -134,8 +161,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             config=config,
             span=span,
             drift_accepted=drift_accepted,
+            labels_accepted=labels_accepted,
         )
-        stopping = anomaly_lib.blocking(produced.anomalies, config, drift_accepted)
         if not stopping:
             logging.warning("%s", message(output_uri=output.uri))
             return
@@ -145,6 +172,53 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         raise anomaly_lib.AnomaliesFoundError(
             stopping, rejected, message(output_uri=rejected), span
         )
+
+
+def _admit_or_withdraw(
+    resolved: champion_lib.Resolved | None, span: int | None, examples_uri: str, passed: bool
+) -> None:
+    """A span through the gates joins the window later runs train on (spans.py); a span
+    stopped leaves it."""
+    if resolved is None or not resolved.serving_dir or span is None:
+        return
+    if passed:
+        labels = tuple(artifacts.load_labels(examples_uri))
+        spans.admit(resolved.serving_dir, span, examples_uri, labels)
+    else:
+        spans.withdraw(resolved.serving_dir, span)
+
+
+def _accept_drift(
+    resolved: champion_lib.Resolved | None,
+    span: int | None,
+    drift: image_stats.Drift,
+    accepted_now: bool,
+) -> str:
+    """How this span's drift is accepted ("" when it is not): by accept_drift_span, then
+    recorded for the later spans (acceptances.py), or as the same change an earlier span
+    accepted against the same champion."""
+    version = resolved.champion_version if resolved is not None else None
+    serving_dir = resolved.serving_dir if resolved is not None else ""
+    if accepted_now:
+        if version is not None and serving_dir and span is not None:
+            acceptances.record(serving_dir, version, span, drift)
+        return f"span {span}: accepted by accept_drift_span"
+    if version is None or not serving_dir:
+        return ""
+    earlier = acceptances.still_accepted(serving_dir, version, drift)
+    if earlier is None:
+        return ""
+    return (
+        f"span {span}: the change accepted at span {earlier.span} against champion "
+        f"{version}, not served yet"
+    )
+
+
+def accepted_for(exec_properties: dict[str, Any], key: str, span: int | None) -> bool:
+    """Whether the acceptance property `key` names this span."""
+    value = exec_properties.get(key)
+    accepted_span = spec.NO_SPAN if value is None else int(value)
+    return accepted_span != spec.NO_SPAN and accepted_span == span
 
 
 def span_of(examples: types.Artifact) -> int | None:

@@ -10,7 +10,7 @@ rate being the same audit on its held-out eval split, recorded in its push by th
 Trainer. A push without that record is gated by the floor alone.
 
 Example:
-  audited = before_training(serving_dir, examples_uri, splits, config)
+  audited = before_training(resolved_champion, examples_uri, splits, config)
   found = anomalies(audited.result, "report.html (Label audit)", config)
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from imgpipe.components.common.formats import champion as champion_lib
 from imgpipe.components.common.formats import image_stats as schema
-from imgpipe.components.common.formats import served_models
 from imgpipe.components.common.images import label_audit_scoring as scoring
 from imgpipe.components.image_statistics.anomalies import LABEL_ISSUES
 from imgpipe.components.image_statistics.config import StatisticsConfig
@@ -37,21 +37,20 @@ def gate_threshold(reference_fraction: float | None, config: StatisticsConfig) -
 
 
 def before_training(
-    serving_dir: str, examples_uri: str, splits: Sequence[str], config: StatisticsConfig
+    resolved: champion_lib.Resolved,
+    examples_uri: str,
+    splits: Sequence[str],
+    config: StatisticsConfig,
 ) -> scoring.Audited | None:
-    """The champion's audit of a span, gated; None when statistics.label_audit is off."""
+    """The resolved champion's audit of a span, gated; None when statistics.label_audit
+    is off."""
     if not config.label_audit:
         return None
-    if not serving_dir:
+    champion = resolved.model
+    if resolved.status == champion_lib.NOT_SET:
         return scoring.skipped("no serving_dir is set, so there is no served model to audit with")
-    try:
-        champion = served_models.latest(serving_dir)
-    except scoring.READ_ERRORS as e:
-        return scoring.skipped(f"the newest model in {serving_dir} cannot be read: {e}")
     if champion is None:
-        return scoring.skipped(
-            f"no model has been pushed to {serving_dir} yet: nothing to audit with"
-        )
+        return scoring.skipped(f"{resolved.reason}: nothing to audit with")
     audited = scoring.run(
         champion.path,
         champion.labels,
@@ -93,8 +92,6 @@ def anomalies(
             None,
             f"{result.flagged} of {result.audited} images ({result.flagged_fraction:.1%}) look "
             f"mislabelled to the served model (version {result.model_version}), above the gate "
-            f"{result.threshold:.1%} ({gate}): fix the labels of the images listed in {report}, "
-            "or, if this span's labels are right, rerun it with a higher "
-            "statistics.max_label_issue_fraction in its pipeline config",
+            f"{result.threshold:.1%} ({gate}): fix the labels of the images listed in {report}",
         )
     ]

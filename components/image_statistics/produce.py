@@ -17,6 +17,7 @@ from imgpipe.components.common.formats import (
     layout,
     manifest,
 )
+from imgpipe.components.common.formats import champion as champion_lib
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
 from imgpipe.components.image_statistics import drift as drift_lib
 from imgpipe.components.image_statistics import label_audit_report, label_gate, report, summary
@@ -45,7 +46,7 @@ def produce(
     make_pipeline: Callable[[], beam.Pipeline],
     extra_anomalies: Sequence[image_stats.Anomaly] = (),
     baseline: Baseline | None = None,
-    audit_serving_dir: str | None = None,
+    audit_champion: champion_lib.Resolved | None = None,
 ) -> Produced:
     """Runs the statistics over the splits and checks them.
 
@@ -60,9 +61,9 @@ def produce(
       extra_anomalies: anomalies found elsewhere (ExampleValidator), listed with ours.
       baseline: the served model's training statistics to check drift against, or
         why there are none; None: no drift check asked for (stats.drift is None).
-      audit_serving_dir: the serving directory whose champion audits the labels
-        (label_audit_io.before_training; "" when none is set); None: no label audit
-        asked for (stats.label_audit is None).
+      audit_champion: the resolved champion that audits the labels
+        (label_gate.before_training); None: no label audit asked for
+        (stats.label_audit is None).
 
     Raises:
       IncompleteOutputError: the Examples are not complete (manifest.verify), before
@@ -108,8 +109,8 @@ def produce(
                 drift, reason="; ".join(filter(None, [baseline.note, drift.reason]))
             )
     audited = (
-        label_gate.before_training(audit_serving_dir, examples_uri, splits, config)
-        if audit_serving_dir is not None
+        label_gate.before_training(audit_champion, examples_uri, splits, config)
+        if audit_champion is not None
         else None
     )
     audit = audited.result if audited is not None else None

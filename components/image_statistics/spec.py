@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from tfx.types import component_spec, standard_artifacts, standard_component_specs
 
-from imgpipe.components.common.formats.artifact_types import ImageStatisticsArtifact
+from imgpipe.components.common.formats.artifact_types import (
+    ChampionArtifact,
+    ImageStatisticsArtifact,
+)
 
 EXAMPLES_KEY = standard_component_specs.EXAMPLES_KEY
 ANOMALIES_KEY = standard_component_specs.ANOMALIES_KEY
@@ -14,13 +17,15 @@ IMAGE_SIZE_KEY = "image_size"
 CROP_FRACTION_KEY = "crop_fraction"
 # StatisticsConfig as JSON (components/image_statistics/config.py).
 STATISTICS_CONFIG_KEY = "statistics_config"
-# The serving directory, whose newest push's training statistics drift is checked
-# against (components/common/formats/served_models.py); "" for no drift check.
-SERVING_DIR_KEY = "serving_dir"
+# The ChampionResolver's output: the served model whose training statistics drift is
+# checked against and which audits the labels (components/common/formats/champion.py).
+CHAMPION_KEY = "champion"
 
 # The span whose drift is accepted (StatisticsConfig.accept_drift_span), separate so
 # that a Kubeflow run can set it; NO_SPAN for none.
 ACCEPT_DRIFT_SPAN_KEY = "accept_drift_span"
+# The same for label issues above the gate (StatisticsConfig.accept_label_issues_span).
+ACCEPT_LABEL_ISSUES_SPAN_KEY = "accept_label_issues_span"
 NO_SPAN = -1
 
 # Custom properties set on the output artifact.
@@ -36,14 +41,15 @@ class ImageStatisticsSpec(component_spec.ComponentSpec):
         IMAGE_SIZE_KEY: component_spec.ExecutionParameter(type=int),
         CROP_FRACTION_KEY: component_spec.ExecutionParameter(type=float),
         STATISTICS_CONFIG_KEY: component_spec.ExecutionParameter(type=str),
-        SERVING_DIR_KEY: component_spec.ExecutionParameter(type=str, optional=True),
         ACCEPT_DRIFT_SPAN_KEY: component_spec.ExecutionParameter(type=int, optional=True),
+        ACCEPT_LABEL_ISSUES_SPAN_KEY: component_spec.ExecutionParameter(type=int, optional=True),
     }
     INPUTS = {
         EXAMPLES_KEY: component_spec.ChannelParameter(type=standard_artifacts.Examples),
         ANOMALIES_KEY: component_spec.ChannelParameter(
             type=standard_artifacts.ExampleAnomalies, optional=True
         ),
+        CHAMPION_KEY: component_spec.ChannelParameter(type=ChampionArtifact, optional=True),
     }
     OUTPUTS = {
         STATISTICS_KEY: component_spec.ChannelParameter(type=ImageStatisticsArtifact),

@@ -12,7 +12,8 @@ Here (served_models.py has the contract):
   on every filesystem; docs/serving-folder.md says how to point TF Serving and KServe.
 - The push happens only if the newest complete push is still the one the Evaluator saw
   (the blessing's `serving_head`); otherwise it is refused in one line and nothing is
-  pushed. The Evaluator's lease (serving_lock.py) is given back either way.
+  pushed. The run's serving lease (serving_lock.py) is held while it copies and given
+  back either way.
 - Versions always increase, even two pushes in one second, and a retried push of the
   same model reuses the version it already published.
 """
@@ -343,11 +344,15 @@ class Executor(tfx_pusher.Executor):
         blessing = artifact_utils.get_single_instance(
             input_dict[standard_component_specs.MODEL_BLESSING_KEY]
         )
+        token = ""
+        if blessing.has_custom_property(serving_lock.LEASE_PROPERTY):
+            token = blessing.get_string_custom_property(serving_lock.LEASE_PROPERTY)
         try:
-            self._push(input_dict, model_push, blessing, serving_dir, exec_properties)
+            # Heartbeats while it copies: a push killed here frees the lease at once.
+            with serving_lock.hold(serving_dir, token):
+                self._push(input_dict, model_push, blessing, serving_dir, exec_properties)
         finally:
-            if blessing.has_custom_property(serving_lock.LEASE_PROPERTY):
-                token = blessing.get_string_custom_property(serving_lock.LEASE_PROPERTY)
+            if token:
                 serving_lock.release(serving_dir, token)
 
     def _push(

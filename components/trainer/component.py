@@ -40,8 +40,9 @@ class ImageTrainer(Trainer):
         image_statistics: types.BaseChannel | None = None,
         config: TrainerConfig | None = None,
         run_fn: str = DEFAULT_RUN_FN,
-        serving_dir: str | data_types.RuntimeParameter | None = None,
+        champion: types.BaseChannel | None = None,
         epochs: int | data_types.RuntimeParameter | None = None,
+        spans: int | data_types.RuntimeParameter | None = None,
         train_split: str = TRAIN_SPLIT,
         eval_split: str = EVAL_SPLIT,
     ):
@@ -52,8 +53,9 @@ class ImageTrainer(Trainer):
           config: the training settings; train_steps and eval_steps become TFX's
             TrainArgs and EvalArgs, the whole config its custom_config.
           run_fn: dotted path of the training function.
-          serving_dir: where the champion is served, for config.warm_start.
+          champion: the ChampionResolver's `champion`, for config.warm_start.
           epochs: overrides config.epochs (a Kubeflow runtime parameter).
+          spans: overrides config.spans, the window of spans (the same).
           train_split: the split trained on.
           eval_split: the split validated on during training.
 
@@ -76,7 +78,8 @@ class ImageTrainer(Trainer):
                         splits=[eval_split], num_steps=config.eval_steps
                     ),
                     spec.EPOCHS_KEY: epochs,
-                    spec.SERVING_DIR_KEY: serving_dir,
+                    spec.SPANS_KEY: spans,
+                    spec.CHAMPION_KEY: champion,
                     spec.RUN_FN_KEY: run_fn,
                     spec.CUSTOM_CONFIG_KEY: json_utils.dumps(to_custom_config(config)),
                     spec.MODEL_KEY: types.Channel(type=standard_artifacts.Model),

@@ -42,9 +42,12 @@ SCRATCH_IMAGE_SIZE = backbones.BACKBONES[TINY_CNN].native_size
 # `weights: imagenet` lets keras.applications download the ImageNet weights.
 IMAGENET = "imagenet"
 
-# Set by the ImageTrainer executor, not by users: the serving directory (warm start).
-SERVING_DIR_KEY = "serving_dir"
-EXECUTOR_KEYS = (IMAGE_STATISTICS_URI_KEY, SERVING_DIR_KEY)
+# Set by the ImageTrainer executor, not by users: the resolved champion's artifact
+# (components/common/formats/champion.py), for a warm start.
+CHAMPION_URI_KEY = "champion_uri"
+# ... and the span of the Examples it trains on, for the window of spans (window.py).
+SPAN_KEY = "span"
+EXECUTOR_KEYS = (IMAGE_STATISTICS_URI_KEY, CHAMPION_URI_KEY, SPAN_KEY)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +109,9 @@ class TrainerConfig:
       std: per-channel normalization std (0..255); overrides ImageStatistics.
       crop_fraction: center-crop fraction at eval and serving; None takes the value the
         statistics were computed with.
+      spans: train on the train splits of this many spans: this run's and the newest
+        earlier ones that passed the data gates (components/trainer/window.py); 1 this
+        run's alone, 0 every span admitted so far.
     """
 
     backbone: str = AUTO
@@ -113,6 +119,7 @@ class TrainerConfig:
     frozen_epochs: int = 2
     fine_tune_rate: float = 0.1
     warm_start: bool = False
+    spans: int = 4
     width_multiplier: float = 1.0
     image_size: int | None = None
     batch_size: int = 32
@@ -144,6 +151,10 @@ class TrainerConfig:
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
+        if self.spans < 0:
+            raise ValueError(
+                f"spans must be 0 (every admitted span) or a count of spans, got {self.spans}"
+            )
         if self.backbone != AUTO and self.backbone not in BACKBONE_NAMES:
             raise ValueError(
                 f"backbone {self.backbone!r} is unknown; choose auto or one of "

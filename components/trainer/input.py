@@ -49,12 +49,15 @@ class SplitSource:
       records: records ImageExampleGen wrote; None skips the count check.
       encoded_bytes: bytes of the records, for the cache decision; None if unknown.
       name: how errors name the split, e.g. "gs://bucket/examples split 'train'".
+      label_remaps: for a split read from several spans (window.py), one table per
+        file from the label ids its span wrote to the model's; None: the ids as written.
     """
 
     files: tuple[str, ...]
     records: int | None = None
     encoded_bytes: int | None = None
     name: str = ""
+    label_remaps: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def compression(self) -> str:
@@ -89,6 +92,36 @@ def split_source(examples_uri: str, split: str) -> SplitSource:
         )
     counts = summary.splits[split]
     return SplitSource(files, counts.records, counts.bytes_out, name)
+
+
+def combine(
+    sources: Sequence[SplitSource], remaps: Sequence[tuple[int, ...] | None], num_labels: int
+) -> SplitSource:
+    """One split read from several spans' shards: the counts added, and each file's
+    label ids mapped to the model's `num_labels` classes by `remaps` (one per source;
+    None: as written).
+
+    Raises:
+      ValueError: no source, or sources and remaps of different lengths.
+    """
+    if not sources or len(sources) != len(remaps):
+        raise ValueError("combine needs one remap (or None) per source, and a source")
+    if len(sources) == 1 and remaps[0] is None:
+        return sources[0]
+    counts = [s.records for s in sources]
+    sizes = [s.encoded_bytes for s in sources]
+    width = max([num_labels, 1] + [len(r) for r in remaps if r is not None])
+    tables = []
+    for source, remap in zip(sources, remaps, strict=True):
+        table = tuple(remap) if remap is not None else tuple(range(width))
+        tables += [table + (-1,) * (width - len(table))] * len(source.files)
+    return SplitSource(
+        files=tuple(f for s in sources for f in s.files),
+        records=None if None in counts else sum(c for c in counts if c is not None),
+        encoded_bytes=None if None in sizes else sum(b for b in sizes if b is not None),
+        name=" + ".join(s.name for s in sources),
+        label_remaps=tuple(tables),
+    )
 
 
 def decode_batch(
@@ -153,10 +186,28 @@ def read_records(source: SplitSource, mode: str, seed: int = 0) -> tf.data.Datas
     EVAL interleaves the sorted shards round-robin, the same order every time.
     """
     training = mode == TRAIN
+    compression = source.compression
+    if source.label_remaps is not None:
+        # Each record with its file's index, for the label remap after parsing.
+        indexed = tf.data.Dataset.from_tensor_slices(
+            (list(source.files), np.arange(len(source.files), dtype=np.int32))
+        )
+        if training:
+            indexed = indexed.shuffle(len(source.files), seed=seed, reshuffle_each_iteration=True)
+        records = indexed.interleave(
+            lambda path, index: tf.data.TFRecordDataset(path, compression, READ_BUFFER_BYTES).map(
+                lambda record: (record, index)
+            ),
+            cycle_length=min(len(source.files), MAX_CYCLE_LENGTH),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=not training,
+        )
+        if source.records is not None:
+            records = records.apply(tf.data.experimental.assert_cardinality(source.records))
+        return records
     files = tf.data.Dataset.from_tensor_slices(list(source.files))
     if training:
         files = files.shuffle(len(source.files), seed=seed, reshuffle_each_iteration=True)
-    compression = source.compression
     records = files.interleave(
         lambda path: tf.data.TFRecordDataset(path, compression, READ_BUFFER_BYTES),
         cycle_length=min(len(source.files), MAX_CYCLE_LENGTH),
@@ -216,8 +267,18 @@ def make_dataset(
     if training:
         records = records.shuffle(memory.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
 
-    def parse_and_decode(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    remaps = (
+        tf.constant(np.asarray(source.label_remaps, np.int32))
+        if source.label_remaps is not None
+        else None
+    )
+
+    def parse_and_decode(
+        serialized: tf.Tensor, file_index: tf.Tensor | None = None
+    ) -> tuple[tf.Tensor, tf.Tensor]:
         encoded, labels, shapes = parse_batch(serialized, key_map)
+        if remaps is not None:
+            labels = tf.gather_nd(remaps, tf.stack([file_index, labels], axis=1))
         images = decode_batch(encoded, mode, image_size, crop_fraction, shapes)
         if normalization is not None:
             images = normalize(images, *normalization)
@@ -235,8 +296,7 @@ def make_dataset(
     options.deterministic = not training
     options.autotune.enabled = True
     options.autotune.ram_budget = int(memory.autotune_ram_budget)
-    # Training is single-worker (MirroredStrategy at most), so there is nothing to shard;
-    # the auto-shard rewrite would also strip the assert_cardinality count check.
+    # The auto-shard rewrite would strip the assert_cardinality count check.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return dataset.with_options(options)
 

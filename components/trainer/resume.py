@@ -170,6 +170,19 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def training_digest(
+    examples_uri: str,
+    splits: tuple[str, str],
+    config: TrainerConfig,
+    steps: tuple[int | None, int | None],
+    window: Sequence[str] = (),
+) -> str:
+    """What a model is trained on, whatever it starts from: the spans' Examples (by
+    their manifests' content), the splits and the settings. Two runs with the same digest
+    train the same model again (served_models.TRAINING_DIGEST_FILE)."""
+    return fingerprint(examples_uri, splits, None, config, steps, None, window)
+
+
 def fingerprint(
     examples_uri: str,
     splits: tuple[str, str],
@@ -177,6 +190,7 @@ def fingerprint(
     config: TrainerConfig,
     steps: tuple[int | None, int | None],
     champion: str | None,
+    window: Sequence[str] = (),
 ) -> str:
     """What makes two Trainer runs the same training, as FINGERPRINT_CHARS hex digits.
 
@@ -187,6 +201,7 @@ def fingerprint(
       config: the resolved TrainerConfig; NOT_FINGERPRINTED settings are left out.
       steps: TFX's train and eval steps.
       champion: the warm start's champion folder, if a warm start is on.
+      window: the Examples of the earlier spans trained on too (their manifests are read).
     """
     settings = config_loader.to_dict(config)
     for name in NOT_FINGERPRINTED:
@@ -197,6 +212,15 @@ def fingerprint(
             _digest(fileio.read_bytes(os.path.join(statistics_uri, MANIFEST_FILE)))
             if statistics_uri
             else None
+        ),
+        **(
+            {
+                "window": [
+                    _digest(fileio.read_bytes(os.path.join(uri, MANIFEST_FILE))) for uri in window
+                ]
+            }
+            if window
+            else {}
         ),
         "splits": list(splits),
         "config": settings,

@@ -68,6 +68,7 @@ class TrainingSummary:
     version: int = VERSION
     # The label audit of the eval split by the trained model (candidate_audit.py).
     label_audit: LabelAudit | None = None
+    window: str = ""
 
 
 def write(model_run_uri: str, summary: TrainingSummary) -> None:

@@ -23,8 +23,9 @@ from imgpipe.components.common.formats import (
     image_stats,
     layout,
     manifest,
-    served_models,
 )
+from imgpipe.components.common.formats import champion as champion_lib
+from imgpipe.components.common.formats import spans as spans_lib
 from imgpipe.components.common.images import model_input
 from imgpipe.components.common.runtime import allocator
 from imgpipe.components.common.storage import outputs, staging
@@ -40,9 +41,11 @@ from imgpipe.components.trainer import (
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer import summary as summary_lib
+from imgpipe.components.trainer import window as window_lib
 from imgpipe.components.trainer.config import (
+    CHAMPION_URI_KEY,
     IMAGE_STATISTICS_URI_KEY,
-    SERVING_DIR_KEY,
+    SPAN_KEY,
     TrainerConfig,
     from_custom_config,
 )
@@ -119,8 +122,10 @@ def run_fn(fn_args) -> None:
     statistics_uri = custom_config.get(IMAGE_STATISTICS_URI_KEY)
     inputs = resolve_model_input(config, statistics_uri, train_split)
     labels = artifacts.load_labels(examples_uri)
-    serving_dir = custom_config.get(SERVING_DIR_KEY)
-    champion = served_models.latest(serving_dir) if config.warm_start else None
+    champion_uri = custom_config.get(CHAMPION_URI_KEY)
+    resolved = champion_lib.read(champion_uri) if champion_uri else None
+    champion = resolved.model if resolved is not None and config.warm_start else None
+    chosen = choose_window(config, resolved, custom_config.get(SPAN_KEY), labels, train_split)
     fingerprint = resume.fingerprint(
         examples_uri,
         (train_split, eval_split),
@@ -128,11 +133,17 @@ def run_fn(fn_args) -> None:
         config,
         (fn_args.train_steps, fn_args.eval_steps),
         champion.path if champion else None,
+        [s.examples_uri for s, _ in chosen.earlier],
     )
     backups = os.path.join(
         resume.backups_root(fn_args.model_run_dir, config.checkpoint_dir), fingerprint
     )
-    train_source = input_lib.split_source(examples_uri, train_split)
+    train_source = input_lib.combine(
+        [input_lib.split_source(examples_uri, train_split)]
+        + [input_lib.split_source(s.examples_uri, train_split) for s, _ in chosen.earlier],
+        [None] + [remap for _, remap in chosen.earlier],
+        len(labels),
+    )
     eval_source = input_lib.split_source(examples_uri, eval_split)
     with contextlib.ExitStack() as stack:
         if staging.needs_staging(train_source.files + eval_source.files):
@@ -155,11 +166,43 @@ def run_fn(fn_args) -> None:
                 train_source,
                 eval_source,
                 statistics_uri,
-                serving_dir,
+                resolved,
                 (backups, fingerprint),
+                chosen,
+                resume.training_digest(
+                    examples_uri,
+                    (train_split, eval_split),
+                    config,
+                    (fn_args.train_steps, fn_args.eval_steps),
+                    [s.examples_uri for s, _ in chosen.earlier],
+                ),
             ),
             inputs,
         )
+
+
+def choose_window(
+    config: TrainerConfig,
+    resolved: champion_lib.Resolved | None,
+    span: int | None,
+    labels: list[str],
+    train_split: str,
+) -> window_lib.Window:
+    """The spans to train on (window.py), from the spans admitted beside the champion."""
+    serving_dir = resolved.serving_dir if resolved is not None else ""
+    admitted = spans_lib.admitted(serving_dir) if serving_dir else []
+
+    def missing(examples_uri: str) -> str:
+        try:
+            manifest.verify(examples_uri)
+            input_lib.split_source(examples_uri, train_split)
+        except (OSError, ValueError, KeyError) as e:
+            return f"its examples {examples_uri} cannot be read ({' '.join(str(e).split())[:200]})"
+        return ""
+
+    chosen = window_lib.choose(admitted, span, labels, config.spans, missing)
+    logging.info("Trainer: trains on %s", window_lib.describe(chosen))
+    return chosen
 
 
 def _train(
@@ -182,14 +225,17 @@ def _train(
 
 @dataclasses.dataclass(frozen=True)
 class Sources:
-    """What training reads beside its config: the splits, the statistics artifact, the
-    serving directory (the champion, for a warm start), and where its backups go."""
+    """What training reads beside its config: the splits (train from the window of
+    spans), the statistics artifact, the resolved champion (for a warm start), where its
+    backups go, and the window."""
 
     train: input_lib.SplitSource
     eval: input_lib.SplitSource
     statistics_uri: str | None
-    serving_dir: str | None
+    champion: champion_lib.Resolved | None
     backups: tuple[str, str]  # this training's backup folder, and its fingerprint
+    window: window_lib.Window
+    training_digest: str  # resume.training_digest: what the model is trained on
 
 
 def plan_phases(
@@ -253,7 +299,9 @@ def _train_and_export(
         lambda log_dir, stopping, backup: _callbacks(config, log_dir, stopping, backup),
         datasets.sample_callbacks(config, sources.train, fn_args.model_run_dir, inputs),
     )
-    audit = _export(fn_args, model, config, labels, inputs, sources.statistics_uri)
+    audit = _export(
+        fn_args, model, config, labels, inputs, sources.statistics_uri, sources.training_digest
+    )
     accuracies = [p.val_accuracy for p in progress if p.val_accuracy is not None]
     summary_lib.write(
         fn_args.model_run_dir,
@@ -268,6 +316,7 @@ def _train_and_export(
             val_accuracy=accuracies[-1] if accuracies else None,
             resume=found.resumption(),
             label_audit=audit,
+            window=window_lib.describe(sources.window),
         ),
     )
     resume.remove(folder)
@@ -285,7 +334,7 @@ def _build(
     """The classifier, warm-started when asked, batch norm fitted to the run's length."""
     with strategy.scope():
         model = model_lib.build_model(config, len(labels), inputs)
-        warm = warm_start.apply(model, config, labels, sources.serving_dir, inputs)
+        warm = warm_start.apply(model, config, labels, sources.champion, inputs)
         lowered = model_lib.fit_batch_norm_to_run(model, total_steps)
         if lowered:
             logging.info(
@@ -333,6 +382,7 @@ def _export(
     labels: list[str],
     inputs: model_input.ModelInput,
     statistics_uri: str | None,
+    digest: str,
 ) -> image_stats.LabelAudit | None:
     """Publishes the serving model into the model artifact; returns the candidate's label
     audit on the eval split (candidate_audit.py), run on the export.
@@ -353,6 +403,7 @@ def _export(
                 inputs,
                 config.feature_key_map,
                 statistics_uri=statistics_uri,
+                training_digest=digest,
             )
             audits.append(
                 candidate_audit.audit_candidate(

@@ -1,7 +1,7 @@
 """Warm start: a retrain begins from the served champion's weights.
 
-The champion is the newest sound push in the serving directory (served_models.find,
-every byte checksummed: the weights are read whole anyway); its Keras weights are in
+The champion is the one the run resolved (components/common/formats/champion.py: the
+newest sound push, every byte checksummed); its Keras weights are in
 assets.extra. Same labels and architecture: every weight, head included. Other labels:
 the backbone, with a fresh head. No champion, no weights file, another architecture,
 or a serving directory that cannot be read: a fresh model. Damaged pushes passed over
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import keras
 from absl import logging
 
+from imgpipe.components.common.formats import champion as champion_lib
 from imgpipe.components.common.formats import served_models
 from imgpipe.components.common.images.model_input import ModelInput
 from imgpipe.components.trainer import export
@@ -48,17 +49,18 @@ def apply(
     model: keras.Model,
     config: TrainerConfig,
     labels: Sequence[str],
-    serving_dir: str | None,
+    resolved: champion_lib.Resolved | None,
     model_input: ModelInput,
 ) -> WarmStart:
-    """Loads the champion's weights into `model` (built by build_model) as far as they
-    fit; returns what was done. Call inside the distribution strategy's scope."""
+    """Loads the resolved champion's weights into `model` (built by build_model) as far
+    as they fit; returns what was done. Call inside the distribution strategy's scope."""
     if not config.warm_start:
         return WarmStart(OFF, "warm_start is off")
-    try:
-        lookup = served_models.find(serving_dir, checksums=True)
-    except (OSError, ValueError) as e:  # a damaged push is passed over; this is the folder
-        return _log(WarmStart(FRESH, f"the serving directory cannot be read ({e}): fresh"))
+    if resolved is None:
+        return _log(WarmStart(FRESH, "no champion was resolved for this run: fresh"))
+    if resolved.status == champion_lib.UNREADABLE:
+        return _log(WarmStart(FRESH, f"{resolved.reason}: fresh"))
+    lookup = resolved.lookup()
     warm = _from(lookup, model, config, labels, model_input)
     if lookup.note:
         warm = dataclasses.replace(warm, note=f"{warm.note} ({lookup.note})")

@@ -57,6 +57,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "not be worse than the served one on the data that one was blessed on "
         "(statistics.accept_drift_span)",
     )
+    local.add_argument(
+        "--accept-label-issues",
+        type=int,
+        metavar="SPAN",
+        help="accept the label audit of span SPAN above its gate, this once (when its "
+        "labels are right and the served model has not seen data like it); accepting "
+        "drift does not do this (statistics.accept_label_issues_span)",
+    )
     local.set_defaults(handler=run_local)
 
     demo = subparsers.add_parser(
@@ -89,6 +97,8 @@ def run_local(args: argparse.Namespace) -> int:
     settings = list(args.set or [])
     if args.accept_drift is not None:
         settings.append(f"statistics.accept_drift_span={args.accept_drift}")
+    if args.accept_label_issues is not None:
+        settings.append(f"statistics.accept_label_issues_span={args.accept_label_issues}")
     config = cfg.load(
         args.config,
         settings,

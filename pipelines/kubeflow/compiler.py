@@ -146,8 +146,10 @@ def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
         declared[name]["defaultValue"] = parameter.default
         declared[name]["isOptional"] = True
     # KFP's cache key covers parameters and input artifacts, not the files under
-    # data_root: a cached ImageExampleGen would never see new images or a new span.
-    spec["root"]["dag"]["tasks"][ids.EXAMPLE_GEN]["cachingOptions"] = {"enableCache": False}
+    # data_root or serving_dir: a cached ImageExampleGen would never see new images or a
+    # new span, a cached ChampionResolver never a newer champion.
+    for task in pl.NEVER_CACHED:
+        spec["root"]["dag"]["tasks"][task]["cachingOptions"] = {"enableCache": False}
     expose_pushed_model(spec)
     return spec, platform_spec(spec, config)
 

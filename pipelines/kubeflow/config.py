@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from imgpipe.pipelines import images as image_names
 from imgpipe.pipelines.component_ids import (
+    CHAMPION,
     COMPONENT_IDS,
     EVALUATOR,
     EXAMPLE_GEN,
@@ -63,6 +64,8 @@ class GpuConfig:
 # Trainer's own requests come with its GPU.
 _DATA_RESOURCES = Resources(cpu_request="2", memory_request="4Gi", memory_limit="8Gi")
 DEFAULT_RESOURCES: dict[str, Resources] = {
+    # It lists a folder and checksums one model: the lease wait costs nothing.
+    CHAMPION: Resources(cpu_request="500m", memory_request="1Gi"),
     EXAMPLE_GEN: _DATA_RESOURCES,
     STATISTICS_GEN: _DATA_RESOURCES,
     IMAGE_STATISTICS: _DATA_RESOURCES,

@@ -15,3 +15,10 @@ class ImageStatisticsArtifact(artifact.Artifact):
     components/common/formats/image_stats.py) and report.html."""
 
     TYPE_NAME = "ImageStatistics"
+
+
+class ChampionArtifact(artifact.Artifact):
+    """Output of the ChampionResolver: champion.json, the served model a run is judged
+    against, resolved once (components/common/formats/champion.py)."""
+
+    TYPE_NAME = "ServedChampion"

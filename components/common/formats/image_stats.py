@@ -289,6 +289,8 @@ class LabelAudit:
       threshold: the gate, max(statistics.max_label_issue_fraction,
         statistics.label_issue_reference_factor x reference_fraction).
       exceeded: flagged_fraction > threshold.
+      accepted: how an exceeded gate was accepted for this span
+        (StatisticsConfig.accept_label_issues_span); "" when it was not.
       issues: the flagged images, least self-confident first (at most a listed cap).
     """
 
@@ -305,6 +307,7 @@ class LabelAudit:
     reference_fraction: float | None = None
     threshold: float = 0.0
     exceeded: bool = False
+    accepted: str = ""
     issues: tuple[LabelIssue, ...] = ()
 
 

@@ -29,6 +29,8 @@ Beside the SavedModel, a serving model holds in ASSETS_EXTRA_DIR:
   model.weights.h5  the Keras weights, for a warm start
   weight_shapes.json  the shape of each of those weights, in order: a warm start loads
                     them only into a model of the same architecture
+  training_digest.txt  a digest of the spans' Examples and the settings it was trained
+                    on: a candidate with the same digest has nothing new to offer
   reference/        the examples it was judged on when it was blessed, which the next
                     candidate is also judged on (reference_sets.py); a model server
                     loads nothing from assets.extra but warm-up requests
@@ -47,6 +49,8 @@ from imgpipe.components.common.storage import fileio
 ASSETS_EXTRA_DIR = "assets.extra"
 WEIGHTS_FILE = "model.weights.h5"
 WEIGHT_SHAPES_FILE = "weight_shapes.json"
+# What the model was trained on, as one digest (the spans' Examples and the settings).
+TRAINING_DIGEST_FILE = "training_digest.txt"
 PUSH_COMPLETE_FILE = "PUSH_COMPLETE"
 MANIFEST_FILE = layout.MANIFEST_FILE
 
@@ -89,6 +93,11 @@ class ServedModel:
     def reference_dir(self) -> str:
         """Where its reference evaluation set is (absent in pushes made before them)."""
         return posixpath.join(self.path, REFERENCE_ASSET)
+
+    def training_digest(self) -> str | None:
+        """The digest of the data and settings it was trained on; None before them."""
+        path = self.asset(TRAINING_DIGEST_FILE)
+        return fileio.read_bytes(path).decode().strip() if fileio.exists(path) else None
 
     def weight_shapes(self) -> list[list[int]] | None:
         path = self.asset(WEIGHT_SHAPES_FILE)

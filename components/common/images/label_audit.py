@@ -169,4 +169,6 @@ def describe(result: schema.LabelAudit) -> str:
         else "no held-out rate recorded"
     )
     decision = "stop" if result.exceeded else "pass"
+    if result.exceeded and result.accepted:
+        decision = f"above the gate, accepted ({result.accepted})"
     return f"{line}; gate {result.threshold:.1%} ({reference}): {decision}"

@@ -1,0 +1,17 @@
+"""ChampionResolver: the served champion, read once at the head of a run (executor.py).
+
+The public names, loaded on first use (the component class loads TFX):
+  from imgpipe.components.champion import ChampionResolver
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from imgpipe.components.common.runtime import front_door
+
+if TYPE_CHECKING:
+    from imgpipe.components.champion.component import ChampionResolver
+
+__all__ = ["ChampionResolver"]
+__getattr__ = front_door.lazy(__name__, {"ChampionResolver": "component"})

@@ -1,0 +1,157 @@
+"""The champion a run is judged against, resolved once: champion.json in a ServedChampion
+artifact.
+
+The ChampionResolver at the head of every run reads the serving directory once, with
+the checks its strictest reader needs (served_models.find, every byte checksummed), and
+writes what it found here. ImageStatistics (drift and the label audit), the Trainer (the
+warm start) and the Evaluator (the comparison) read this record, never the serving
+directory: one run sees one champion, and the lineage records which. The Pusher still
+checks that the serving head is the one recorded here before it pushes.
+
+  {"version": 1, "serving_dir": ..., "status": "found", "champion_version": 1700000000,
+   "path": ".../1700000000", "labels": [...], "head": 1700000000, "note": "",
+   "passed": [...], "lease_token": "..."}
+
+No TensorFlow here beyond the file seam.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import posixpath
+from collections.abc import Sequence
+from typing import Any
+
+from imgpipe.components.common.formats import served_models
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.storage import fileio, serving_lock
+
+CHAMPION_FILE = "champion.json"
+VERSION = 1
+# Statuses.
+FOUND = "found"
+NONE = "none"  # nothing pushed yet, or nothing sound left (note says what was passed)
+UNREADABLE = "unreadable"  # the serving directory itself could not be listed
+NOT_SET = "not_set"  # no serving directory configured
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """What the serving directory held when the run began.
+
+    Attributes:
+      serving_dir: where it looked ("" when none is set).
+      status: FOUND, NONE, UNREADABLE or NOT_SET.
+      reason: why there is no champion ("" when found).
+      champion_version, path, labels: the champion (None, None, () when none).
+      head: the newest complete version, sound or not; the Pusher pushes only while it
+        is still the newest.
+      note: damaged pushes passed over, or a legacy champion (served_models.Lookup.note).
+      passed: those pushes, one entry each.
+      lease_token: the serving lease this run holds ("" when none was taken).
+    """
+
+    serving_dir: str
+    status: str
+    reason: str = ""
+    champion_version: int | None = None
+    path: str | None = None
+    labels: tuple[str, ...] = ()
+    head: int | None = None
+    note: str = ""
+    passed: tuple[served_models.Passed, ...] = ()
+    lease_token: str = ""
+    version: int = VERSION
+
+    @property
+    def model(self) -> served_models.ServedModel | None:
+        if self.path is None or self.champion_version is None:
+            return None
+        return served_models.ServedModel(self.path, self.champion_version, self.labels)
+
+    def lookup(self) -> served_models.Lookup:
+        """The same, as served_models.find returns it."""
+        return served_models.Lookup(self.model, self.passed, self.head, self.serving_dir)
+
+    def describe(self) -> str:
+        """One line for a summary: the champion, and what was passed over."""
+        if self.status == FOUND:
+            text = f"{self.champion_version} ({self.path})"
+            return f"{text}; {self.note}" if self.note else text
+        return f"none: {self.reason}"
+
+
+def resolve(serving_dir: str, lease_token: str = "", checksums: bool = True) -> Resolved:
+    """Reads the serving directory once: the newest sound push, and what was passed over.
+
+    Args:
+      serving_dir: the serving directory; "" for none.
+      lease_token: the serving lease the caller holds, recorded for the later steps.
+      checksums: checksum every byte of each push inspected (the Evaluator blesses
+        against it and a warm start trains from it, so a run asks for this).
+    """
+    if not serving_dir:
+        return Resolved(
+            "", NOT_SET, "no serving_dir is set, so there is no served model to compare with"
+        )
+    try:
+        lookup = served_models.find(serving_dir, checksums=checksums)
+    except (OSError, ValueError) as e:
+        return Resolved(
+            serving_dir,
+            UNREADABLE,
+            f"the serving directory {serving_dir} cannot be read: {e}",
+            lease_token=lease_token,
+        )
+    champion = lookup.model
+    if champion is None:
+        reason = lookup.note or f"no model has been pushed to {serving_dir} yet"
+        return Resolved(
+            serving_dir,
+            NONE,
+            reason,
+            head=lookup.head,
+            note=lookup.note,
+            passed=lookup.passed,
+            lease_token=lease_token,
+        )
+    return Resolved(
+        serving_dir,
+        FOUND,
+        "",
+        champion.version,
+        champion.path,
+        champion.labels,
+        lookup.head,
+        lookup.note,
+        lookup.passed,
+        lease_token,
+    )
+
+
+def write(uri: str, resolved: Resolved) -> None:
+    fileio.makedirs(uri)
+    fileio.write_atomic(
+        posixpath.join(uri, CHAMPION_FILE), config_loader.to_document(resolved).encode()
+    )
+
+
+def read(uri: str) -> Resolved:
+    """Raises ValueError naming the file when it has another shape, OSError when missing."""
+    path = posixpath.join(uri, CHAMPION_FILE)
+    return config_loader.from_document(Resolved, fileio.read_bytes(path).decode(), path, VERSION)
+
+
+def from_inputs(artifacts: Sequence[Any] | None) -> Resolved | None:
+    """The record in a step's `champion` input (a list of one artifact); None when the
+    step was wired without one."""
+    return read(artifacts[0].uri) if artifacts else None
+
+
+def holding(resolved: Resolved | None) -> contextlib.AbstractContextManager[None]:
+    """While a step works for the run, it holds the run's serving lease (heartbeats; a
+    step that raises gives it back: serving_lock.hold)."""
+    if resolved is None or not resolved.lease_token:
+        return contextlib.nullcontext()
+    return serving_lock.hold(resolved.serving_dir, resolved.lease_token)

@@ -1,0 +1,79 @@
+"""Spans admitted to training: the window of spans a retrain trains on.
+
+A span's data is converted once, by the run that first reads it (ImageExampleGen's
+Examples in the pipeline root). When ImageStatistics lets a span through its gates, it
+records the span here, beside the champion in the serving directory, which every run
+of the schedule reads:
+
+  <serving_dir>/.spans/span-<N>.json   {"span": N, "examples_uri": ..., "labels": [...]}
+
+The Trainer then reads the train splits of the newest `trainer.spans` admitted spans,
+its own included (window.py). A span stopped at a gate is never recorded (and a rerun of
+a span that stops withdraws it), so a bad span never enters a later window. The folder
+starts with a dot: model servers and served_models.complete_versions never see it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.storage import fileio
+
+SPANS_DIR = ".spans"
+VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class AdmittedSpan:
+    """One span that passed the gates.
+
+    Attributes:
+      span: its number.
+      examples_uri: its ImageExampleGen Examples.
+      labels: its classes in id order.
+    """
+
+    span: int
+    examples_uri: str
+    labels: tuple[str, ...]
+    version: int = VERSION
+
+
+def _path(serving_dir: str, span: int) -> str:
+    return posixpath.join(serving_dir, SPANS_DIR, f"span-{span}.json")
+
+
+def admit(serving_dir: str, span: int, examples_uri: str, labels: tuple[str, ...]) -> str:
+    """Records the span (a rerun of it replaces the record); returns the file."""
+    fileio.makedirs(posixpath.join(serving_dir, SPANS_DIR))
+    path = _path(serving_dir, span)
+    record = AdmittedSpan(span, examples_uri, tuple(labels))
+    fileio.write_atomic(path, config_loader.to_document(record).encode())
+    return path
+
+
+def withdraw(serving_dir: str, span: int) -> None:
+    """A rerun of the span stopped at a gate: it is no longer admitted."""
+    path = _path(serving_dir, span)
+    if fileio.exists(path):
+        fileio.remove(path)
+
+
+def admitted(serving_dir: str) -> list[AdmittedSpan]:
+    """Every admitted span, newest first; unreadable records are passed over."""
+    folder = posixpath.join(serving_dir, SPANS_DIR)
+    if not serving_dir or not fileio.isdir(folder):
+        return []
+    found = []
+    for name in fileio.list_dir(folder):
+        if not (name.startswith("span-") and name.endswith(".json")):
+            continue
+        path = posixpath.join(folder, name)
+        try:
+            text = fileio.read_bytes(path).decode()
+            found.append(config_loader.from_document(AdmittedSpan, text, path, VERSION))
+        except (OSError, ValueError):
+            continue
+    return sorted(found, key=lambda s: s.span, reverse=True)

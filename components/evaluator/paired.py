@@ -1,0 +1,150 @@
+"""Comparing two models on the same images, image by image: exact McNemar tests.
+
+Both models score every image of a set, so the comparison is paired: the images both
+get right or both get wrong say nothing about which is better, and only the discordant
+ones count, b (the candidate alone is right) against c (the champion alone is right).
+Under "equally good", each discordant image is a fair coin, so the evidence that the
+candidate is worse is the exact one-sided binomial tail P(X >= c), X ~ Binomial(b+c, 1/2):
+McNemar's exact test. It is far more sensitive than comparing two accuracies on 50
+images, where one image is 2%, because it ignores the images that cannot differ.
+
+Two rules refuse, each set and each class judged alone (blessing.py):
+  significantly worse: c > b with p <= significance (any drop, however small, that the
+    images show beyond doubt);
+  worse beyond the practical margin: the one-sided (1 - margin_significance) confidence
+    bound of the drop (c - b) / n lies beyond the margin (a large drop with some
+    evidence: the Wald bound of a paired difference, its standard error
+    sqrt(b + c - (c - b)^2 / n) / n), on at least fewest_discordant(margin_significance)
+    discordant images.
+A set with fewer discordant images than that cannot refuse anything, and is said to be
+too small to decide. No TensorFlow here: pure arithmetic, checked on hand-made counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+TEST_NAME = "McNemar exact, one-sided"
+
+
+@dataclasses.dataclass(frozen=True)
+class Paired:
+    """Two models on the same images.
+
+    Attributes:
+      images: how many images both scored.
+      candidate_only: images the candidate alone got right (b).
+      champion_only: images the champion alone got right (c).
+    """
+
+    images: int
+    candidate_only: int
+    champion_only: int
+
+    @property
+    def discordant(self) -> int:
+        return self.candidate_only + self.champion_only
+
+    @property
+    def drop(self) -> float:
+        """The champion's accuracy minus the candidate's (positive: the candidate is worse)."""
+        return (self.champion_only - self.candidate_only) / self.images if self.images else 0.0
+
+    @property
+    def p_worse(self) -> float:
+        """The exact one-sided McNemar p-value of "the candidate is worse"."""
+        return binomial_tail(self.discordant, self.champion_only)
+
+    def p_beyond(self, margin: float) -> float:
+        """The one-sided p-value of "the drop is beyond `margin`" (Wald, paired)."""
+        if not self.images or self.drop <= margin:
+            return 1.0
+        b, c, n = self.candidate_only, self.champion_only, self.images
+        error = math.sqrt(max(b + c - (c - b) ** 2 / n, 1.0)) / n
+        return 0.5 * math.erfc((self.drop - margin) / error / math.sqrt(2.0))
+
+    def __add__(self, other: Paired) -> Paired:
+        return Paired(
+            self.images + other.images,
+            self.candidate_only + other.candidate_only,
+            self.champion_only + other.champion_only,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassPaired:
+    """Both models on the images of one class."""
+
+    label: str
+    paired: Paired
+
+
+def binomial_tail(n: int, k: int, p: float = 0.5) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), exactly (log-space terms, summed)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    total = 0.0
+    for i in range(k, n + 1):
+        total += math.exp(
+            math.lgamma(n + 1)
+            - math.lgamma(i + 1)
+            - math.lgamma(n - i + 1)
+            + i * log_p
+            + (n - i) * log_q
+        )
+    return min(total, 1.0)
+
+
+def fewest_discordant(significance: float) -> int:
+    """The fewest discordant images that can show anything at this level: all of them
+    against the candidate gives p = 2^-d."""
+    if significance <= 0.0:
+        return 0
+    return max(1, math.ceil(math.log2(1.0 / significance)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """One paired comparison judged.
+
+    Attributes:
+      worse: the candidate is refused on it.
+      too_small: no outcome on so few discordant images could have refused it.
+      detail: one line with the counts, the test, its p-value and the margin.
+    """
+
+    worse: bool
+    too_small: bool
+    detail: str
+
+
+def judge(
+    paired: Paired, margin: float, significance: float, margin_significance: float
+) -> Verdict:
+    """Whether the candidate is worse on these images (the two rules of the module)."""
+    p = paired.p_worse
+    needed = fewest_discordant(max(margin_significance, significance))
+    too_small = paired.discordant < needed
+    significantly = paired.champion_only > paired.candidate_only and p <= significance
+    p_margin = paired.p_beyond(margin)
+    beyond_margin = not too_small and p_margin <= margin_significance
+    detail = (
+        f"{paired.candidate_only} right by the candidate alone, "
+        f"{paired.champion_only} by the champion alone: {TEST_NAME} p={p:.3g} "
+        f"(refuses at {significance:g}); drop {paired.drop:+.4f}, beyond the margin "
+        f"{margin:g} at p={p_margin:.3g} (refuses at {margin_significance:g})"
+    )
+    if too_small:
+        detail += (
+            f"; too small to decide: {paired.discordant} discordant images, at least "
+            f"{needed} needed"
+        )
+    return Verdict(significantly or beyond_margin, too_small, detail)

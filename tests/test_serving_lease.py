@@ -1,0 +1,103 @@
+"""The serving lease dies with its holder (components/common/storage/serving_lock.py): a
+holder killed on this host is noticed at once, one that stopped heartbeating anywhere
+after STALE_SECONDS, one between steps is waited for, and the wait is said as a warning
+with who holds it; a step that works renews it, hands it on, and gives it back when it
+fails."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from imgpipe.components.common.storage import serving_lock
+
+pytestmark = pytest.mark.unit
+
+
+def plant(serving: str, **fields) -> serving_lock.Lease:
+    """A lease another run holds, written as that run would have written it."""
+    lease = serving_lock.Lease(
+        **{"owner": "other-run", "token": "t0", "expires": time.time() + 3600} | fields
+    )
+    serving_lock.fileio.makedirs(serving)
+    with open(serving_lock.path_of(serving), "w") as f:
+        json.dump(dataclasses.asdict(lease), f)
+    return lease
+
+
+def killed_pid() -> int:
+    """The pid of a process that was running here and was SIGKILLed."""
+    process = subprocess.Popen(["sleep", "60"])
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    return process.pid
+
+
+def test_a_holder_killed_on_this_host_is_noticed_at_once(tmp_path, caplog):
+    serving = str(tmp_path / "serving")
+    plant(serving, host=socket.gethostname(), pid=killed_pid(), beat=time.time(), working=True)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        lease = serving_lock.acquire(serving, "run-2")
+    assert time.monotonic() - started < serving_lock.POLL_SECONDS
+    assert serving_lock.current(serving) == lease and lease.owner == "run-2"
+    assert "taking over the lease of other-run: its holder, pid" in caplog.text
+    assert "has ended" in caplog.text
+
+
+def test_a_holder_elsewhere_that_stopped_heartbeating_is_taken_over(tmp_path, caplog):
+    serving = str(tmp_path / "serving")
+    silent = time.time() - serving_lock.STALE_SECONDS - 30
+    plant(serving, host="another-pod", pid=7, beat=silent, working=True)
+    with caplog.at_level(logging.WARNING):
+        assert serving_lock.acquire(serving, "run-2").owner == "run-2"
+    assert "sent no heartbeat for" in caplog.text
+
+
+def test_a_run_between_its_steps_is_waited_for_and_the_wait_is_said(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(serving_lock, "POLL_SECONDS", 0.02)
+    serving = str(tmp_path / "serving")
+    held = plant(serving, host="another-pod", pid=7, beat=time.time() - 9999, working=False)
+    taken: list[serving_lock.Lease] = []
+    with caplog.at_level(logging.WARNING):
+        waiter = threading.Thread(target=lambda: taken.append(serving_lock.acquire(serving, "r2")))
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while "waiting for another retrain" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not taken
+        assert serving_lock.release(serving, held.token)
+        waiter.join(30)
+    assert taken and taken[0].owner == "r2"
+    assert "waiting for another retrain to finish (other-run, between its steps)" in caplog.text
+    assert "the lease is ours after" in caplog.text
+
+
+def test_a_working_step_renews_hands_on_and_gives_back_on_failure(tmp_path, monkeypatch):
+    monkeypatch.setattr(serving_lock, "BEAT_SECONDS", 0.05)
+    serving = str(tmp_path / "serving")
+    lease = serving_lock.acquire(serving, "run-1")
+    with serving_lock.hold(serving, lease.token):
+        first = serving_lock.current(serving)
+        assert first.working and first.host == socket.gethostname()
+        time.sleep(0.3)
+        assert serving_lock.current(serving).beat > first.beat  # the heartbeat
+    between = serving_lock.current(serving)
+    assert between.token == lease.token and not between.working  # handed on
+    with pytest.raises(RuntimeError, match="the step failed"):
+        with serving_lock.hold(serving, lease.token):
+            raise RuntimeError("the step failed")
+    assert serving_lock.current(serving) is None  # the run stops: given back
+    # Holding a lease another run has taken since writes nothing.
+    other = serving_lock.acquire(serving, "run-2")
+    with serving_lock.hold(serving, lease.token):
+        pass
+    assert serving_lock.current(serving) == other
