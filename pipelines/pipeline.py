@@ -1,10 +1,11 @@
 """The one pipeline definition every runner uses.
 
-ChampionResolver, ImageExampleGen -> StatisticsGen -> SchemaGen -> ExampleValidator ->
+ImageExampleGen -> StatisticsGen -> SchemaGen -> ExampleValidator -> ChampionResolver ->
 ImageStatistics -> Trainer -> Evaluator -> Pusher. The ChampionResolver reads the serving
-directory once, at the head of the run, and takes the run's serving lease: drift, the
-label audit, the warm start and the evaluation all see that one champion
-(open-source KFP v2 cannot run TFX resolver nodes, so it is a small component).
+directory once, before the first step that needs it, and takes the run's serving lease
+until the push: drift, the label audit, the warm start and the evaluation all see that
+one champion (open-source KFP v2 cannot run TFX resolver nodes, so it is a small
+component). The CLI checks the serving directory can be written before any step runs.
 ImageStatistics reads ExampleValidator's anomalies, so a bad data set stops the run
 before any GPU time is spent, and ImagePusher publishes each push whole.
 
@@ -122,6 +123,10 @@ def create_components(
         statistics=statistics_gen.outputs[keys.STATISTICS_KEY],
         schema=schema_gen.outputs[keys.SCHEMA_KEY],
     ).with_id(ids.EXAMPLE_VALIDATOR)
+    # The run's serving lease is held from here to the push: after the data steps that
+    # are not ours (a failure there leaves no lease behind), before every step that needs
+    # the champion.
+    resolver.add_upstream_node(example_validator)
     image_statistics = ImageStatistics(
         examples=examples,
         anomalies=example_validator.outputs[keys.ANOMALIES_KEY],
@@ -160,11 +165,11 @@ def create_components(
         custom_config={SERVING_CONFIG_KEY: config_loader.to_dict(config.serving)},
     ).with_id(ids.PUSHER)
     return [
-        resolver,
         example_gen,
         statistics_gen,
         schema_gen,
         example_validator,
+        resolver,
         image_statistics,
         trainer,
         evaluator,

@@ -7,7 +7,6 @@ import os
 
 import pytest
 
-from imgpipe.components.champion import executor as resolver
 from imgpipe.components.common.formats import champion, served_models
 from imgpipe.components.common.storage import serving_lock
 from tests import trainer_helpers as th
@@ -56,7 +55,7 @@ def test_a_serving_folder_that_cannot_be_written_stops_the_run_first(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     serving = str(blocker / "serving")
-    with pytest.raises(resolver.ServingDirError) as raised:
+    with pytest.raises(serving_lock.ServingDirError) as raised:
         th.resolve_champion(str(tmp_path / "run"), serving)
     message = str(raised.value)
     assert message.startswith(f"the serving directory {serving} cannot be written (")

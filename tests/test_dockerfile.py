@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -300,6 +301,80 @@ def test_runtime_stage_is_small_and_non_root():
     users = [rest for keyword, rest in RUNTIME if keyword == "USER"]
     assert users and users[-1].split(":")[0] not in ("0", "root")
     assert keywords.index("USER") > keywords.index("COPY")
+
+
+# Hash-based .pyc (PEP 552): no source timestamp in the file, so the same sources give
+# the same bytes at every build.
+HASH_MODES = ("unchecked-hash", "checked-hash")
+
+
+def compileall_commands(stage: list[tuple[str, str]]) -> list[str]:
+    """The stage's `python -m compileall` commands, each up to its end (';' or '&&')."""
+    runs = " ".join(rest for keyword, rest in stage if keyword == "RUN")
+    return re.findall(r"python3? -m compileall [^;&]*", runs)
+
+
+def invalidation_mode(command: str) -> str:
+    match = re.search(r"--invalidation-mode (\S+)", command)
+    assert match, f"{command!r} sets no --invalidation-mode (the default is timestamps)"
+    return match.group(1)
+
+
+def test_the_venv_the_package_and_the_stdlib_are_compiled_to_hash_based_bytecode():
+    """The runtime user cannot write into the root-owned venv: a module without a .pyc
+    would be compiled from source at every import of every step (issue 35)."""
+    (venv,) = compileall_commands(DEPS)
+    assert venv.split()[-1] == "/opt/venv" and " -f " in venv  # venv's and pip's too
+    (package,) = compileall_commands(PROJECT)
+    assert package.split()[-1] == '"$site/imgpipe"' and " -f " in package
+    (stdlib,) = compileall_commands(RUNTIME)  # for a base that ships sources only
+    runtime_runs = " ".join(rest for keyword, rest in RUNTIME if keyword == "RUN")
+    assert """sysconfig.get_paths()["stdlib"]""" in runtime_runs
+    for command in (venv, package, stdlib):
+        assert invalidation_mode(command) in HASH_MODES, command
+    # The venv is compiled once everything is in it; the package before it is copied out.
+    deps_runs = [rest for keyword, rest in DEPS if keyword == "RUN"]
+    compiled = next(i for i, run in enumerate(deps_runs) if "compileall" in run)
+    assert not any("pip install" in run for run in deps_runs[compiled:])
+    project_runs = " ".join(rest for keyword, rest in PROJECT if keyword == "RUN")
+    install = "pip install --require-virtualenv --no-deps --no-build-isolation /src"
+    copy = 'cp -a "$site/imgpipe"'
+    assert project_runs.index(install) < project_runs.index(package) < project_runs.index(copy)
+
+
+def test_no_step_deletes_bytecode():
+    runs = " ".join(rest for keyword, rest in instructions(DOCKERFILE) if keyword == "RUN")
+    assert "__pycache__" not in runs and ".pyc" not in runs
+
+
+def test_the_dockerfiles_compileall_writes_the_same_bytes_whatever_the_sources_times(tmp_path):
+    """Two compilations of the same sources, with other modification times and two
+    worker processes, give byte-identical .pyc files: no timestamp, nothing random."""
+    (command,) = compileall_commands(DEPS)
+    mode = invalidation_mode(command)
+    source = tmp_path / "src"
+    shutil.copytree(
+        os.path.join(ROOT, "components"), source, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    trees = []
+    for n, mtime in enumerate((1_000_000_000, 1_700_000_000)):
+        for path in source.rglob("*.py"):
+            os.utime(path, (mtime, mtime))
+        prefix = tmp_path / f"pyc-{n}"
+        # The variable, not -X pycache_prefix: compileall's -j workers do not inherit -X.
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", "-j", "2"]
+            + ["--invalidation-mode", mode, str(source)],
+            env={**os.environ, "PYTHONPYCACHEPREFIX": str(prefix)},
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        trees.append({p.relative_to(prefix): p.read_bytes() for p in prefix.rglob("*.pyc")})
+    assert len(trees[0]) == len(list(source.rglob("*.py"))) > 100
+    assert trees[0] == trees[1]
+    flags = {int.from_bytes(pyc[4:8], "little") for pyc in trees[0].values()}
+    assert flags == {0b01 if mode == "unchecked-hash" else 0b11}  # PEP 552: hash-based
 
 
 def test_the_runtime_user_is_the_one_the_compiled_steps_run_as():

@@ -169,5 +169,7 @@ def test_a_push_onto_a_full_disk_names_the_pusher_and_leaves_nothing(tmp_path, s
     line = errors.one_line(raised.value)
     assert line.startswith("imgpipe: error: Pusher: no space left on the filesystem of ")
     assert serving in line and "\n" not in line
+    # The fix names the setting that moves the serving folder, not the pipeline root.
+    assert line.endswith("point --serving-dir (serving_dir) at a larger filesystem")
     assert [n for n in os.listdir(serving) if n.startswith(".push-") or n.isdigit()] == []
     assert served_models.find(serving).model is None

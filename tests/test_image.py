@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -33,6 +36,59 @@ print(json.dumps({
 }))
 """
 )
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What a step imports before its work: the libraries, the entrypoint and every
+# component's executor.
+STEP_IMPORTS = (
+    "tensorflow",
+    "tfx.v1",
+    "apache_beam",
+    "tensorflow_data_validation",
+    "imgpipe.pipelines.container.entrypoint",
+    *sorted(
+        f"imgpipe.components.{name}.executor"
+        for name in os.listdir(os.path.join(ROOT, "components"))
+        if os.path.isfile(os.path.join(ROOT, "components", name, "executor.py"))
+    ),
+)
+# Times the imports of its arguments, and records every module compiled from source
+# (SourceFileLoader compiles only where no valid .pyc is found) and every .pyc of the
+# interpreter's prefix (the image's venv) that is not hash-based (PEP 552 flags).
+IMPORT_PROBE = """
+import importlib, importlib.machinery, json, sys, time
+compiled = []
+source_to_code = importlib.machinery.SourceFileLoader.source_to_code
+def recording(self, data, path, *args, **kwargs):
+    compiled.append(path)
+    return source_to_code(self, data, path, *args, **kwargs)
+importlib.machinery.SourceFileLoader.source_to_code = recording
+start = time.perf_counter()
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+seconds = time.perf_counter() - start
+in_prefix, timestamped = 0, []
+for module in list(sys.modules.values()):
+    spec = getattr(module, "__spec__", None)
+    if spec and spec.cached and spec.origin.startswith(sys.prefix + "/"):
+        in_prefix += 1
+        with open(spec.cached, "rb") as f:
+            if not int.from_bytes(f.read(8)[4:], "little") & 1:
+                timestamped.append(spec.cached)
+print(json.dumps({"seconds": seconds, "modules": len(sys.modules), "in_prefix": in_prefix,
+                  "compiled": compiled, "timestamped": timestamped}))
+"""
+# Importing a step's modules in the image may take at most this much longer than in the
+# development environment (issue 35: without bytecode it took 3 to 6 times as long).
+IMPORT_RATIO_BOUND = 1.2
+IMPORT_ROUNDS = 3
+
+
+def probe_result(output: str) -> dict:
+    lines = [line for line in output.splitlines() if line.startswith('{"seconds"')]
+    assert lines, output[-3000:]
+    return json.loads(lines[-1])
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +180,38 @@ def test_a_signal_to_the_containers_pid_1_stops_the_work_and_publishes_nothing(
     assert status == code, logs
     assert f"stopped by {signal_name}" in logs
     assert not (out / layout.MANIFEST_FILE).exists()
+
+
+def test_a_steps_imports_load_from_bytecode_as_fast_as_in_the_development_environment(image):
+    """Every module a step imports comes from a hash-based .pyc compiled at build time
+    (the runtime user cannot write one), and the imports take at most
+    IMPORT_RATIO_BOUND times what they take here; rounds alternate, the fastest of each
+    side counts (the machine is shared)."""
+    here, there = [], []
+    for _ in range(IMPORT_ROUNDS):
+        result = subprocess.run(
+            [sys.executable, "-c", IMPORT_PROBE, *STEP_IMPORTS],
+            capture_output=True,
+            text=True,
+            timeout=containers.RUN_TIMEOUT_S,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        here.append(probe_result(result.stdout))
+        code, output = containers.run(
+            image, ["-c", IMPORT_PROBE, *STEP_IMPORTS], entrypoint=["python"]
+        )
+        assert code == 0, output[-3000:]
+        there.append(probe_result(output))
+    for result in there:
+        assert result["compiled"] == [], f"compiled from source at import: {result['compiled']}"
+        assert result["timestamped"] == []
+        assert result["in_prefix"] > 1000  # TensorFlow's, TFX's, Beam's, ... modules
+    image_s = min(r["seconds"] for r in there)
+    dev_s = min(r["seconds"] for r in here)
+    figures = (
+        f"importing {', '.join(STEP_IMPORTS)}: image {[round(r['seconds'], 1) for r in there]} s, "
+        f"development environment {[round(r['seconds'], 1) for r in here]} s; "
+        f"fastest {image_s:.1f} s / {dev_s:.1f} s = {image_s / dev_s:.2f}"
+    )
+    print(figures)
+    assert image_s <= IMPORT_RATIO_BOUND * dev_s, figures

@@ -572,3 +572,45 @@ def test_the_package_outputs_whether_the_run_pushed(compiled):
     assert root["dag"]["outputs"]["artifacts"][compiler.PUSHED_OUTPUT] == {
         "artifactSelectors": [{"outputArtifactKey": "pushed_model", "producerSubtask": ids.PUSHER}]
     }
+
+
+def test_run_local_reads_each_steps_outputs_into_the_run_summary(compiled, tmp_path):
+    """`kfp run-local` prints the summary `run local` prints, from each step's
+    executor output (kfp.local keeps no metadata store)."""
+    from imgpipe.components.common.formats import champion
+    from imgpipe.pipelines import local_runner
+    from imgpipe.pipelines.kubeflow import local_docker
+
+    config, _, _, spec, _ = compiled
+    folders = local_docker.task_folders(spec)
+    # Components are named comp-<id>, as the KFP SDK names them, so kfp.local's folders
+    # and log lines carry the whole step name.
+    assert folders == {name: name for name in ids.COMPONENT_IDS}
+    resolved_uri = str(tmp_path / "champion")
+    champion.write(resolved_uri, champion.resolve(""))
+    written = {
+        ids.CHAMPION: {"champion": {"artifacts": [{"uri": resolved_uri, "metadata": {}}]}},
+        ids.PUSHER: {
+            "pushed_model": {
+                "artifacts": [
+                    {
+                        "uri": str(tmp_path / "pushed"),
+                        "metadata": {"pushed": 1, "pushed_destination": "/srv/serving/7"},
+                    }
+                ]
+            }
+        },
+    }
+    for task, artifacts in written.items():
+        folder = tmp_path / "run" / folders[task]
+        folder.mkdir(parents=True)
+        (folder / local_docker.EXECUTOR_OUTPUT_FILE).write_text(
+            json.dumps({"artifacts": artifacts})
+        )
+    result = local_docker.run_result(spec, str(tmp_path / "run"))
+    assert result.pushed
+    lines = local_runner.summary_lines(result, config)
+    assert "model (served)       /srv/serving/7" in lines
+    assert any(
+        line.startswith("champion             none: no serving_dir is set") for line in lines
+    )

@@ -37,13 +37,16 @@ def test_the_inference_service_serves_the_folder_with_the_configured_resources()
     }
     predictor = service["spec"]["predictor"]
     assert (predictor["minReplicas"], predictor["maxReplicas"]) == (1, 3)
-    assert predictor["model"] == {
-        "modelFormat": {"name": "tensorflow"},
-        "storageUri": "gs://b/serving/flowers",
-        "resources": {
-            "requests": {"cpu": "1", "memory": "2Gi"},
-            "limits": {"memory": "4Gi", "cpu": "4", "nvidia.com/gpu": "1"},
-        },
+    # TF Serving on the config file that names the newest whole version, never KServe's
+    # `tensorflow` format on the folder (its highest subfolder may be half copied).
+    assert "model" not in predictor
+    (container,) = predictor["containers"]
+    assert container["image"] == sf.SERVING_GPU_IMAGE
+    assert container["args"][-1] == "--model_config_file=/mnt/models/kserve-models.config"
+    assert container["env"] == [{"name": "STORAGE_URI", "value": "gs://b/serving/flowers"}]
+    assert container["resources"] == {
+        "requests": {"cpu": "1", "memory": "2Gi"},
+        "limits": {"memory": "4Gi", "cpu": "4", "nvidia.com/gpu": "1"},
     }
 
 
@@ -195,9 +198,9 @@ def test_each_push_carries_its_serving_files_under_its_manifest(tmp_path):
     service = yaml.safe_load(open(os.path.join(extra, sf.INFERENCE_SERVICE_FILE)))
     assert service["metadata"]["name"] == "flowers"
     assert service["metadata"]["annotations"]["imgpipe/model-version"] == str(push.version)
-    model_spec = service["spec"]["predictor"]["model"]
-    assert model_spec["storageUri"] == serving
-    assert model_spec["resources"]["limits"] == {"memory": "8Gi", "nvidia.com/gpu": "1"}
+    (container,) = service["spec"]["predictor"]["containers"]
+    assert container["env"] == [{"name": "STORAGE_URI", "value": serving}]
+    assert container["resources"]["limits"] == {"memory": "8Gi", "nvidia.com/gpu": "1"}
     card = json.load(open(os.path.join(extra, sf.MODEL_CARD_JSON_FILE)))
     assert card["model"] == {
         "name": "flowers",

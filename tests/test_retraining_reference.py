@@ -82,9 +82,20 @@ def test_a_grey_span_with_drift_accepted_is_not_pushed_over_a_colour_champion(tm
     assert line.startswith("imgpipe: error: ImageStatistics found") and "drift" in line
     assert "imgpipe run local --accept-drift 2" in line and ": false" not in line, line
 
-    assert cli.main([*argv, "--accept-drift", "2"]) == NOT_PUSHED_EXIT_CODE
+    # Accepting drift never turns the label audit off: the colour champion finds the grey
+    # photos mislabelled, and the stop names the acceptance that fits that cause.
+    assert cli.main([*argv, "--accept-drift", "2"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "(label_issues)" in line and "imgpipe run local --accept-label-issues 2" in line
+    assert "--accept-drift" not in line
+
+    accepted = [*argv, "--accept-drift", "2", "--accept-label-issues", "2"]
+    assert cli.main(accepted) == NOT_PUSHED_EXIT_CODE
     third = _summary(capsys.readouterr().out)
     assert third["drift accepted"].startswith("span 2: accepted by accept_drift_span")
+    assert third["label audit"].endswith(
+        "above the gate, accepted (span 2, by accept_label_issues_span)"
+    )
     assert third["data"].endswith("(span 2)")
     # Scored beside the champion on the colour photos it was blessed on, and refused.
     assert third[reference_sets.CHAMPION_REFERENCE].startswith("candidate ")
@@ -102,8 +113,8 @@ def test_a_grey_span_with_drift_accepted_is_not_pushed_over_a_colour_champion(tm
         metadata.sqlite_metadata_connection_config(config.local_metadata_path)
     )
     runs = sorted(store.get_contexts_by_type(local_runner.PIPELINE_RUN_CONTEXT), key=lambda c: c.id)
-    assert len(runs) == 3
-    one, stopped, three = (local_runner.latest_results(config, run.name) for run in runs)
+    assert len(runs) == 4
+    one, stopped, _, three = (local_runner.latest_results(config, run.name) for run in runs)
     assert one.pushed and not three.pushed
     assert ids.TRAINER not in stopped.nodes and ids.IMAGE_STATISTICS in stopped.nodes
     assert one.uri(ids.EVALUATOR, "evaluation") != three.uri(ids.EVALUATOR, "evaluation")

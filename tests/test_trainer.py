@@ -717,14 +717,19 @@ def test_warm_start_takes_what_fits_from_the_champion(tmp_path, data):
     def weights(model):
         return [w.numpy() for w in model.weights]
 
+    from imgpipe.components.common.formats import champion as champion_lib
+
+    resolved = champion_lib.resolve(serving)  # as the run's ChampionResolver reads it
     same = model_lib.build_model(config, 3, ModelInput(MEAN, STD, SIZE))
-    outcome = warm_start.apply(same, config, labels, serving, ModelInput(MEAN, STD, SIZE))
+    outcome = warm_start.apply(same, config, labels, resolved, ModelInput(MEAN, STD, SIZE))
     assert outcome.status == warm_start.FULL and pushed in outcome.note
     for a, b in zip(weights(champion), weights(same), strict=True):
         np.testing.assert_array_equal(a, b)
 
     four = model_lib.build_model(config, 4, ModelInput(MEAN, STD, SIZE))
-    outcome = warm_start.apply(four, config, labels + ["new"], serving, ModelInput(MEAN, STD, SIZE))
+    outcome = warm_start.apply(
+        four, config, labels + ["new"], resolved, ModelInput(MEAN, STD, SIZE)
+    )
     assert outcome.status == warm_start.BACKBONE_ONLY and "fresh head" in outcome.note
     np.testing.assert_array_equal(
         weights(model_lib.backbone_of(champion))[0], weights(model_lib.backbone_of(four))[0]
@@ -733,12 +738,11 @@ def test_warm_start_takes_what_fits_from_the_champion(tmp_path, data):
 
     wider = dataclasses.replace(config, backbone="mobilenet_v3_small")
     other = model_lib.build_model(wider, 3, ModelInput(MEAN, STD, SIZE))
-    outcome = warm_start.apply(other, wider, labels, serving, ModelInput(MEAN, STD, SIZE))
+    outcome = warm_start.apply(other, wider, labels, resolved, ModelInput(MEAN, STD, SIZE))
     assert outcome.status == warm_start.FRESH
     assert "does not fit this model (another architecture)" in outcome.note
-    outcome = warm_start.apply(
-        same, config, labels, str(tmp_path / "empty"), ModelInput(MEAN, STD, SIZE)
-    )
+    empty = champion_lib.resolve(str(tmp_path / "empty"))
+    outcome = warm_start.apply(same, config, labels, empty, ModelInput(MEAN, STD, SIZE))
     assert outcome.status == warm_start.FRESH and "no champion" in outcome.note
 
 

@@ -10,8 +10,6 @@ before any training, not at the push.
 
 from __future__ import annotations
 
-import posixpath
-import uuid
 from typing import Any
 
 from absl import logging
@@ -21,35 +19,7 @@ from tfx.types import artifact_utils
 
 from imgpipe.components.champion import spec
 from imgpipe.components.common.formats import champion
-from imgpipe.components.common.storage import fileio, serving_lock
-
-# Written and removed at once to prove the serving directory takes writes.
-_PROBE_PREFIX = ".write-probe-"
-
-
-class ServingDirError(ValueError):
-    """The serving directory cannot be used: one line that names it and the fix."""
-
-
-def check_writable(serving_dir: str) -> None:
-    """Makes the serving directory if missing and proves it takes a write.
-
-    Raises:
-      ServingDirError: it cannot be made or written (a read-only folder, a missing
-        bucket, refused credentials); the message names the folder and the fix.
-    """
-    probe = posixpath.join(serving_dir, f"{_PROBE_PREFIX}{uuid.uuid4().hex}")
-    try:
-        fileio.makedirs(serving_dir)
-        fileio.write_atomic(probe, b"")
-        fileio.remove(probe)
-    except Exception as e:  # noqa: BLE001 - every store's refusal becomes one line
-        detail = " ".join(str(e).split())[:300] or type(e).__name__
-        raise ServingDirError(
-            f"the serving directory {serving_dir} cannot be written ({detail}): make it "
-            "writable for this user, or create the bucket and give these credentials write "
-            "access, or point --serving-dir (serving_dir) elsewhere"
-        ) from None
+from imgpipe.components.common.storage import serving_lock
 
 
 class Executor(base_executor.BaseExecutor):
@@ -66,7 +36,7 @@ class Executor(base_executor.BaseExecutor):
         output = artifact_utils.get_single_instance(output_dict[spec.CHAMPION_KEY])
         token = ""
         if serving_dir:
-            check_writable(serving_dir)
+            serving_lock.check_writable(serving_dir)
             # A retried resolver of this run has the same output: it takes its lease back.
             token = serving_lock.acquire(serving_dir, output.uri).token
         try:

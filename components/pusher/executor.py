@@ -47,8 +47,8 @@ STAGING_PREFIX = ".push-"
 # whole version: one with the serving directory's own URI as base path, for a server
 # reading it directly, one with KServe's local copy (/mnt/models).
 MODEL_CONFIG_FILE = "models.config"
-KSERVE_CONFIG_FILE = "kserve-models.config"
-KSERVE_MODEL_DIR = "/mnt/models"
+KSERVE_CONFIG_FILE = serving_files.KSERVE_CONFIG_FILE
+KSERVE_MODEL_DIR = serving_files.KSERVE_MODEL_DIR
 # The SavedModel's graph, copied last: a model server takes it as a version's sign.
 _GRAPH_FILE = "saved_model.pb"
 
@@ -300,12 +300,14 @@ def _card_inputs(model_dir: str, blessing: types.Artifact) -> dict[str, Any]:
                 statistics[f"{split} mean"] = ", ".join(f"{v:.2f}" for v in pixels["mean"])
                 statistics[f"{split} std"] = ", ".join(f"{v:.2f}" for v in pixels["std"])
         spans = [int(s) for s in stats.get("spans", [])]
+    training = served_models.ServedModel(model_dir, 0, ()).training()
+    spans = [int(s) for s in training.get("spans", [])] or spans
     return {
         "spans": spans,
         "blessed": bool(prop("blessed", 0)),
         "reason": str(prop("reason", "")),
         "champion": str(prop("champion", "")),
-        "training": {},
+        "training": {k: v for k, v in sorted(training.items()) if k != "digest"},
         "statistics": statistics,
         "evaluation": evaluation,
     }
@@ -329,7 +331,11 @@ def serving_dir_of(exec_properties: dict[str, Any]) -> str:
 class Executor(tfx_pusher.Executor):
     """TFX Pusher's keys and filesystem destination; see the module docstring."""
 
-    @disk_full.explained("Pusher", lambda inputs, outputs, properties: serving_dir_of(properties))
+    @disk_full.explained(
+        "Pusher",
+        lambda inputs, outputs, properties: serving_dir_of(properties),
+        "--serving-dir (serving_dir)",
+    )
     def Do(  # noqa: N802 - TFX's executor interface
         self,
         input_dict: dict[str, list[types.Artifact]],

@@ -30,7 +30,16 @@ SERVING_CONFIG_KEY = "serving"
 
 # KServe's API and its name for the TensorFlow Serving runtime's model format.
 KSERVE_API_VERSION = "serving.kserve.io/v1beta1"
-KSERVE_MODEL_FORMAT = "tensorflow"
+# KServe's storage initializer copies storageUri here; the Pusher writes, beside the
+# versions, a TF Serving model config file naming the newest whole version with this base.
+KSERVE_MODEL_DIR = "/mnt/models"
+KSERVE_CONFIG_FILE = "kserve-models.config"
+# TensorFlow Serving, pinned: the predictor runs it on that config file, never on the
+# folder's highest numbered subfolder, which may be a push still being copied.
+SERVING_IMAGE = "tensorflow/serving:2.18.0"
+SERVING_GPU_IMAGE = "tensorflow/serving:2.18.0-gpu"
+REST_PORT = 8080
+GRPC_PORT = 9000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,11 +105,13 @@ def service_name(config: ServingConfig, pipeline_name: str) -> str:
 def inference_service(
     config: ServingConfig, pipeline_name: str, storage_uri: str, version: int
 ) -> dict[str, Any]:
-    """The KServe v1beta1 InferenceService that serves `storage_uri`.
+    """The KServe v1beta1 InferenceService that serves the serving folder `storage_uri`.
 
-    storage_uri is the serving folder, the model base path TF Serving reads: KServe's
-    TensorFlow runtime serves the newest numbered version in it, which this push is when
-    it is published. The push's version is in the annotations.
+    KServe's storage initializer copies the folder to KSERVE_MODEL_DIR when a predictor
+    pod starts, and TensorFlow Serving then loads the version KSERVE_CONFIG_FILE names:
+    the newest *whole* push when the copy was made (docs/serving-folder.md). KServe's
+    built-in `tensorflow` format would serve the highest numbered subfolder instead, which
+    can be a push half copied. The push's version is in the annotations.
     """
     requests = {"cpu": config.cpu_request, "memory": config.memory_request}
     limits = {"memory": config.memory_limit} if config.memory_limit else {}
@@ -122,11 +133,21 @@ def inference_service(
             "predictor": {
                 "minReplicas": config.min_replicas,
                 "maxReplicas": config.max_replicas,
-                "model": {
-                    "modelFormat": {"name": KSERVE_MODEL_FORMAT},
-                    "storageUri": storage_uri,
-                    "resources": {"requests": requests, "limits": limits},
-                },
+                "containers": [
+                    {
+                        "name": "kserve-container",
+                        "image": SERVING_GPU_IMAGE if config.gpus else SERVING_IMAGE,
+                        "args": [
+                            f"--port={GRPC_PORT}",
+                            f"--rest_api_port={REST_PORT}",
+                            f"--model_config_file={KSERVE_MODEL_DIR}/{KSERVE_CONFIG_FILE}",
+                        ],
+                        # The storage initializer copies it to KSERVE_MODEL_DIR.
+                        "env": [{"name": "STORAGE_URI", "value": storage_uri}],
+                        "ports": [{"containerPort": REST_PORT, "protocol": "TCP"}],
+                        "resources": {"requests": requests, "limits": limits},
+                    }
+                ],
             }
         },
     }

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -46,7 +47,7 @@ def export_serving_model(
     key_map: FeatureKeyMap = DEFAULT_KEY_MAP,
     statistics_uri: str | None = None,
     limits: ServingLimits = serving_limits.DEFAULT_LIMITS,
-    training_digest: str | None = None,
+    training: Mapping[str, Any] | None = None,
 ) -> str:
     """Writes the SavedModel to `export_dir`, with served_models.py's assets.extra/:
     the labels, the Keras weights (for a warm start) and the training data's
@@ -61,7 +62,8 @@ def export_serving_model(
       key_map: the feature layout serving_examples parses.
       statistics_uri: the ImageStatistics artifact of the training data, if any.
       limits: what serving_default refuses before decoding (serving_limits.py).
-      training_digest: the digest of what it was trained on (resume.training_digest).
+      training: what it was trained on (served_models.TRAINING_FILE: the digest from
+        resume.training_digest, the spans, the main settings).
     """
     class_names = tf.constant(list(labels), tf.string)
     image_size, crop_fraction = model_input.image_size, model_input.crop_fraction
@@ -112,9 +114,10 @@ def export_serving_model(
         local = os.path.join(local_dir, served_models.WEIGHTS_FILE)
         model.save_weights(local)
         fileio.copy(local, os.path.join(extra, served_models.WEIGHTS_FILE), overwrite=True)
-    if training_digest:
+    if training:
         fileio.write_text(
-            os.path.join(extra, served_models.TRAINING_DIGEST_FILE), training_digest + "\n"
+            os.path.join(extra, served_models.TRAINING_FILE),
+            json.dumps(dict(training), indent=2, sort_keys=True) + "\n",
         )
     if statistics_uri:
         fileio.copy(

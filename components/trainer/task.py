@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 import tempfile
+from typing import Any
 
 import attr
 import keras
@@ -299,9 +300,17 @@ def _train_and_export(
         lambda log_dir, stopping, backup: _callbacks(config, log_dir, stopping, backup),
         datasets.sample_callbacks(config, sources.train, fn_args.model_run_dir, inputs),
     )
-    audit = _export(
-        fn_args, model, config, labels, inputs, sources.statistics_uri, sources.training_digest
-    )
+    training = {
+        "digest": sources.training_digest,
+        "spans": [s for s in sources.window.spans if s is not None],
+        "backbone": config.backbone,
+        "image_size": config.input_size,
+        "weights": config.weights or "none (from scratch)",
+        "warm_start": warm.status,
+        "epochs": sum(p.epochs for p in phases),
+        "steps_per_epoch": steps_per_epoch,
+    }
+    audit = _export(fn_args, model, config, labels, inputs, sources.statistics_uri, training)
     accuracies = [p.val_accuracy for p in progress if p.val_accuracy is not None]
     summary_lib.write(
         fn_args.model_run_dir,
@@ -382,7 +391,7 @@ def _export(
     labels: list[str],
     inputs: model_input.ModelInput,
     statistics_uri: str | None,
-    digest: str,
+    training: dict[str, Any],
 ) -> image_stats.LabelAudit | None:
     """Publishes the serving model into the model artifact; returns the candidate's label
     audit on the eval split (candidate_audit.py), run on the export.
@@ -403,7 +412,7 @@ def _export(
                 inputs,
                 config.feature_key_map,
                 statistics_uri=statistics_uri,
-                training_digest=digest,
+                training=training,
             )
             audits.append(
                 candidate_audit.audit_candidate(

@@ -293,5 +293,9 @@ def run_local(args: argparse.Namespace) -> int:
             )
         except local_docker.LocalRunError as e:
             raise UserError(str(e)) from None
+    from imgpipe.pipelines import local_runner
+
+    for line in local_runner.summary_lines(local_docker.run_result(spec, run_dir), config):
+        print(line)
     print(f"ran {spec['pipelineInfo']['name']} in containers; artifacts in {run_dir}")
     return 0

@@ -118,7 +118,25 @@ def run_local(args: argparse.Namespace) -> int:
         "give --pipeline-root a folder this user can write in (or set pipeline_root in the config)",
     )
     check_data(config, origin, data_root)
+    check_serving_dir(config.serving_dir)
     return _run_and_report(config, not_pushed=NOT_PUSHED_EXIT_CODE)
+
+
+def check_serving_dir(serving_dir: str) -> None:
+    """The serving folder can be made and written, before any step runs: a read-only
+    folder or a missing bucket is found in seconds, not after training.
+
+    Raises:
+      UserError: one line naming the folder and the fix.
+    """
+    if not serving_dir:
+        return
+    from imgpipe.components.common.storage import serving_lock
+
+    try:
+        serving_lock.check_writable(serving_dir)
+    except serving_lock.ServingDirError as e:
+        raise UserError(str(e)) from None
 
 
 def require_data(config: Any, origin: str, data_root: str) -> str:
@@ -195,9 +213,11 @@ def _run_and_report(config, not_pushed: int = 0) -> int:
     else `not_pushed` (the demo, rerun from the cache, is not a failure)."""
     from imgpipe.components.image_statistics.anomalies import (
         DRIFT,
+        LABEL_ISSUES,
         LEAKAGE,
         AnomaliesFoundError,
         drift_fix,
+        label_issues_fix,
     )
     from imgpipe.pipelines import local_runner
 
@@ -206,7 +226,7 @@ def _run_and_report(config, not_pushed: int = 0) -> int:
     except AnomaliesFoundError as e:
         codes = {a.code for a in e.anomalies}
         fixes = []
-        if codes - {DRIFT}:
+        if codes - {DRIFT, LABEL_ISSUES}:
             fixes.append(
                 "fix the data"
                 + (
@@ -217,6 +237,10 @@ def _run_and_report(config, not_pushed: int = 0) -> int:
             )
         if DRIFT in codes:
             fixes.append(drift_fix(e.span, config.statistics))
+        if LABEL_ISSUES in codes:
+            fixes.append(
+                "fix the labels of the images the report lists, or, " + label_issues_fix(e.span)
+            )
         raise UserError(
             f"ImageStatistics found {len(e.anomalies)} data anomal"
             f"{'y' if len(e.anomalies) == 1 else 'ies'} "

@@ -104,6 +104,10 @@ def configure_for_kubeflow(components: list, config: PipelineConfig) -> None:
             component.with_beam_pipeline_args(beam_args_for(config))
 
 
+# The prefix of a component's name in a spec the KFP SDK compiles.
+COMPONENT_PREFIX = "comp-"
+
+
 def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     """Compiles to (pipeline spec, platform spec) dicts.
 
@@ -132,6 +136,7 @@ def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
     with tfx_patches.project_artifact_titles():
         job = runner.run(pipeline, write_out=False)
     spec = job["pipelineSpec"]
+    name_components_as_the_sdk_does(spec)
     for executor in spec["deploymentSpec"]["executors"].values():
         container = executor.get("container")
         if container is not None:
@@ -170,6 +175,19 @@ def expose_pushed_model(spec: dict[str, Any]) -> None:
             {"outputArtifactKey": keys.PUSHED_MODEL_KEY, "producerSubtask": ids.PUSHER}
         ]
     }
+
+
+def name_components_as_the_sdk_does(spec: dict[str, Any]) -> None:
+    """Names each component `comp-<task>`, as the KFP SDK does. kfp.local (and the UI)
+    strip that prefix for log lines and artifact folders, so TFX's bare names came out
+    cut short (`StatisticsGen` as `sticsGen`, `Pusher` as `r`)."""
+    renamed = {
+        name: name if name.startswith(COMPONENT_PREFIX) else f"{COMPONENT_PREFIX}{name}"
+        for name in spec["components"]
+    }
+    spec["components"] = {renamed[name]: value for name, value in spec["components"].items()}
+    for task in spec["root"]["dag"]["tasks"].values():
+        task["componentRef"]["name"] = renamed[task["componentRef"]["name"]]
 
 
 def executor_labels(spec: dict[str, Any]) -> dict[str, str]:

@@ -345,3 +345,26 @@ def run_package(
     if failure:
         raise LocalRunError(f"kfp.local: {_strip_colour(failure)}")
     return run_dir
+
+
+def run_result(spec: Mapping[str, Any], run_dir: str) -> Any:
+    """The run's outputs as local_runner.RunResult, from each step's executor output, so
+    `kfp run-local` prints the summary `run local` prints."""
+    from imgpipe.pipelines.local_runner import NodeResult, OutputArtifact, RunResult
+
+    nodes = {}
+    for task, folder in task_folders(spec).items():
+        path = os.path.join(run_dir, folder, EXECUTOR_OUTPUT_FILE)
+        if not os.path.isfile(path):
+            continue
+        with open(path) as f:
+            written = json.load(f).get("artifacts", {})
+        outputs = {
+            key: [
+                OutputArtifact(a.get("uri", ""), dict(a.get("metadata") or {}))
+                for a in value.get("artifacts", [])
+            ]
+            for key, value in written.items()
+        }
+        nodes[task] = NodeResult(state="COMPLETE", outputs=outputs)
+    return RunResult(metadata_path=run_dir, nodes=nodes)

@@ -29,8 +29,9 @@ Beside the SavedModel, a serving model holds in ASSETS_EXTRA_DIR:
   model.weights.h5  the Keras weights, for a warm start
   weight_shapes.json  the shape of each of those weights, in order: a warm start loads
                     them only into a model of the same architecture
-  training_digest.txt  a digest of the spans' Examples and the settings it was trained
-                    on: a candidate with the same digest has nothing new to offer
+  training.json     the spans it was trained on, its main settings, and a digest of
+                    the spans' Examples and every setting: a candidate with the same
+                    digest has nothing new to offer
   reference/        the examples it was judged on when it was blessed, which the next
                     candidate is also judged on (reference_sets.py); a model server
                     loads nothing from assets.extra but warm-up requests
@@ -49,8 +50,9 @@ from imgpipe.components.common.storage import fileio
 ASSETS_EXTRA_DIR = "assets.extra"
 WEIGHTS_FILE = "model.weights.h5"
 WEIGHT_SHAPES_FILE = "weight_shapes.json"
-# What the model was trained on, as one digest (the spans' Examples and the settings).
-TRAINING_DIGEST_FILE = "training_digest.txt"
+# What the model was trained on: the spans, the main settings, and one digest of the
+# spans' Examples and every setting ({"digest": ..., "spans": [...], ...}).
+TRAINING_FILE = "training.json"
 PUSH_COMPLETE_FILE = "PUSH_COMPLETE"
 MANIFEST_FILE = layout.MANIFEST_FILE
 
@@ -94,10 +96,20 @@ class ServedModel:
         """Where its reference evaluation set is (absent in pushes made before them)."""
         return posixpath.join(self.path, REFERENCE_ASSET)
 
+    def training(self) -> dict:
+        """What it was trained on (TRAINING_FILE); {} for a push made before it, or when
+        the file cannot be read."""
+        path = self.asset(TRAINING_FILE)
+        try:
+            found = json.loads(fileio.read_bytes(path)) if fileio.exists(path) else {}
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
     def training_digest(self) -> str | None:
         """The digest of the data and settings it was trained on; None before them."""
-        path = self.asset(TRAINING_DIGEST_FILE)
-        return fileio.read_bytes(path).decode().strip() if fileio.exists(path) else None
+        digest = self.training().get("digest")
+        return str(digest) if digest else None
 
     def weight_shapes(self) -> list[list[int]] | None:
         path = self.asset(WEIGHT_SHAPES_FILE)

@@ -40,20 +40,28 @@ def is_out_of_space(error: BaseException | None) -> bool:
     return False
 
 
-def explain(error: BaseException, who: str, where: str) -> DiskFullError:
+# The setting that moves most steps' output elsewhere.
+OUTPUT_SETTING = "--pipeline-root, the output folder"
+
+
+def explain(
+    error: BaseException, who: str, where: str, setting: str = OUTPUT_SETTING
+) -> DiskFullError:
     """The one-line error for `who` running out of space while writing under `where`
-    (the file the error names, when it names one)."""
+    (the file the error names, when it names one); `setting` moves it elsewhere."""
     named = _named_file(error)
     place = named or where
     return DiskFullError(
         f"{who}: no space left on the filesystem of {place}; free some space there, or "
-        "point the output (--pipeline-root, the output folder) at a larger filesystem"
+        f"point {setting} at a larger filesystem"
     )
 
 
-def explained(who: str, where: Callable[..., str]) -> Callable[[F], F]:
+def explained(
+    who: str, where: Callable[..., str], setting: str = OUTPUT_SETTING
+) -> Callable[[F], F]:
     """Decorates a function (an executor's Do) so that running out of space raises
-    DiskFullError naming `who` and `where(*args without self)`."""
+    DiskFullError naming `who`, `where(*args without self)` and the `setting` to change."""
 
     def decorate(function: F) -> F:
         @functools.wraps(function)
@@ -67,7 +75,7 @@ def explained(who: str, where: Callable[..., str]) -> Callable[[F], F]:
                     place = where(*args, **kwargs)
                 except Exception:  # the error is what matters; the place is a courtesy
                     place = "its output"
-                raise explain(e, who, place) from e
+                raise explain(e, who, place, setting) from e
 
         return wrapper  # type: ignore[return-value]
 

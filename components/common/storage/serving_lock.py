@@ -268,3 +268,32 @@ def release(serving_dir: str, token: str) -> bool:
         if name.startswith(LOCK_FILE + BROKEN_SUFFIX):
             fileio.remove(posixpath.join(serving_dir, name))
     return True
+
+
+# Written and removed at once to prove the serving directory takes writes.
+_PROBE_PREFIX = ".write-probe-"
+
+
+class ServingDirError(ValueError):
+    """The serving directory cannot be used: one line that names it and the fix."""
+
+
+def check_writable(serving_dir: str) -> None:
+    """Makes the serving directory if missing and proves it takes a write, in seconds,
+    before any training: a read-only folder, a missing bucket or refused credentials.
+
+    Raises:
+      ServingDirError: the message names the folder, what refused, and the fix.
+    """
+    probe = posixpath.join(serving_dir, f"{_PROBE_PREFIX}{uuid.uuid4().hex}")
+    try:
+        fileio.makedirs(serving_dir)
+        fileio.write_atomic(probe, b"")
+        fileio.remove(probe)
+    except Exception as e:  # noqa: BLE001 - every store's refusal becomes one line
+        detail = " ".join(str(e).split())[:300] or type(e).__name__
+        raise ServingDirError(
+            f"the serving directory {serving_dir} cannot be written ({detail}): make it "
+            "writable for this user, or create the bucket and give these credentials write "
+            "access, or point --serving-dir (serving_dir) elsewhere"
+        ) from None
