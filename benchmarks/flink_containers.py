@@ -3,7 +3,7 @@
 `bin/in-env python -m benchmarks.flink_containers [--images N] [--repeats R] [--build]`
 
 Times `imgpipe convert` (its whole wall time, as a user sees it: start-up, staging,
-the Flink job, publishing) on the container cluster of pipelines/engines/flink_containers.py
+the Flink job, publishing) on the container cluster of tests/flink_containers.py
 (two TaskManagers, each with its worker pool container) and on `imgpipe engine flink`'s
 cluster (pipelines/engines/flink.py: one TaskManager, processes on this machine), both at
 parallelism 2, runs interleaved; and each cluster's start-up. Checks that both outputs
@@ -24,8 +24,8 @@ import tempfile
 import time
 
 from imgpipe.pipelines import images
-from imgpipe.pipelines.engines import flink, flink_containers, flink_image
-from tests import imagegen, outputs
+from imgpipe.pipelines.engines import flink
+from tests import flink_containers, flink_image, imagegen, outputs
 
 # The project image whose Python runs the SDK worker pools, as the container tier's.
 TEST_IMAGE_ENV = "IMGPIPE_TEST_IMAGE"

@@ -19,7 +19,7 @@ Pipelines, each yielding batches of `batch_size` images at `image_size` px:
                             reader, the map and ops like resize on their own threads).
   sequential_one_thread     the same confined to one thread, for reference.
   dali_cpu                  NVIDIA DALI's CPU pipeline on the same shards, through their
-                            index files (components/trainer/dali_input.py): its TFRecord
+                            index files (benchmarks/dali_input.py): its TFRecord
                             reader, random-resized-crop decode, resize, flip, batch, with
                             one DALI thread per core. DALI's peer on GPU nodes is its
                             `mixed` decoder, which this machine cannot run.
@@ -41,12 +41,13 @@ from collections.abc import Callable, Iterable
 
 import tensorflow as tf
 
+from benchmarks import dali_input
 from imgpipe.components.common.formats import artifacts, layout
 from imgpipe.components.common.images import preprocessing
 from imgpipe.components.common.images.model_input import DEFAULT_IMAGE_SIZE, ModelInput
 from imgpipe.components.common.runtime import allocator
-from imgpipe.components.trainer import dali_input, memory
 from imgpipe.components.trainer import input as input_lib
+from imgpipe.components.trainer import memory
 from imgpipe.components.trainer.config import MOBILENET_V3_SMALL
 
 TARGETS = {"vs_decode_ceiling": 0.85, "vs_image_dataset_from_directory": 2.0, "vs_sequential": 1.8}

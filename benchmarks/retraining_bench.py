@@ -149,7 +149,7 @@ def run_span(data: str, root: str, serving: str, accepted: list[str]) -> tuple[i
         *accepted,
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
-    return done.returncode, done.stdout + done.stderr
+    return done.returncode, done.stdout + "\n" + done.stderr
 
 
 def _line(output: str, key: str) -> str:
@@ -213,7 +213,8 @@ def run_schedule(work: str) -> dict:
                 "pushed": pushed,
                 "spans_trained": _line(output, "spans trained"),
                 "blessing": _line(output, "blessing")[:400],
-                "error": _line(output, "imgpipe: error:")[:400],
+                "error": _line(output, "imgpipe: error:")[:400]
+                or _line(output, "imgpipe: internal error:")[:2000],
                 "served_held_back_accuracy": accuracy,
                 "seconds": round(time.monotonic() - started, 1),
             }

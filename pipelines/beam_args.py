@@ -43,12 +43,9 @@ def unknown_beam_args(args: Sequence[str]) -> list[str]:
         return []
     import argparse
 
-    from apache_beam.options import pipeline_options
+    from imgpipe.pipelines import tfx_patches
 
-    parser = pipeline_options._BeamArgumentParser(allow_abbrev=False, exit_on_error=False)
-    classes = {str(cls): cls for cls in pipeline_options.PipelineOptions.__subclasses__()}
-    for cls in classes.values():
-        cls._add_argparse_args(parser)
+    parser = tfx_patches.beam_option_parser()
     try:
         _, unknown = parser.parse_known_args(list(args))
     except argparse.ArgumentError as e:

@@ -23,6 +23,7 @@ from tfx.types import standard_component_specs as keys
 from imgpipe.components.common.formats.layout import REPORT_FILE
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import pipeline as pl
+from imgpipe.pipelines import tfx_patches
 from imgpipe.pipelines.beam_args import local_beam_args
 from imgpipe.pipelines.config import PipelineConfig
 
@@ -120,21 +121,13 @@ def run(config: PipelineConfig) -> RunResult:
         for component in pipeline.components:
             executor = local_executors.EXECUTORS.get(component.id)
             if executor is not None:
-                old = component.executor_spec
-                new = type(old)(executor)
-                for name in ("extra_flags", "beam_pipeline_args"):
-                    if hasattr(old, name):
-                        setattr(new, name, getattr(old, name))
-                component.executor_spec = new
-    from tfx.dsl.compiler import compiler, constants
-    from tfx.orchestration.portable import runtime_parameter_utils
+                tfx_patches.swap_executor(component, executor)
+    from tfx.dsl.compiler import compiler
 
     run_id = new_run_id()
     ir = compiler.Compiler().compile(pipeline)
     # LocalDagRunner substitutes the time only where no id is set yet.
-    runtime_parameter_utils.substitute_runtime_parameter(
-        ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id}
-    )
+    tfx_patches.set_pipeline_run_id(ir, run_id)
     for node in ir.nodes:
         # The image folder's fingerprint keeps ImageExampleGen's cache key true; the
         # resolver has no such key.
@@ -292,12 +285,27 @@ def training_lines(model_run_uri: str | None) -> list[str]:
         *window,
         f"training             {trained.backbone} at {trained.image_size} px, weights "
         f"{weights}; {phases}",
+        *distribution_lines(trained.distribution),
         f"warm start           {trained.warm_start}: {trained.warm_start_note}",
         *audited,
     ]
     if trained.resume.status == summary.RESUMED:
         lines.append(f"preemption           {trained.resume.note}")
     return lines
+
+
+def distribution_lines(distribution: Any) -> list[str]:
+    """How many workers trained, with which strategy (nothing from a summary that
+    predates it)."""
+    if not distribution.strategy:
+        return []
+    workers = distribution.workers
+    over = f"{workers} workers, {distribution.communication} all-reduce, " if workers > 1 else ""
+    return [
+        f"distribution         {distribution.strategy}: {over}{distribution.replicas} "
+        f"replica{'s' if distribution.replicas > 1 else ''}, global batch "
+        f"{distribution.global_batch}"
+    ]
 
 
 def champion_lines(champion_uri: str | None) -> list[str]:

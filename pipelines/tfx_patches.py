@@ -8,6 +8,14 @@ Compile time (imgpipe.pipelines.kubeflow):
                            TYPE_NAMEs that are not KFP "<namespace>.<Type>" titles.
   DEFAULT_IMAGE_PATH_KEY   kubeflow_v2_dag_runner._DEFAULT_IMAGE_PATH_KEY, the key of the
                            default image in KubeflowV2DagRunnerConfig's image map.
+Local runs (imgpipe.pipelines.local_runner, beam_args):
+  swap_executor            a component's executor_spec replaced in place, keeping its
+                           extra_flags and beam_pipeline_args (TFX has no public setter).
+  set_pipeline_run_id      tfx.orchestration.portable.runtime_parameter_utils, which
+                           LocalDagRunner uses to give a run its id (not in tfx.v1).
+  beam_option_parser       apache_beam's pipeline_options._BeamArgumentParser and each
+                           options class's _add_argparse_args: the parser Beam itself
+                           builds in PipelineOptions.get_all_options.
 In the pod (imgpipe.pipelines.container):
   patch_tfx_entrypoint     kubeflow_v2_entrypoint_utils._retrieve_class_path and
                            compiler_utils.TITLE_TO_CLASS_PATH, for `system.*` and null
@@ -92,6 +100,44 @@ def project_artifact_titles() -> Iterator[None]:
         yield
     finally:
         compiler_utils.get_artifact_schema = original
+
+
+# ---- local runs ------------------------------------------------------------------------
+# Checked against tfx 1.21.0 and apache-beam 2.77.0 (requirements.lock);
+# tests/test_pipeline_local.py and tests/test_cli.py pin what they do.
+
+
+def swap_executor(component: Any, executor_class: type) -> None:
+    """Runs `component` with `executor_class`, its executor spec otherwise as it was."""
+    old = component.executor_spec
+    new = type(old)(executor_class)
+    for name in ("extra_flags", "beam_pipeline_args"):
+        if hasattr(old, name):
+            setattr(new, name, getattr(old, name))
+    component.executor_spec = new
+
+
+def set_pipeline_run_id(ir: Any, run_id: str) -> None:
+    """Gives a compiled pipeline (IR) its run id, as LocalDagRunner does where none is set."""
+    from tfx.dsl.compiler import constants
+    from tfx.orchestration.portable import runtime_parameter_utils
+
+    runtime_parameter_utils.substitute_runtime_parameter(
+        ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id}
+    )
+
+
+def beam_option_parser() -> Any:
+    """Beam's own argument parser with every registered options class's arguments, no
+    abbreviations: what PipelineOptions.get_all_options parses with. Beam has no public
+    call that returns the arguments it does not know."""
+    from apache_beam.options import pipeline_options
+
+    parser = pipeline_options._BeamArgumentParser(allow_abbrev=False, exit_on_error=False)
+    classes = {str(cls): cls for cls in pipeline_options.PipelineOptions.__subclasses__()}
+    for cls in classes.values():
+        cls._add_argparse_args(parser)
+    return parser
 
 
 # ---- in the pod ------------------------------------------------------------------------

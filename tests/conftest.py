@@ -63,8 +63,20 @@ SLOWEST_TIER_FIRST = tuple(reversed(TIERS))
 NO_ENGINE_REASON = "NO DOCKER ENGINE"
 
 
+# pyproject.toml's timeout (900 s) catches a hang in a unit or component test. A whole
+# pipeline in containers takes 400 s on a quiet machine and three times that on a busy
+# one, and its steps bound themselves (kfp.local waits for each container; the serving
+# lease and the collectives time out): these tiers get a hang bound that a busy machine
+# does not reach, so that load never fails them.
+TIER_TIMEOUT_SECONDS = {"pipeline": 2400, "engine": 2400, "container": 3600}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _check_the_tiers(items)
+    for item in items:
+        seconds = TIER_TIMEOUT_SECONDS.get(_tier(item))
+        if seconds and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(seconds))
     if hasattr(config, "workerinput"):  # an xdist worker; the sort is stable
         items.sort(key=lambda item: SLOWEST_TIER_FIRST.index(_tier(item)))
     _skip_the_container_tier_without_an_engine(items)
@@ -75,14 +87,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     except the ONE_AT_A_TIME_MODULES' tests, which are one unit, so one worker runs them
     in turn. (xdist's own --dist loadgroup marks are lost on pytest 9, which no longer
     reads the node id xdist rewrites.)"""
-    from xdist.scheduler import LoadScopeScheduling
+    from tests import plugin_patches
 
-    class OneAtATimeScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
-            return ONE_AT_A_TIME if module in ONE_AT_A_TIME_MODULES else nodeid
+    def together(nodeid: str) -> str | None:
+        module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+        return ONE_AT_A_TIME if module in ONE_AT_A_TIME_MODULES else None
 
-    return OneAtATimeScheduling(config, log)
+    return plugin_patches.one_at_a_time_scheduler(config, log, together)
 
 
 def _tiers(item: pytest.Item) -> set[str]:

@@ -26,7 +26,8 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from imgpipe.pipelines.engines import flink, flink_image, processes
+from imgpipe.pipelines.engines import flink, processes
+from tests import flink_image
 
 # Every container and network of a cluster carries this label, its value the cluster's
 # name; OWNER_LABEL names the process that made it, so that what a killed test left

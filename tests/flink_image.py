@@ -18,8 +18,8 @@ from pathlib import Path
 
 from imgpipe.pipelines.engines import artifacts, flink
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DOCKER_DIR = REPO_ROOT / "pipelines" / "engines" / "flink-image"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DOCKER_DIR = REPO_ROOT / "tests" / "flink-image"
 # The base: bump BASE_RECIPE_VERSION when bin/flink-image's base steps change.
 BASE_RECIPE_VERSION = 1
 BASE_SUITE = "trixie"
@@ -130,7 +130,7 @@ def image_tag() -> str:
 
 
 def write_context(context: str) -> None:
-    """Fills the folder `context` with pipelines/engines/flink-image/Dockerfile's build context."""
+    """Fills the folder `context` with tests/flink-image/Dockerfile's build context."""
     os.makedirs(os.path.join(context, "conf"), exist_ok=True)
     for name in ("Dockerfile", "docker-entrypoint.sh"):
         shutil.copy2(DOCKER_DIR / name, os.path.join(context, name))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import sys
 from collections.abc import Iterator
 
@@ -213,3 +214,167 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+# Libraries whose private names live in one module each (pipelines/tfx_patches.py; the
+# tests' tests/plugin_patches.py), each with its reason and the version it was checked on.
+PRIVATE_API_LIBRARIES = ("tfx", "kfp", "apache_beam", "xdist", "_pytest", "pluggy")
+PRIVATE_API_HOMES = ("pipelines/tfx_patches.py", "tests/plugin_patches.py")
+# Modules of those libraries that are private as a whole (not in tfx.v1, kfp or Beam's
+# documented API), though their names do not start with an underscore.
+PRIVATE_MODULES = ("tfx.orchestration.portable",)
+
+
+def _library(module: str) -> bool:
+    return module.split(".", 1)[0] in PRIVATE_API_LIBRARIES
+
+
+def _private_module(module: str) -> bool:
+    parts = module.split(".")
+    return _library(module) and (
+        any(p.startswith("_") and not p.startswith("__") for p in parts[1:])
+        or any(module == m or module.startswith(m + ".") for m in PRIVATE_MODULES)
+    )
+
+
+def private_names_used(path: str) -> list[str]:
+    """`line: name` for every private name of PRIVATE_API_LIBRARIES a file uses: a
+    private module imported, a private name imported from one of them, an attribute with
+    a leading underscore read from a module or class imported from one of them, and a
+    private method overridden in a subclass of one of their classes."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    imported: set[str] = set()  # local names bound to the libraries' modules and classes
+    found = []
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _library(alias.name):
+                    imported.add((alias.asname or alias.name).split(".")[0])
+                    if _private_module(alias.name):
+                        found.append(f"{node.lineno}: import {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if not _library(node.module):
+                continue
+            if _private_module(node.module):
+                found.append(f"{node.lineno}: from {node.module}")
+            for alias in node.names:
+                imported.add(alias.asname or alias.name)
+                if private(alias.name):
+                    found.append(f"{node.lineno}: {node.module}.{alias.name}")
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and private(node.attr)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in imported
+        ):
+            found.append(f"{node.lineno}: {node.value.id}.{node.attr}")
+        if isinstance(node, ast.ClassDef) and any(
+            isinstance(base, ast.Name | ast.Attribute)
+            and (base.id if isinstance(base, ast.Name) else _root_name(base)) in imported
+            for base in node.bases
+        ):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and private(item.name):
+                    found.append(f"{item.lineno}: overrides {node.name}.{item.name}")
+    return sorted(set(found), key=lambda line: int(line.split(":", 1)[0]))
+
+
+def _root_name(node: ast.expr) -> str:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def private_api_outside_its_homes() -> list[str]:
+    """`file:line: name` for every private library name outside PRIVATE_API_HOMES, over
+    the package, the tests and the benchmarks."""
+    found = []
+    for folder in ("components", "pipelines", "tests", "benchmarks", "bin"):
+        for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, folder)):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            for name in sorted(filenames):
+                path = os.path.join(dirpath, name)
+                where = os.path.relpath(path, ROOT)
+                if not name.endswith(".py") or where in PRIVATE_API_HOMES:
+                    continue
+                found += [
+                    f"{where}:{line}"
+                    for line in private_names_used(path)
+                    if not _own_method(where, line)
+                ]
+    return found
+
+
+_OVERRIDE = re.compile(r"\d+: overrides (\w+)\.(\w+)$")
+
+
+def _own_method(where: str, line: str) -> bool:
+    """Whether an `overrides Class._name` line is a private method of our own, which no
+    library base class defines (the class is imported to see)."""
+    import importlib
+
+    match = _OVERRIDE.match(line)
+    if match is None:
+        return False
+    folder, _, rest = where.partition("/")
+    package = PACKAGE_DIRS.get(folder, folder)
+    module = importlib.import_module(f"{package}.{rest[:-3].replace('/', '.')}")
+    cls = getattr(module, match.group(1))
+    return not any(
+        match.group(2) in vars(base) for base in cls.__mro__[1:] if _library(base.__module__)
+    )
+
+
+# Where the product starts: the CLI, every component (TFX loads its executor, and the
+# functions its properties name), and what runs in a pod.
+ENTRY_POINTS = (
+    f"{NAMESPACE}.pipelines.cli.__main__",
+    f"{NAMESPACE}.pipelines.container.entrypoint",
+)
+_DOTTED = re.compile(rf"\b{NAMESPACE}(?:\.\w+)+")
+
+
+def string_references(path: str) -> set[str]:
+    """Modules a file names in strings (a run_fn's or an executor's dotted path)."""
+    known = modules()
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for dotted in _DOTTED.findall(node.value):
+                while dotted and dotted not in known:
+                    dotted = dotted.rpartition(".")[0]
+                if dotted:
+                    found.add(dotted)
+    return found
+
+
+def unreachable_modules() -> list[str]:
+    """Modules of the package that no entry point reaches through imports (lazy ones
+    included), component packages or dotted names in strings: code the wheel ships and
+    the product never runs."""
+    known = modules()
+    edges = graph()
+    for module, path in known.items():
+        edges[module] |= string_references(path) - {module}
+    roots = set(ENTRY_POINTS) | {
+        m for m in known if m.startswith(f"{NAMESPACE}.components.") and m.endswith(".component")
+    }
+    seen: set[str] = set()
+    pending = list(roots)
+    while pending:
+        module = pending.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        # A module's package (its __init__) is imported with it.
+        parent = module.rpartition(".")[0]
+        pending += [m for m in (edges.get(module, set()) | {parent}) if m in known]
+    return sorted(set(known) - seen)

@@ -128,3 +128,37 @@ def test_each_component_package_is_its_own_front_door_and_loads_tfx_only_when_as
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
     )
     assert result.stdout.split() == ["[]", "True"], result.stderr
+
+
+def test_private_library_names_live_in_their_one_home():
+    """TFX, KFP, Beam and the pytest plugins' private names are used in
+    pipelines/tfx_patches.py (and tests/plugin_patches.py) alone, each with its reason."""
+    assert import_graph.private_api_outside_its_homes() == []
+
+
+def test_the_private_name_check_finds_each_kind_of_use(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from tfx.components.trainer import executor as trainer_executor\n"
+        "from tfx.orchestration.portable import runtime_parameter_utils\n"
+        "from apache_beam.options import pipeline_options\n"
+        "from kfp.dsl import _secret\n"
+        "import os\n"
+        "class E(trainer_executor.GenericExecutor):\n"
+        "    def _GetFnArgs(self):\n"
+        "        return os._exit\n"
+        "parser = pipeline_options._BeamArgumentParser()\n"
+    )
+    assert import_graph.private_names_used(str(sample)) == [
+        "2: from tfx.orchestration.portable",
+        "4: kfp.dsl._secret",
+        "7: overrides E._GetFnArgs",
+        "9: pipeline_options._BeamArgumentParser",
+    ]
+
+
+def test_the_package_ships_only_what_the_product_runs():
+    """Every module is reached from the CLI, a component or the pod's entrypoint: test
+    infrastructure (the Flink container cluster) and recipes (DALI's pipeline) live in
+    tests/ and benchmarks/, not in the wheel."""
+    assert import_graph.unreachable_modules() == []

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from benchmarks import dali_input
 from imgpipe.components.common.formats import conversion_summary
 from imgpipe.components.common.formats import features as fk
 from imgpipe.components.image_example_gen import shards as shards_lib
 from imgpipe.components.image_example_gen.convert import run_conversion
 from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
-from imgpipe.components.trainer import dali_input
 from imgpipe.components.trainer import input as input_lib
 from tests import imagegen
 from tests.test_image_example_gen_convert import in_process

@@ -1,5 +1,5 @@
 """The Beam steps on Flink in containers, laid out as k8s/flink-deployment.yaml lays it out
-(pipelines/engines/flink_containers.py): a JobManager, two TaskManagers each with its own
+(tests/flink_containers.py): a JobManager, two TaskManagers each with its own
 address and its SDK worker pool sidecar, Beam's job server, all on a Docker network of
 the test's own. `imgpipe convert` gives the DirectRunner's bytes there, and survives a
 TaskManager killed mid-job: Flink's restart strategy (flink_image.RESTART_STRATEGY)
@@ -17,8 +17,8 @@ import time
 import pytest
 
 from imgpipe.components.common.formats import manifest
-from imgpipe.pipelines.engines import artifacts, flink, flink_containers, flink_image
-from tests import containers, imagegen, outputs
+from imgpipe.pipelines.engines import artifacts, flink
+from tests import containers, flink_containers, flink_image, imagegen, outputs
 
 pytestmark = pytest.mark.container
 

@@ -614,3 +614,25 @@ def test_run_local_reads_each_steps_outputs_into_the_run_summary(compiled, tmp_p
     assert any(
         line.startswith("champion             none: no serving_dir is set") for line in lines
     )
+
+
+def test_a_missing_image_is_named_with_the_build_that_makes_it():
+    """The default package runs the Trainer in the CUDA image, which `make image` does not
+    build: the error says which build makes it, and how to use the CPU image instead."""
+    import docker
+
+    from imgpipe.pipelines import images as image_names
+    from imgpipe.pipelines.kubeflow import local_docker
+
+    class Engine:  # an engine that holds no image; the message is what is tested
+        class images:  # noqa: N801 - docker's client API
+            @staticmethod
+            def get(name):
+                raise docker.errors.ImageNotFound(name)
+
+    with pytest.raises(local_docker.LocalRunError) as raised:
+        local_docker.check_images(Engine(), [image_names.GPU_IMAGE])
+    message = str(raised.value)
+    assert "`make image-gpu`" in message and image_names.RUNTIME_IMAGE in message
+    with pytest.raises(local_docker.LocalRunError, match=r"build it \(`make image`\); or"):
+        local_docker.check_images(Engine(), [image_names.RUNTIME_IMAGE])

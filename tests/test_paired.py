@@ -153,3 +153,22 @@ def test_two_models_of_equal_quality_are_rarely_refused():
     # Each set refuses at most about margin_significance of the time; two sets, and the
     # per-class checks sharing their levels.
     assert refused / runs < 0.2, refused / runs
+
+
+def test_with_a_class_added_the_old_classes_must_only_not_be_significantly_worse():
+    """A new class takes some images between it and its neighbours: a 12.5% drop on 24
+    images refuses a candidate of the same classes, not one that adds a class."""
+    added = ev.Champion(ev.COMPARED, "", "/serving/100", 100, classes_added=("c",))
+    reference = comparison(reference_sets.CHAMPION_REFERENCE, 12, {"a": (9, 0, 2), "b": (10, 0, 1)})
+    candidate = ev.ModelMetrics.of(
+        reference.candidate.per_class + (ev.ClassMetrics("c", 12, 10, 12),)
+    )
+    assert not decide(reference).blessed  # same classes: beyond the margin
+    decision = decide(reference, champion=added, candidate=candidate)
+    assert decision.blessed, decision.reason
+    assert "no margin (a class was added" in next(
+        c.detail for c in decision.checks if c.name == "not_worse_than_champion:champion_reference"
+    )
+    # ...but significantly worse still refuses.
+    collapsed = comparison(reference_sets.CHAMPION_REFERENCE, 12, {"a": (4, 0, 7), "b": (5, 0, 6)})
+    assert not decide(collapsed, champion=added, candidate=candidate).blessed

@@ -4,9 +4,12 @@ span after span in one pipeline root and serving directory.
 
 span 1 (colour) is pushed, exit 0, and the push keeps its reference set; span 2 (the
 same photos in grey) is stopped by the drift gate with advice that accepts span 2 only;
-accepted with --accept-drift 2, it is trained, scored beside the champion on the
-champion's colour reference set, refused, and the run exits 3 (nothing pushed). Each
-summary reads its own run's executions.
+accepted with --accept-drift 2, it stops at the label audit (accepting drift never turns
+it off), with advice that accepts that too; accepted for both, a model trained on the grey
+span alone (trainer.spans 1: with the default window it would train on the colour span
+too, and be judged on its merits) is scored beside the champion on the champion's colour
+reference set, refused, and the run exits 3 (nothing pushed). Each summary reads its own
+run's executions.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from imgpipe.pipelines.cli.errors import NOT_PUSHED_EXIT_CODE
 SETTINGS = """\
 pipeline_name: reference-test
 trainer: {backbone: tiny_cnn, image_size: 48, epochs: 6, min_train_steps: 120, batch_size: 16,
-          tensorboard_images: 0}
+          tensorboard_images: 0, spans: 1}
 example_gen: {output: {num_shards: 1}}
 beam_args: [--direct_num_workers=1, --direct_running_mode=in_memory]
 """

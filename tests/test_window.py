@@ -100,3 +100,22 @@ def test_the_trainer_reads_every_span_of_the_window_with_labels_by_name(tmp_path
     )
     np.testing.assert_array_equal(np.bincount(seen, minlength=3), expected)
     assert expected[0] > 0 and expected[1] > expected[0]
+
+
+@pytest.mark.unit
+def test_a_span_let_through_by_an_acceptance_waits_for_a_push_trained_on_it():
+    grey = AdmittedSpan(3, "/examples/3", ("a", "b"), accepted=True)
+    found = [admitted(1), admitted(2), grey]
+    chosen = window.choose(found, 4, ["a", "b"], 0, lambda uri: "")
+    assert chosen.spans == (4, 2, 1)
+    assert chosen.note == (
+        "left out span 3: passed its gates by an acceptance, and no model trained on it has "
+        "been pushed"
+    )
+    # Once a model trained on it is served, it is data like any other.
+    assert window.choose(found, 4, ["a", "b"], 0, lambda uri: "", served=[3, 2]).spans == (
+        4,
+        3,
+        2,
+        1,
+    )

@@ -88,23 +88,32 @@ def _floor_checks(metrics: ev.ModelMetrics, config: EvaluatorConfig) -> list[ev.
     ]
 
 
-def _champion_checks(comparison: ev.Comparison, config: EvaluatorConfig) -> list[ev.Check]:
+def _champion_checks(
+    comparison: ev.Comparison, config: EvaluatorConfig, classes_added: bool = False
+) -> list[ev.Check]:
     """Candidate against champion on one set: paired image by image when the pairs were
     recorded, else (an evaluation of version 2) on the two accuracies."""
     if comparison.paired is not None:
-        return _paired_checks(comparison, config)
+        return _paired_checks(comparison, config, classes_added)
     assert comparison.candidate is not None and comparison.champion is not None
     return _unpaired_checks(comparison.candidate, comparison.champion, config, comparison.name)
 
 
-def _paired_checks(comparison: ev.Comparison, config: EvaluatorConfig) -> list[ev.Check]:
+def _paired_checks(
+    comparison: ev.Comparison, config: EvaluatorConfig, classes_added: bool
+) -> list[ev.Check]:
+    """The two rules of paired.py on the set and on each class. With a class added, the
+    old classes are refused only when significantly worse: a new class takes some of the
+    images between it and its neighbours, by design, so the margin would refuse every
+    model that learns one."""
     assert comparison.paired is not None
     on = comparison.name
+    margin_significance = 0.0 if classes_added else config.margin_significance
     overall = paired.judge(
         comparison.paired,
         config.tolerance,
         config.paired_significance,
-        config.margin_significance,
+        margin_significance,
     )
     checks = [
         ev.Check(
@@ -120,7 +129,7 @@ def _paired_checks(comparison: ev.Comparison, config: EvaluatorConfig) -> list[e
             class_paired.paired,
             config.class_tolerance,
             config.paired_significance / len(judged),
-            config.margin_significance / len(judged),
+            margin_significance / len(judged),
         )
         checks.append(
             ev.Check(
@@ -251,7 +260,7 @@ def decide(
     if compared:
         for comparison in comparisons:
             if comparison.compared and comparison.candidate and comparison.champion:
-                checks += _champion_checks(comparison, config)
+                checks += _champion_checks(comparison, config, bool(champion.classes_added))
         checks += _new_class_checks(candidate, champion, config)
     failed = [c for c in checks if not c.passed]
     if failed:

@@ -135,12 +135,16 @@ def judge(
     too_small = paired.discordant < needed
     significantly = paired.champion_only > paired.candidate_only and p <= significance
     p_margin = paired.p_beyond(margin)
-    beyond_margin = not too_small and p_margin <= margin_significance
+    beyond_margin = margin_significance > 0 and not too_small and p_margin <= margin_significance
     detail = (
         f"{paired.candidate_only} right by the candidate alone, "
         f"{paired.champion_only} by the champion alone: {TEST_NAME} p={p:.3g} "
-        f"(refuses at {significance:g}); drop {paired.drop:+.4f}, beyond the margin "
-        f"{margin:g} at p={p_margin:.3g} (refuses at {margin_significance:g})"
+        f"(refuses at {significance:g}); drop {paired.drop:+.4f}, "
+        + (
+            f"beyond the margin {margin:g} at p={p_margin:.3g} (refuses at {margin_significance:g})"
+            if margin_significance > 0
+            else "no margin (a class was added: the old classes must not be significantly worse)"
+        )
     )
     if too_small:
         detail += (

@@ -152,7 +152,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         output.set_int_custom_property(spec.ANOMALY_COUNT_PROPERTY, len(produced.anomalies))
         output.set_int_custom_property(spec.IMAGES_PROPERTY, produced.stats.source.images_decoded)
         stopping = anomaly_lib.blocking(produced.anomalies, config, drift_accepted, labels_accepted)
-        _admit_or_withdraw(resolved, span, examples.uri, not stopping)
+        # Through the gates only because an acceptance let it.
+        by_acceptance = not stopping and bool(anomaly_lib.blocking(produced.anomalies, config))
+        _admit_or_withdraw(resolved, span, examples.uri, not stopping, by_acceptance)
         if not produced.anomalies:
             return
         message = functools.partial(
@@ -175,15 +177,19 @@ class Executor(base_beam_executor.BaseBeamExecutor):
 
 
 def _admit_or_withdraw(
-    resolved: champion_lib.Resolved | None, span: int | None, examples_uri: str, passed: bool
+    resolved: champion_lib.Resolved | None,
+    span: int | None,
+    examples_uri: str,
+    passed: bool,
+    by_acceptance: bool,
 ) -> None:
-    """A span through the gates joins the window later runs train on (spans.py); a span
-    stopped leaves it."""
+    """A span through the gates joins the window later runs train on (spans.py), on
+    probation when only an acceptance let it through; a span stopped leaves it."""
     if resolved is None or not resolved.serving_dir or span is None:
         return
     if passed:
         labels = tuple(artifacts.load_labels(examples_uri))
-        spans.admit(resolved.serving_dir, span, examples_uri, labels)
+        spans.admit(resolved.serving_dir, span, examples_uri, labels, by_acceptance)
     else:
         spans.withdraw(resolved.serving_dir, span)
 

@@ -42,6 +42,7 @@ def choose(
     labels: Sequence[str],
     size: int,
     missing: Callable[[str], str],
+    served: Sequence[int] = (),
 ) -> Window:
     """The window for this run's span.
 
@@ -51,6 +52,8 @@ def choose(
       labels: the model's classes (this span's), in id order.
       size: spans in all, this one included; 0 for every admitted span.
       missing: examples_uri -> why it cannot be read ("" when it can).
+      served: the spans the champion was trained on: a span admitted only by an
+        acceptance is read once a model trained on it was pushed.
     """
     if span is None or size == 1:
         return Window((span,))
@@ -62,7 +65,12 @@ def choose(
     for candidate in earlier:
         extra = [name for name in candidate.labels if name not in labels]
         why = missing(candidate.examples_uri)
-        if why:
+        if candidate.accepted and candidate.span not in served:
+            left_out.append(
+                f"span {candidate.span}: passed its gates by an acceptance, and no model "
+                "trained on it has been pushed"
+            )
+        elif why:
             left_out.append(f"span {candidate.span}: {why}")
         elif extra:
             left_out.append(f"span {candidate.span}: it has classes {extra} this span does not")

@@ -18,8 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -199,15 +197,6 @@ def supervised(log_dir: str) -> Iterator[Supervisor]:
         yield supervisor
     finally:
         supervisor.stop_all()
-
-
-def http_ok(url: str, timeout: float = 2.0) -> bool:
-    """Whether `url` answers 200 now (a readiness probe)."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -83,14 +83,23 @@ def check_images(client, images: Sequence[str]) -> None:
     """
     import docker
 
+    from imgpipe.pipelines import images as image_names
+
     for image in images:
         try:
             client.images.get(image)
         except docker.errors.ImageNotFound:
+            gpu = image == image_names.GPU_IMAGE
+            build = (
+                "build it (`make image-gpu`: the CUDA image, 9 GB), or run the Trainer in "
+                "the CPU image: kubeflow.images: {Trainer: " + image_names.RUNTIME_IMAGE + "}"
+                if gpu
+                else "build it (`make image`)"
+            )
             raise LocalRunError(
-                f"image {image} is not on the local Docker engine: build it (`make image`) "
-                "or `docker pull` it, or name a local image in the config's kubeflow.images "
-                "and compile again"
+                f"image {image} is not on the local Docker engine: {build}; or `docker pull` "
+                "it, or name a local image in the config's kubeflow.images; then compile "
+                "again"
             ) from None
 
 

@@ -33,11 +33,15 @@ class AdmittedSpan:
       span: its number.
       examples_uri: its ImageExampleGen Examples.
       labels: its classes in id order.
+      accepted: it passed only by an acceptance (drift or the label audit): a later
+        window reads it only once a model trained on it has been pushed, so data whose
+        model was refused (grey photos a colour service never sees) does not spread.
     """
 
     span: int
     examples_uri: str
     labels: tuple[str, ...]
+    accepted: bool = False
     version: int = VERSION
 
 
@@ -45,11 +49,17 @@ def _path(serving_dir: str, span: int) -> str:
     return posixpath.join(serving_dir, SPANS_DIR, f"span-{span}.json")
 
 
-def admit(serving_dir: str, span: int, examples_uri: str, labels: tuple[str, ...]) -> str:
+def admit(
+    serving_dir: str,
+    span: int,
+    examples_uri: str,
+    labels: tuple[str, ...],
+    accepted: bool = False,
+) -> str:
     """Records the span (a rerun of it replaces the record); returns the file."""
     fileio.makedirs(posixpath.join(serving_dir, SPANS_DIR))
     path = _path(serving_dir, span)
-    record = AdmittedSpan(span, examples_uri, tuple(labels))
+    record = AdmittedSpan(span, examples_uri, tuple(labels), accepted)
     fileio.write_atomic(path, config_loader.to_document(record).encode())
     return path
 
