@@ -86,7 +86,11 @@ class TrainerConfig:
       early_stopping_patience: epochs without val_loss improvement before stopping;
         0 disables early stopping.
       num_gpus: GPUs to use: 0 for none, n for the first n, None for all visible. On
-        Kubeflow, n > 0 also requests n GPUs for the Trainer's pod.
+        Kubeflow, n > 0 also requests n GPUs for the Trainer's pod. With workers > 1,
+        GPUs per worker (each worker process gets its own; docs/distributed-training.md).
+      workers: worker processes that train together (MultiWorkerMirroredStrategy):
+        1 trains in the Trainer's own process; n > 1 starts n processes on this
+        machine, each reading its share of the train split, over the devices it sees.
       mixed_precision: `auto` (mixed_float16 exactly when training on GPUs), `on`, `off`.
       cache: `auto` caches the encoded split in RAM when it fits the budget; `on`, `off`.
       ram_budget_mb: RAM the input pipeline may use (cache + shuffle buffer + tf.data
@@ -134,6 +138,7 @@ class TrainerConfig:
     dropout: float = 0.2
     early_stopping_patience: int = 3
     num_gpus: int | None = 0
+    workers: int = 1
     mixed_precision: str = PRECISION_AUTO
     cache: str = CACHE_AUTO
     ram_budget_mb: float | None = None
@@ -209,6 +214,11 @@ class TrainerConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.num_gpus is not None and self.num_gpus < 0:
             raise ValueError(f"num_gpus must be None (all), 0 or more, got {self.num_gpus}")
+        if self.workers < 1:
+            raise ValueError(
+                f"workers must be 1 (train in the Trainer's process) or more (worker "
+                f"processes that train together), got {self.workers}; set trainer.workers=1"
+            )
         if self.mixed_precision not in (PRECISION_AUTO, PRECISION_ON, PRECISION_OFF):
             raise ValueError(
                 f"mixed_precision must be auto, on or off, got {self.mixed_precision!r}"

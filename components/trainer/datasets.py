@@ -101,19 +101,22 @@ def plan_input_memory(
     eval_source: input_lib.SplitSource,
     global_batch: int,
     decoded_image_bytes: int,
+    workers: int = 1,
 ) -> tuple[memory.MemoryPlan, memory.MemoryPlan]:
     """Memory plans for the train split, then for eval out of what train left; eval's
-    cache may hold its decoded images, `decoded_image_bytes` each."""
+    cache may hold its decoded images, `decoded_image_bytes` each. With `workers`, for
+    one worker's share of each split."""
     available = memory.available_memory_bytes()
     budget = int(config.ram_budget_mb * memory.MB) if config.ram_budget_mb else None
     plans = []
     for source in (train_source, eval_source):
+        records = -(-(source.records or 0) // workers)
         decoded = None
         if source is eval_source and source.records is not None:
-            decoded = source.records * decoded_image_bytes
+            decoded = records * decoded_image_bytes
         plan = memory.plan_memory(
-            encoded_bytes=source.encoded_bytes or 0,
-            records=source.records or 0,
+            encoded_bytes=-(-(source.encoded_bytes or 0) // workers),
+            records=records,
             available_bytes=available,
             cache=config.cache if source.encoded_bytes is not None else CACHE_OFF,
             ram_budget_bytes=budget,
@@ -141,16 +144,28 @@ def make_datasets(
     model_input: ModelInput,
     eval_steps: int | None,
     seed: int,
+    worker: tuple[int, int] = (1, 0),
 ) -> tuple[tf.data.Dataset, tf.data.Dataset]:
     """The train and eval datasets; `seed` seeds the train shuffles (resume.data_seed).
 
     Args:
       model_input: the side, crop and normalization both pipelines produce.
       eval_steps: None evaluates the whole eval split, once per evaluation.
+      worker: (workers, this worker's index): each worker reads its share of each split.
     """
     train_source, eval_source = splits
+    workers, index = worker
+    shards: list[input_lib.Shard | None] = [None, None]
+    if workers > 1:
+        for i, (source, mode) in enumerate(
+            ((train_source, input_lib.TRAIN), (eval_source, input_lib.EVAL))
+        ):
+            shards[i], how = input_lib.choose_shard(len(source.files), workers, index, mode)
+            logging.info(
+                "Input pipeline, %s: worker %d of %d reads %s", source.name, index, workers, how
+            )
     train_memory, eval_memory = plan_input_memory(
-        config, train_source, eval_source, global_batch, model_input.decoded_image_bytes
+        config, train_source, eval_source, global_batch, model_input.decoded_image_bytes, workers
     )
     common = pipeline_arguments(config, model_input)
     train_ds = input_lib.make_dataset(
@@ -159,6 +174,7 @@ def make_datasets(
         memory=train_memory,
         batch_size=global_batch,
         seed=seed,
+        shard=shards[0],
         **common,
     )
     eval_ds = input_lib.make_dataset(
@@ -168,6 +184,7 @@ def make_datasets(
         batch_size=global_batch,
         repeat=eval_steps is not None,
         seed=config.seed,
+        shard=shards[1],
         **common,
     )
     return train_ds, eval_ds

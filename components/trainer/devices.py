@@ -18,6 +18,8 @@ from imgpipe.components.trainer.config import PRECISION_AUTO, PRECISION_OFF, PRE
 
 MIRRORED = "mirrored"
 SINGLE = "single"
+# Several worker processes (trainer.workers > 1), each over its own local devices.
+MULTI_WORKER = "multi_worker_mirrored"
 MIXED_FLOAT16 = "mixed_float16"
 FLOAT32 = "float32"
 
@@ -25,18 +27,22 @@ FLOAT32 = "float32"
 @dataclasses.dataclass(frozen=True)
 class DevicePlan:
     """Attributes:
-    strategy: MIRRORED over `devices`, or SINGLE (TF's default strategy).
-    devices: the replicas' device names.
+    strategy: MIRRORED over `devices`, SINGLE (TF's default strategy), or MULTI_WORKER
+      over `devices` in each of `workers` processes.
+    devices: the replicas' device names (with MULTI_WORKER, one worker's).
     precision_policy: the Keras dtype policy, MIXED_FLOAT16 or FLOAT32.
+    workers: the worker processes that train together.
     """
 
     strategy: str
     devices: tuple[str, ...]
     precision_policy: str
+    workers: int = 1
 
     @property
     def replicas(self) -> int:
-        return len(self.devices)
+        """Replicas in sync over every worker: the global batch is per-replica x this."""
+        return len(self.devices) * self.workers
 
 
 def plan_devices(
@@ -82,6 +88,31 @@ def plan_devices(
     )
 
 
+def multi_worker_plan(
+    worker_devices: Sequence[str], workers: int, mixed_precision: str = PRECISION_AUTO
+) -> DevicePlan:
+    """The plan of one of `workers` processes training together, over the local devices
+    its MultiWorkerMirroredStrategy chose (`strategy.extended.worker_devices`: its GPUs,
+    else its CPU); precision is decided as for one process.
+
+    Raises:
+      ValueError: as plan_devices.
+    """
+    gpus = [d for d in worker_devices if tf.DeviceSpec.from_string(d).device_type == "GPU"]
+    cpus = [d for d in worker_devices if d not in gpus]
+    local = plan_devices(gpus, cpus, None, mixed_precision)
+    return dataclasses.replace(local, strategy=MULTI_WORKER, workers=workers)
+
+
+def all_reduce(plan: DevicePlan) -> str:
+    """The collective between several workers: NCCL on GPUs, RING over gRPC on CPUs;
+    "" within one process."""
+    if plan.workers == 1:
+        return ""
+    gpu = any(tf.DeviceSpec.from_string(d).device_type == "GPU" for d in plan.devices)
+    return "NCCL" if gpu else "RING"
+
+
 def visible_devices() -> tuple[list[str], list[str]]:
     """(logical GPU names, logical CPU names) as TF sees them now."""
     return (
@@ -91,6 +122,11 @@ def visible_devices() -> tuple[list[str], list[str]]:
 
 
 def make_strategy(plan: DevicePlan) -> tf.distribute.Strategy:
+    if plan.strategy == MULTI_WORKER:
+        raise ValueError(
+            "a worker's MultiWorkerMirroredStrategy is made once, before TensorFlow starts "
+            "(cluster.connect), not from a plan"
+        )
     if plan.strategy == MIRRORED:
         return tf.distribute.MirroredStrategy(devices=list(plan.devices))
     return tf.distribute.get_strategy()
@@ -103,8 +139,9 @@ def apply_precision(plan: DevicePlan) -> None:
 
 def log_plan(plan: DevicePlan) -> None:
     logging.info(
-        "Trainer devices: %s over %s, policy %s",
+        "Trainer devices: %s over %s%s, policy %s",
         plan.strategy,
         list(plan.devices),
+        f" in each of {plan.workers} workers" if plan.workers > 1 else "",
         plan.precision_policy,
     )

@@ -78,7 +78,12 @@ class CarriedEarlyStopping(keras.callbacks.EarlyStopping):
 class Backup(keras.callbacks.Callback):
     """Publishes a backup (resume.publish) at each epoch's end and, with every_steps,
     every that many optimizer steps within an epoch. Goes after early stopping in the
-    callback list, so that an epoch's backup holds early stopping's update."""
+    callback list, so that an epoch's backup holds early stopping's update.
+
+    With several workers, every worker saves its weights at the same steps (a save may
+    read variables through collectives every worker must join), and only the chief
+    (`publish`) publishes; the others' saves go to temporary folders, removed at once.
+    """
 
     def __init__(
         self,
@@ -87,6 +92,7 @@ class Backup(keras.callbacks.Callback):
         progress: list[resume.PhaseProgress],
         every_steps: int | None,
         early_stopping: CarriedEarlyStopping | None,
+        publish: bool = True,
     ):
         super().__init__()
         self.folder = folder
@@ -94,6 +100,7 @@ class Backup(keras.callbacks.Callback):
         self.progress = progress
         self.every_steps = every_steps
         self.early_stopping = early_stopping
+        self.publish = publish
 
     def _steps(self) -> int:
         return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
@@ -126,6 +133,8 @@ class Backup(keras.callbacks.Callback):
             with tempfile.TemporaryDirectory(prefix="imgpipe-backup-") as local:
                 files = {resume.WEIGHTS_FILE: os.path.join(local, resume.WEIGHTS_FILE)}
                 self.model.save_weights(files[resume.WEIGHTS_FILE])
+                if not self.publish:
+                    return
                 if stopping is not None and stopping.best_weights is not None:
                     best = os.path.join(local, resume.BEST_WEIGHTS_FILE)
                     files[resume.BEST_WEIGHTS_FILE] = best
@@ -173,6 +182,8 @@ class Run:
     eval_steps: int | None
     global_batch: int
     model_run_dir: str
+    # False on a worker other than the chief: its backups are not published.
+    chief: bool = True
 
 
 # (log_dir, early stopping or None, backup) -> the phase's callbacks
@@ -280,6 +291,7 @@ def fit_phases(
             progress,
             run.config.backup_every_steps,
             stopping,
+            publish=run.chief,
         )
         callbacks = extra + make_callbacks(
             os.path.join(run.model_run_dir, phase.name), stopping, backup

@@ -10,6 +10,11 @@ each epoch).
 
 `decode_batch(..., EVAL)` is also the serving signature's preprocessing, so the
 exported model sees exactly the pixels eval saw.
+
+With several workers (trainer.workers), each reads its own share of a split (a Shard):
+whole files when they divide evenly among the workers, else every n-th record of the one
+stream all workers read alike; the share is taken before the cache, the shuffle and the
+decode, so each worker caches and decodes its share only.
 """
 
 from __future__ import annotations
@@ -38,6 +43,49 @@ MODES = (TRAIN, EVAL)
 # Files read concurrently; more than the shard count would only add idle readers.
 MAX_CYCLE_LENGTH = 16
 READ_BUFFER_BYTES = 8 * 1024 * 1024
+
+
+# Shard.by: how a split is divided among workers.
+BY_FILE = "file"
+BY_RECORD = "record"
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One worker's share of a split: files (BY_FILE) or records (BY_RECORD) number
+    `index`, `index + count`, `index + 2 count`, ... of the split's sorted files or of the
+    record stream every worker reads in the same order."""
+
+    count: int
+    index: int
+    by: str
+
+    def __post_init__(self) -> None:
+        if self.by not in (BY_FILE, BY_RECORD) or not 0 <= self.index < self.count:
+            raise ValueError(f"not a shard: {self}")
+
+
+def choose_shard(files: int, workers: int, index: int, mode: str) -> tuple[Shard, str]:
+    """How worker `index` of `workers` shares a split of `files` files, and why.
+
+    TRAIN is shared by file when the files divide evenly among the workers (a worker with
+    more files would see its records more often); otherwise, and always in EVAL (whose
+    shares must be alike, and whose order is fixed), every worker reads every file in the
+    same order and keeps every `workers`-th record.
+    """
+    if mode == TRAIN and files >= workers and files % workers == 0:
+        return Shard(workers, index, BY_FILE), f"{files // workers} of its {files} files"
+    if mode == TRAIN:
+        why = (
+            f"its {files} files are fewer than the {workers} workers"
+            if files < workers
+            else f"its {files} files do not divide evenly among {workers} workers"
+        )
+        return Shard(workers, index, BY_RECORD), (
+            f"one record in {workers} of every file, as {why} (for a share of whole files, "
+            f"write a multiple of {workers} shards: ImageExampleGen num_shards)"
+        )
+    return Shard(workers, index, BY_RECORD), f"one record in {workers} of every file"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,43 +227,49 @@ def parse_batch(
     return parsed[key_map.encoded], labels, shapes
 
 
-def read_records(source: SplitSource, mode: str, seed: int = 0) -> tf.data.Dataset:
-    """One pass over the serialized records, checked against `source.records`.
+def read_records(
+    source: SplitSource, mode: str, seed: int = 0, shard: Shard | None = None
+) -> tf.data.Dataset:
+    """One pass over the serialized records (this worker's share with a `shard`),
+    checked against `source.records`.
 
     TRAIN shuffles the shard order each pass and interleaves non-deterministically;
-    EVAL interleaves the sorted shards round-robin, the same order every time.
+    EVAL interleaves the sorted shards round-robin, the same order every time. Shared by
+    record, TRAIN interleaves deterministically too, so that every worker reads the one
+    stream its share is cut from. Shared by file, a worker's count is not known, and only
+    the record stream's integrity is checked (by TFRecord's checksums).
     """
     training = mode == TRAIN
+    deterministic = not training or (shard is not None and shard.by == BY_RECORD)
     compression = source.compression
-    if source.label_remaps is not None:
-        # Each record with its file's index, for the label remap after parsing.
-        indexed = tf.data.Dataset.from_tensor_slices(
-            (list(source.files), np.arange(len(source.files), dtype=np.int32))
-        )
-        if training:
-            indexed = indexed.shuffle(len(source.files), seed=seed, reshuffle_each_iteration=True)
-        records = indexed.interleave(
-            lambda path, index: tf.data.TFRecordDataset(path, compression, READ_BUFFER_BYTES).map(
-                lambda record: (record, index)
-            ),
-            cycle_length=min(len(source.files), MAX_CYCLE_LENGTH),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=not training,
-        )
-        if source.records is not None:
-            records = records.apply(tf.data.experimental.assert_cardinality(source.records))
-        return records
-    files = tf.data.Dataset.from_tensor_slices(list(source.files))
-    if training:
-        files = files.shuffle(len(source.files), seed=seed, reshuffle_each_iteration=True)
-    records = files.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression, READ_BUFFER_BYTES),
-        cycle_length=min(len(source.files), MAX_CYCLE_LENGTH),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=not training,
+    remapped = source.label_remaps is not None
+    # With label remaps, each record comes with its file's index, for the remap.
+    files = tf.data.Dataset.from_tensor_slices(
+        (list(source.files), np.arange(len(source.files), dtype=np.int32))
+        if remapped
+        else list(source.files)
     )
-    if source.records is not None:
+    listed = len(source.files)
+    if shard is not None and shard.by == BY_FILE:
+        files = files.shard(shard.count, shard.index)
+        listed = len(source.files[shard.index :: shard.count])
+    if training:
+        files = files.shuffle(listed, seed=seed, reshuffle_each_iteration=True)
+
+    def read(path: tf.Tensor, index: tf.Tensor | None = None) -> tf.data.Dataset:
+        dataset = tf.data.TFRecordDataset(path, compression, READ_BUFFER_BYTES)
+        return dataset if index is None else dataset.map(lambda record: (record, index))
+
+    records = files.interleave(
+        read,
+        cycle_length=min(listed, MAX_CYCLE_LENGTH),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=deterministic,
+    )
+    if source.records is not None and (shard is None or shard.by == BY_RECORD):
         records = records.apply(tf.data.experimental.assert_cardinality(source.records))
+    if shard is not None and shard.by == BY_RECORD:
+        records = records.shard(shard.count, shard.index)
     return records
 
 
@@ -231,8 +285,9 @@ def make_dataset(
     normalization: tuple[Sequence[float], Sequence[float]] | None = None,
     repeat: bool | None = None,
     seed: int = 0,
+    shard: Shard | None = None,
 ) -> tf.data.Dataset:
-    """The (images, labels) batches of one split.
+    """The (images, labels) batches of one split (of this worker's share, with `shard`).
 
     Args:
       source: the shards and their recorded counts (see split_source).
@@ -247,6 +302,9 @@ def make_dataset(
         and leaves normalization to the model's first layer.
       repeat: repeat forever; None repeats in TRAIN mode only.
       seed: seeds the shard-order and record shuffles.
+      shard: this worker's share of the split (choose_shard); None reads all of it.
+        `batch_size` stays the global batch: tf.distribute gives each step's replicas
+        their parts of the batches of every worker's share.
 
     Returns:
       A dataset of (images [B, S, S, 3] uint8 or float32, labels [B] int32). A corrupt or
@@ -259,7 +317,7 @@ def make_dataset(
     if training and memory.decoded:
         raise ValueError("TRAIN images are augmented each pass: their decode cannot be cached")
     repeat = training if repeat is None else repeat
-    records = read_records(source, mode, seed)
+    records = read_records(source, mode, seed, shard)
     if memory.cache and not memory.decoded:
         records = records.cache()
     if repeat and not memory.decoded:
@@ -296,7 +354,8 @@ def make_dataset(
     options.deterministic = not training
     options.autotune.enabled = True
     options.autotune.ram_budget = int(memory.autotune_ram_budget)
-    # The auto-shard rewrite would strip the assert_cardinality count check.
+    # The auto-shard rewrite would strip the assert_cardinality count check, and shard
+    # after the decode; read_records takes a worker's share itself.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return dataset.with_options(options)
 

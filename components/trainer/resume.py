@@ -206,6 +206,9 @@ def fingerprint(
     settings = config_loader.to_dict(config)
     for name in NOT_FINGERPRINTED:
         settings.pop(name, None)
+    if settings.get("workers") == 1:
+        # One worker, as before the setting existed: earlier fingerprints still hold.
+        del settings["workers"]
     inputs = {
         "examples": _digest(fileio.read_bytes(os.path.join(examples_uri, MANIFEST_FILE))),
         "statistics": (

@@ -11,9 +11,10 @@ from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.storage import fileio
 
 TRAINING_SUMMARY_FILE = "training_summary.json"
-VERSION = 2
-# Version 2 added label_audit (with a default), so a version 1 file still reads.
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+# Version 2 added label_audit, version 3 distribution (with defaults), so the earlier
+# files still read.
+READABLE_VERSIONS = (1, 2, 3)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +56,25 @@ class Resumption:
 
 
 @dataclasses.dataclass(frozen=True)
+class Distribution:
+    """How training was spread out (devices.py, docs/distributed-training.md).
+
+    Attributes:
+      strategy: single, mirrored or multi_worker_mirrored ("" in a summary before it).
+      workers: the worker processes that trained together.
+      replicas: the replicas in sync over all of them.
+      global_batch: images per optimizer step: the per-replica batch x replicas.
+      communication: the all-reduce of several workers (RING, NCCL), "" with one.
+    """
+
+    strategy: str = ""
+    workers: int = 1
+    replicas: int = 1
+    global_batch: int = 0
+    communication: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainingSummary:
     backbone: str
     image_size: int
@@ -69,6 +89,7 @@ class TrainingSummary:
     # The label audit of the eval split by the trained model (candidate_audit.py).
     label_audit: LabelAudit | None = None
     window: str = ""
+    distribution: Distribution = Distribution()
 
 
 def write(model_run_uri: str, summary: TrainingSummary) -> None:

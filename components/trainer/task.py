@@ -12,12 +12,14 @@ import dataclasses
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import attr
 import keras
 import tensorflow as tf
 from absl import logging
+from tfx.components.trainer import fn_args_utils
 
 from imgpipe.components.common.formats import (
     artifacts,
@@ -32,10 +34,12 @@ from imgpipe.components.common.runtime import allocator
 from imgpipe.components.common.storage import outputs, staging
 from imgpipe.components.trainer import (
     candidate_audit,
+    cluster,
     datasets,
     devices,
     export,
     fitting,
+    memory,
     resume,
     warm_start,
 )
@@ -43,6 +47,7 @@ from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer import summary as summary_lib
 from imgpipe.components.trainer import window as window_lib
+from imgpipe.components.trainer import workers as workers_lib
 from imgpipe.components.trainer.config import (
     CHAMPION_URI_KEY,
     IMAGE_STATISTICS_URI_KEY,
@@ -159,7 +164,8 @@ def run_fn(fn_args) -> None:
                 for source, split in ((train_source, train_split), (eval_source, eval_split))
             )
         run_dir = stack.enter_context(staging.local_folder(fn_args.model_run_dir, "imgpipe-run-"))
-        _train(
+        train = _train if config.workers == 1 else _train_on_workers
+        train(
             attr.evolve(fn_args, model_run_dir=run_dir),
             config,
             labels,
@@ -264,7 +270,51 @@ def _train_and_export(
     sources: Sources,
     inputs: model_input.ModelInput,
 ) -> None:
-    strategy = devices.make_strategy(plan)
+    trained = fit_model(
+        fn_args, config, (plan, devices.make_strategy(plan)), labels, sources, inputs
+    )
+    audit = _publish(
+        fn_args,
+        config,
+        labels,
+        lambda folder: _export(trained, folder, config, labels, inputs, sources.statistics_uri),
+    )
+    summary_lib.write(
+        fn_args.model_run_dir, dataclasses.replace(trained.summary, label_audit=audit)
+    )
+    resume.remove(sources.backups[0])
+    logging.info("Exported %s", fn_args.serving_model_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """A trained model, with its run summary (the label audit not yet in it) and the
+    record of what it was trained on (served_models.TRAINING_FILE)."""
+
+    model: keras.Model
+    summary: summary_lib.TrainingSummary
+    training: dict[str, Any]
+
+
+def fit_model(
+    fn_args,
+    config: TrainerConfig,
+    placement: tuple[devices.DevicePlan, tf.distribute.Strategy],
+    labels: list[str],
+    sources: Sources,
+    inputs: model_input.ModelInput,
+    worker: tuple[int, int] = (1, 0),
+) -> Trained:
+    """Builds the model, resumes from a backup if there is one, and trains it.
+
+    Args:
+      placement: the device plan, and the strategy that carries it out.
+      worker: (workers, this worker's index) of a training on several workers, which
+        each read their share of the data; only worker 0 publishes backups and writes
+        TensorBoard's sample images.
+    """
+    plan, strategy = placement
+    chief = worker[1] == 0
     global_batch = config.batch_size * plan.replicas
     steps_per_epoch, epochs = _schedule(
         fn_args.train_steps,
@@ -291,14 +341,18 @@ def _train_and_export(
         model, strategy, config, phases, resume.find(folder, fingerprint, base.plan)
     )
     base = dataclasses.replace(base, data_seed=resume.data_seed(config.seed, found.state))
-    run = _run(fn_args, config, model, strategy, sources, global_batch, inputs, base.data_seed)
+    run = _run(
+        fn_args, config, model, strategy, sources, global_batch, inputs, base.data_seed, worker
+    )
     progress = fitting.fit_phases(
         run,
         phases,
         (folder, base),
         (found.state, best_weights),
         lambda log_dir, stopping, backup: _callbacks(config, log_dir, stopping, backup),
-        datasets.sample_callbacks(config, sources.train, fn_args.model_run_dir, inputs),
+        datasets.sample_callbacks(config, sources.train, fn_args.model_run_dir, inputs)
+        if chief
+        else [],
     )
     training = {
         "digest": sources.training_digest,
@@ -309,27 +363,30 @@ def _train_and_export(
         "warm_start": warm.status,
         "epochs": sum(p.epochs for p in phases),
         "steps_per_epoch": steps_per_epoch,
+        "global_batch": global_batch,
+        "workers": plan.workers,
     }
-    audit = _export(fn_args, model, config, labels, inputs, sources.statistics_uri, training)
     accuracies = [p.val_accuracy for p in progress if p.val_accuracy is not None]
-    summary_lib.write(
-        fn_args.model_run_dir,
-        summary_lib.TrainingSummary(
-            backbone=config.backbone,
-            image_size=config.input_size,
-            weights=config.weights,
-            warm_start=warm.status,
-            warm_start_note=warm.note,
-            steps_per_epoch=steps_per_epoch,
-            phases=resume.summary_phases(phases, progress),
-            val_accuracy=accuracies[-1] if accuracies else None,
-            resume=found.resumption(),
-            label_audit=audit,
-            window=window_lib.describe(sources.window),
+    summary = summary_lib.TrainingSummary(
+        backbone=config.backbone,
+        image_size=config.input_size,
+        weights=config.weights,
+        warm_start=warm.status,
+        warm_start_note=warm.note,
+        steps_per_epoch=steps_per_epoch,
+        phases=resume.summary_phases(phases, progress),
+        val_accuracy=accuracies[-1] if accuracies else None,
+        resume=found.resumption(),
+        window=window_lib.describe(sources.window),
+        distribution=summary_lib.Distribution(
+            plan.strategy,
+            plan.workers,
+            plan.replicas,
+            global_batch,
+            devices.all_reduce(plan),
         ),
     )
-    resume.remove(folder)
-    logging.info("Exported %s", fn_args.serving_model_dir)
+    return Trained(model, summary, training)
 
 
 def _build(
@@ -364,11 +421,12 @@ def _run(
     global_batch: int,
     inputs: model_input.ModelInput,
     seed: int,
+    worker: tuple[int, int] = (1, 0),
 ) -> fitting.Run:
-    """The input pipelines, with what fit() needs beside them."""
+    """The input pipelines (of this worker's share), with what fit() needs beside them."""
     eval_steps = fn_args.eval_steps or None
     train_ds, eval_ds = datasets.make_datasets(
-        config, (sources.train, sources.eval), global_batch, inputs, eval_steps, seed
+        config, (sources.train, sources.eval), global_batch, inputs, eval_steps, seed, worker
     )
     return fitting.Run(
         model,
@@ -381,23 +439,43 @@ def _run(
         eval_steps,
         global_batch,
         fn_args.model_run_dir,
+        chief=worker[1] == 0,
     )
 
 
 def _export(
-    fn_args,
-    model: keras.Model,
+    trained: Trained,
+    folder: str,
     config: TrainerConfig,
     labels: list[str],
     inputs: model_input.ModelInput,
     statistics_uri: str | None,
-    training: dict[str, Any],
+) -> None:
+    """Writes the serving model into `folder` (export.py)."""
+    export.export_serving_model(
+        trained.model,
+        folder,
+        labels,
+        inputs,
+        config.feature_key_map,
+        statistics_uri=statistics_uri,
+        training=trained.training,
+    )
+
+
+def _publish(
+    fn_args,
+    config: TrainerConfig,
+    labels: list[str],
+    write: Callable[[str], None],
 ) -> image_stats.LabelAudit | None:
-    """Publishes the serving model into the model artifact; returns the candidate's label
-    audit on the eval split (candidate_audit.py), run on the export.
+    """Publishes the serving model, which `write(folder)` writes into a local folder,
+    into the model artifact; returns the candidate's label audit on the eval split
+    (candidate_audit.py), run on the export.
 
     TFX's model artifact holds Format-Serving/ (fn_args.serving_model_dir) only. It is
-    exported aside, then moved into place, so a retried Trainer never mixes exports.
+    exported aside, then moved into place, so a retried Trainer never mixes exports, and
+    a `write` that fails publishes nothing.
     """
     model_dir, serving_subdir = os.path.split(fn_args.serving_model_dir.rstrip("/"))
     examples_uri, eval_split = examples_uri_and_split(fn_args.eval_files[0])
@@ -405,15 +483,7 @@ def _export(
 
     def export_and_audit(folder: str) -> None:
         with staging.local_folder(folder, "imgpipe-export-") as local:
-            export.export_serving_model(
-                model,
-                local,
-                labels,
-                inputs,
-                config.feature_key_map,
-                statistics_uri=statistics_uri,
-                training=training,
-            )
+            write(local)
             audits.append(
                 candidate_audit.audit_candidate(
                     local, labels, examples_uri, eval_split, config.feature_key_map
@@ -422,6 +492,134 @@ def _export(
 
     outputs.publish_folder(model_dir, serving_subdir, export_and_audit)
     return audits[-1] if audits else None
+
+
+# --- several workers (trainer.workers > 1; docs/distributed-training.md) ----------------
+
+# The workers' logs, in the model_run artifact.
+WORKER_LOGS_DIR = "workers"
+
+# The FnArgs fields a worker trains with.
+_WORKER_FN_ARGS = (
+    "train_files",
+    "eval_files",
+    "train_steps",
+    "eval_steps",
+    "serving_model_dir",
+    "model_run_dir",
+    "custom_config",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerJob:
+    """What every worker process of a training on several workers trains, as the
+    Trainer's process prepared it (workers.py pickles it into the job's folder).
+
+    Attributes:
+      fn_args: the FnArgs fields the training reads (_WORKER_FN_ARGS).
+      export_dir: where the chief exports the serving model.
+      result_dir: where the chief writes its run summary.
+    """
+
+    fn_args: dict[str, Any]
+    config: TrainerConfig
+    labels: list[str]
+    sources: Sources
+    inputs: model_input.ModelInput
+    export_dir: str
+    result_dir: str
+    timeouts: cluster.Timeouts = cluster.Timeouts()
+
+
+def _train_on_workers(
+    fn_args,
+    config: TrainerConfig,
+    labels: list[str],
+    sources: Sources,
+    inputs: model_input.ModelInput,
+) -> None:
+    """Trains on config.workers processes of this machine (workers.py), the chief
+    exporting into the model artifact's work folder, which is published only once every
+    worker has finished; then writes the run summary, and removes the backups.
+
+    Raises:
+      ValueError: trainer.workers cannot run here (more workers than training images,
+        GPUs that do not divide among them), naming the setting and the fix.
+      WorkersFailed: a worker failed; nothing was published.
+    """
+    records = sources.train.records
+    if records is not None and config.workers > records:
+        raise ValueError(
+            f"trainer.workers={config.workers} is more than the {records} images of "
+            f"{sources.train.name}: each worker needs a share; set trainer.workers to "
+            f"{records} or fewer"
+        )
+    physical = tf.config.list_physical_devices("GPU")
+    gpus = workers_lib.assign_gpus(
+        workers_lib.visible_gpu_ids(len(physical)), config.num_gpus, config.workers
+    )
+    per_worker = dataclasses.replace(
+        config,
+        # The workers share this machine's memory: each plans with its part.
+        ram_budget_mb=(config.ram_budget_mb or memory.available_memory_bytes() / 2 / memory.MB)
+        / config.workers,
+    )
+    devices.plan_devices(  # refuses mixed precision on without GPUs, before any start
+        ["GPU"] * (config.num_gpus or 0), ["CPU"], None, config.mixed_precision
+    )
+    log_dir = os.path.join(fn_args.model_run_dir, WORKER_LOGS_DIR)
+    fields = {name: getattr(fn_args, name) for name in _WORKER_FN_ARGS}
+    with tempfile.TemporaryDirectory(prefix="imgpipe-workers-") as folder:
+        result_dir = os.path.join(folder, "result")
+
+        def train(export_dir: str) -> None:
+            job = WorkerJob(fields, per_worker, labels, sources, inputs, export_dir, result_dir)
+            logging.info("Trainer: %d workers on this machine (logs: %s)", config.workers, log_dir)
+            workers_lib.run(job, config.workers, folder, log_dir, gpus)
+
+        audit = _publish(fn_args, config, labels, train)
+        trained = summary_lib.read_if_present(result_dir)
+    if trained is None:
+        raise workers_lib.WorkersFailed(f"the chief worker wrote no summary into {result_dir}")
+    summary_lib.write(fn_args.model_run_dir, dataclasses.replace(trained, label_audit=audit))
+    resume.remove(sources.backups[0])
+    logging.info("Exported %s", fn_args.serving_model_dir)
+
+
+def train_worker(job: WorkerJob, member: cluster.Member, strategy: tf.distribute.Strategy) -> None:
+    """One worker's part (worker.py runs it, after cluster.connect): trains on its share
+    of the data in step with the others; the chief exports into job.export_dir and writes
+    the run summary into job.result_dir, the others export into temporary folders that
+    are removed (an export may read variables through collectives that all must join),
+    and keep their TensorBoard logs in one too."""
+    plan = devices.multi_worker_plan(
+        strategy.extended.worker_devices, member.workers, job.config.mixed_precision
+    )
+    devices.log_plan(plan)
+    devices.apply_precision(plan)
+    with contextlib.ExitStack() as stack:
+        fields = dict(job.fn_args)
+        if not member.chief:
+            fields["model_run_dir"] = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="imgpipe-worker-run-")
+            )
+        fn_args = fn_args_utils.FnArgs(**fields)
+        trained = fit_model(
+            fn_args,
+            job.config,
+            (plan, strategy),
+            job.labels,
+            job.sources,
+            job.inputs,
+            (member.workers, member.index),
+        )
+        folder = job.export_dir
+        if not member.chief:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="imgpipe-export-"))
+        _export(trained, folder, job.config, job.labels, job.inputs, job.sources.statistics_uri)
+        if member.chief:
+            summary_lib.write(job.result_dir, trained.summary)
 
 
 def _schedule(
