@@ -41,7 +41,7 @@ def is_out_of_space(error: BaseException | None) -> bool:
 
 
 # The setting that moves most steps' output elsewhere.
-OUTPUT_SETTING = "--pipeline-root, the output folder"
+OUTPUT_SETTING = "the output (--pipeline-root, the output folder)"
 
 
 def explain(
