@@ -47,14 +47,22 @@ RUN set -e; cd /tmp; \
       *) echo "VARIANT must be cpu or gpu, not '$VARIANT'" >&2; exit 1 ;; \
     esac; \
     awk '/^[^ #]/ { keep = /^(setuptools|wheel)==/ } keep' image.lock > build-tools.lock; \
-    pip install --require-virtualenv --no-index --find-links /tmp/wheels --require-hashes --no-deps -r build-tools.lock; \
+    pip install --require-virtualenv --no-compile --no-index --find-links /tmp/wheels --require-hashes --no-deps -r build-tools.lock; \
     python3 /tmp/runtime-lock requirements "$VARIANT" /tmp/pyproject.toml > runtime.in; \
     python3 /tmp/runtime-lock pins image.lock > pins.txt; \
     pip install --dry-run --ignore-installed --quiet --report runtime.json --no-index --find-links /tmp/wheels -c pins.txt -r runtime.in; \
     python3 /tmp/runtime-lock subset image.lock runtime.json > runtime.lock; \
-    pip install --require-virtualenv --no-index --find-links /tmp/wheels --no-build-isolation --require-hashes --no-deps -r runtime.lock; \
+    pip install --require-virtualenv --no-compile --no-index --find-links /tmp/wheels --no-build-isolation --require-hashes --no-deps -r runtime.lock; \
     pip check
-RUN find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +
+# Bytecode for the whole venv, compiled here once: the runtime user (uid 1000) cannot
+# write into the root-owned venv, so a module without a .pyc would be compiled from
+# source at every import of every step (TensorFlow, TFX, Beam and TFDV: minutes). The
+# .pyc files are hash-based, not timestamp-based: they record the source's hash, so the
+# same inputs give the same bytes whenever they are built. `unchecked-hash`: Python
+# trusts them without reading the source again, as nothing in an image edits its files.
+# -f rewrites the few timestamp-based ones that venv and pip wrote (pip itself is told
+# --no-compile above).
+RUN python3 -m compileall -q -f -j 0 --invalidation-mode unchecked-hash /opt/venv
 
 # ---- build stage: the project, installed into that venv --------------------------------
 FROM deps AS build
@@ -84,8 +92,8 @@ RUN set -e; test -n "$IMAGE_TAG" || { echo "IMAGE_TAG is not set: build with mak
     printf '"""Written by the Dockerfile: the tag and variant of the image this package is in."""\n\nTAG = "%s"\nVARIANT = "%s"\n' \
       "$IMAGE_TAG" "$VARIANT" > /src/pipelines/_image_build.py; \
     pip install --require-virtualenv --no-deps --no-build-isolation /src; \
-    find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +; \
     site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"; \
+    python -m compileall -q -f --invalidation-mode unchecked-hash "$site/imgpipe"; \
     mkdir -p "/opt/project$site" /opt/project/opt/venv/bin; \
     cp -a "$site/imgpipe" "$site"/tfx_image_pipeline-*.dist-info "/opt/project$site/"; \
     cp -a /opt/venv/bin/imgpipe /opt/project/opt/venv/bin/
@@ -95,6 +103,11 @@ FROM ${RUNTIME_BASE}
 
 RUN groupadd --gid 1000 imgpipe \
  && useradd --uid 1000 --gid imgpipe --create-home --shell /usr/sbin/nologin imgpipe
+# The base's standard library, compiled where it has no bytecode yet (Debian's package
+# compiles it when installed; this catches a base that ships sources only), for the same
+# reason as the venv's.
+RUN python3 -m compileall -q -j 0 --invalidation-mode unchecked-hash \
+      "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')"
 # The lock's venv, then the project's files in it (/opt/project mirrors their paths): a
 # source edit adds a small layer, not another copy of the whole venv.
 COPY --from=deps /opt/venv /opt/venv

@@ -364,3 +364,17 @@ def test_a_step_without_complete_outputs_is_reported_with_the_end_of_its_log(tmp
         local_docker.check_outputs(spec, str(tmp_path), tails)
     os.makedirs(tmp_path / "gone")
     local_docker.check_outputs(spec, str(tmp_path), tails)
+
+
+@pytest.mark.unit
+def test_the_run_folder_is_kfp_locals_not_a_serving_folder_the_run_made(tmp_path):
+    """A serving directory under the pipeline root that the run's ChampionResolver made
+    sorts after the run's folder; taken for it, a run that pushed was reported failed."""
+    spec = {**_two_step_spec(), "pipelineInfo": {"name": "docker-test"}}
+    (tmp_path / "data").mkdir()
+    before = set(os.listdir(tmp_path))
+    run = "docker-test-2026-11-27-16-36-42-044618"
+    for name in (run, "serving", "docker-test-serving"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "docker-test-2026-11-27-16-36-43-000000").write_text("")  # not a folder
+    assert local_docker.run_folders(spec, str(tmp_path), before) == [run]

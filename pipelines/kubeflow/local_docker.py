@@ -283,6 +283,19 @@ def _order(spec: Mapping[str, Any], task: str) -> tuple[int, str]:
     return depth, task
 
 
+def run_folders(spec: Mapping[str, Any], pipeline_root: str, before: set[str]) -> list[str]:
+    """The run folders kfp.local made under the pipeline root since `before` was listed,
+    oldest first: `<pipeline name>-<%Y-%m-%d-%H-%M-%S-%f>`
+    (executor_input_utils.get_local_pipeline_resource_name). Not the other new entries: a
+    serving directory under the pipeline root is made by the run's ChampionResolver."""
+    name = re.compile(re.escape(spec["pipelineInfo"]["name"]) + r"-\d{4}(?:-\d{2}){5}-\d{6}")
+    return sorted(
+        entry
+        for entry in set(os.listdir(pipeline_root)) - before
+        if name.fullmatch(entry) and os.path.isdir(os.path.join(pipeline_root, entry))
+    )
+
+
 def load_spec(package: str) -> dict[str, Any]:
     """The PipelineSpec document of a compiled package (the first YAML document)."""
     import yaml
@@ -344,7 +357,7 @@ def run_package(
             raise LocalRunError(
                 f"step {tails.task}: the Docker engine refused it: {_docker_reason(e)}"
             ) from None
-    runs = sorted(set(os.listdir(pipeline_root)) - before)
+    runs = run_folders(spec, pipeline_root, before)
     if not runs:  # the first step wrote nothing
         by_folder = {folder: task for task, folder in task_folders(spec).items()}
         task = by_folder.get(tails.task, tails.task or "?")
