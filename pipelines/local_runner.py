@@ -236,6 +236,7 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
     lines = [
         f"data                 {config.data_root}"
         + (f" (span {span})" if span is not None else ""),
+        *conversion_lines(examples.uri if examples else None),
         *champion_lines(result.uri(ids.CHAMPION, pl.CHAMPION_KEY)),
         f"model (trained)      {result.uri(ids.TRAINER, keys.MODEL_KEY) or 'not produced'}",
         *drift_lines(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)),
@@ -306,6 +307,24 @@ def distribution_lines(distribution: Any) -> list[str]:
         f"replica{'s' if distribution.replicas > 1 else ''}, global batch "
         f"{distribution.global_batch}"
     ]
+
+
+def conversion_lines(examples_uri: str | None) -> list[str]:
+    """What ImageExampleGen wrote of the span, and the files it skipped, with where each
+    one's reason is listed."""
+    from imgpipe.components.common.formats import conversion_summary
+    from imgpipe.components.common.formats.layout import SKIPPED_FILE
+
+    converted = conversion_summary.read_if_present(examples_uri) if examples_uri else None
+    if converted is None:
+        return []
+    line = (
+        f"images               {converted.written} written of {converted.files_seen} files seen"
+        f", {converted.skipped} skipped, {converted.ignored} ignored"
+    )
+    if converted.skipped:
+        line += f" (each skipped file and why: {os.path.join(examples_uri or '', SKIPPED_FILE)})"
+    return [line]
 
 
 def champion_lines(champion_uri: str | None) -> list[str]:

@@ -858,7 +858,7 @@ def test_executor_checks_drift_against_the_served_models_training_data(tmp_path)
     fail_on_drift decides between stopping and warning."""
     from tfx.types import artifact_utils, standard_artifacts
 
-    from imgpipe.components.common.formats import served_models
+    from imgpipe.components.common.formats import served_models, spans
     from imgpipe.components.common.formats.artifact_types import ImageStatisticsArtifact
     from imgpipe.components.image_statistics import drift
     from tests import imagegen
@@ -869,7 +869,14 @@ def test_executor_checks_drift_against_the_served_models_training_data(tmp_path)
         Executor.Context(beam_pipeline_args=["--direct_num_workers=1"], tmp_dir=str(tmp_path))
     )
 
-    def run(name: str, per_class: int, fail_on_drift: bool = True, grayscale: bool = False):
+    def run(
+        name: str,
+        per_class: int,
+        fail_on_drift: bool = True,
+        grayscale: bool = False,
+        span: int | None = None,
+        accept: int | None = None,
+    ):
         images, converted = tmp_path / name, str(tmp_path / f"{name}-examples")
         imagegen.make_colour_folder(str(images), per_class, grayscale=grayscale)
         run_conversion(
@@ -878,6 +885,8 @@ def test_executor_checks_drift_against_the_served_models_training_data(tmp_path)
         examples = standard_artifacts.Examples()
         examples.uri = converted
         examples.split_names = artifact_utils.encode_split_names(SPLITS)
+        if span is not None:
+            examples.set_int_custom_property("span", span)
         output = ImageStatisticsArtifact()
         output.uri = str(tmp_path / f"{name}-statistics")
         config = StatisticsConfig(sample_thumbnails=0, fail_on_drift=fail_on_drift)
@@ -885,6 +894,7 @@ def test_executor_checks_drift_against_the_served_models_training_data(tmp_path)
             spec.IMAGE_SIZE_KEY: 32,
             spec.CROP_FRACTION_KEY: 1.0,
             spec.STATISTICS_CONFIG_KEY: config_loader.to_json(config),
+            spec.ACCEPT_DRIFT_SPAN_KEY: spec.NO_SPAN if accept is None else accept,
         }
         # A run's head: the champion resolved (and the serving lease given back after).
         champion = th.resolve_champion(str(tmp_path / f"{name}-run"), str(serving))
@@ -933,6 +943,23 @@ def test_executor_checks_drift_against_the_served_models_training_data(tmp_path)
     assert len(drift_lines) == len(drifted)
     report = (tmp_path / "span4-warned-statistics" / layout.REPORT_FILE).read_text()
     assert f'data-metric="{drift.STD_RATIO}" data-drifted="true"' in report
+
+    # Accepted for span 5, the change is recorded beside champion 1700000000: span 6,
+    # grey too, passes as that change, said so, until another model is pushed.
+    accepted = schema.read(run("span5", 24, grayscale=True, span=5, accept=5))
+    assert accepted.drift.accepted.startswith("span 5: accepted by accept_drift_span: ")
+    assert os.listdir(serving / ".accepted-drift") == ["1700000000-span-5.json"]
+    again = schema.read(run("span6", 24, grayscale=True, span=6))
+    assert again.drift.accepted.startswith(
+        "span 6: the change accepted at span 5 against champion 1700000000, not served yet: "
+    )
+    # A span let through by an acceptance waits, in the window, for a push trained on it.
+    admitted = {s.span: s.accepted for s in spans.admitted(str(serving))}
+    assert admitted == {5: True, 6: True}
+    shutil.copytree(serving / "1700000000", serving / "1700000100")
+    with pytest.raises(anomaly_lib.AnomaliesFoundError):
+        run("span7", 24, grayscale=True, span=7)  # another champion: the change is new to it
+    assert 7 not in {s.span for s in spans.admitted(str(serving))}
 
 
 def test_the_strict_jpeg_check_finds_what_tensorflow_passes_over_and_can_be_turned_off():

@@ -66,6 +66,7 @@ def test_run_local_with_defaults_learns_pushes_and_a_rerun_pushes_nothing_new(tm
     assert lines["blessing"].startswith("blessed: accuracy")
     assert "no comparison (no complete push in" in lines["eval accuracy"]
     assert lines["data"] == f"{data} (span 0)"
+    assert lines["images"] == "600 written of 600 files seen, 0 skipped, 0 ignored"
     report = lines["image report"]
     assert report.endswith("report.html") and os.path.isfile(report)
 
@@ -188,3 +189,20 @@ def test_a_validation_folder_is_evaluated_and_the_data_gate_advice_can_be_follow
     serving = tmp_path / "serving"
     pushed = [n for n in os.listdir(serving) if n.isdigit()] if serving.exists() else []
     assert len(pushed) == int(evaluation.decision.blessed)
+
+
+@pytest.mark.component
+def test_the_summary_counts_what_conversion_skipped_and_names_where(tmp_path):
+    from tests import trainer_helpers as th
+
+    images = str(tmp_path / "images")
+    imagegen.make_image_folder(images, {"a": 4, "b": 4})
+    with open(os.path.join(images, "a", "notes.jpg"), "w") as f:
+        f.write("not an image")  # a file named as an image: skipped, with its reason
+    examples = str(tmp_path / "examples")
+    th.convert(images, examples, num_shards=1)
+    assert local_runner.conversion_lines(examples) == [
+        "images               8 written of 9 files seen, 1 skipped, 0 ignored (each skipped "
+        f"file and why: {os.path.join(examples, layout.SKIPPED_FILE)})"
+    ]
+    assert local_runner.conversion_lines(None) == []
