@@ -42,7 +42,16 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=3000)
     parser.add_argument(
         "--only",
-        choices=["convert", "stats", "input", "validation", "scale", "cli", "retraining"],
+        choices=[
+            "convert",
+            "stats",
+            "input",
+            "validation",
+            "scale",
+            "cli",
+            "retraining",
+            "distributed",
+        ],
         action="append",
     )
     parser.add_argument(
@@ -100,6 +109,10 @@ def _run(args: argparse.Namespace, selected: set[str]) -> None:
         from benchmarks import convert_bench
 
         results["image_example_gen"] = convert_bench.run(photos)
+    if "distributed" in selected:
+        from benchmarks import distributed_bench
+
+        results["distributed_training"] = distributed_bench.run(convert_bench_shards(photos))
     if selected & {"stats", "input", "validation"}:
         shards = convert_bench_shards(photos)
         if "stats" in selected:
