@@ -289,7 +289,8 @@ def test_the_flink_deployment_uses_known_fields_and_pod_templates_that_validate(
 
 
 def test_the_flink_deployment_matches_the_local_cluster_and_runs_the_worker_pool_sidecar():
-    from imgpipe.pipelines.engines import flink, flink_image
+    from imgpipe.pipelines.engines import flink
+    from tests import flink_image
 
     spec = _flink_deployment()["spec"]
     assert spec["image"].startswith(f"flink:{flink.FLINK_VERSION}-")

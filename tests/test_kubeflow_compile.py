@@ -614,6 +614,15 @@ def test_run_local_reads_each_steps_outputs_into_the_run_summary(compiled, tmp_p
     assert any(
         line.startswith("champion             none: no serving_dir is set") for line in lines
     )
+    # A run that stopped with the lease still held (a step killed, one not ours failed)
+    # gives it back when kfp.local returns.
+    from imgpipe.components.common.storage import serving_lock
+
+    serving = str(tmp_path / "serving")
+    lease = serving_lock.acquire(serving, "the-run")
+    champion.write(resolved_uri, champion.resolve(serving, lease_token=lease.token))
+    local_docker.release_lease(spec, str(tmp_path / "run"))
+    assert serving_lock.current(serving) is None
 
 
 def test_a_missing_image_is_named_with_the_build_that_makes_it():

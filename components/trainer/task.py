@@ -207,7 +207,9 @@ def choose_window(
             return f"its examples {examples_uri} cannot be read ({' '.join(str(e).split())[:200]})"
         return ""
 
-    chosen = window_lib.choose(admitted, span, labels, config.spans, missing)
+    champion = resolved.model if resolved is not None else None
+    served = champion.training().get("spans", []) if champion is not None else []
+    chosen = window_lib.choose(admitted, span, labels, config.spans, missing, served)
     logging.info("Trainer: trains on %s", window_lib.describe(chosen))
     return chosen
 

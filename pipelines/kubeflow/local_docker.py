@@ -363,10 +363,30 @@ def run_package(
         task = by_folder.get(tails.task, tails.task or "?")
         raise LocalRunError(step_failure(task, "wrote nothing", tails.tail(tails.task)))
     run_dir = os.path.join(pipeline_root, runs[-1])
+    # A run that stopped at a step that is not ours, or was killed, gives its serving
+    # lease back here, as a local run does when its runner ends.
+    release_lease(spec, run_dir)
     check_outputs(spec, run_dir, tails)
     if failure:
         raise LocalRunError(f"kfp.local: {_strip_colour(failure)}")
     return run_dir
+
+
+def release_lease(spec: Mapping[str, Any], run_dir: str) -> None:
+    """Gives back the serving lease the run's ChampionResolver took, if still held."""
+    from imgpipe.components.common.formats import champion
+    from imgpipe.components.common.storage import serving_lock
+    from imgpipe.pipelines import component_ids as ids
+    from imgpipe.pipelines.pipeline import CHAMPION_KEY
+
+    node = run_result(spec, run_dir).nodes.get(ids.CHAMPION)
+    artifacts = node.outputs.get(CHAMPION_KEY, []) if node else []
+    try:
+        resolved = champion.read(artifacts[0].uri) if artifacts else None
+    except (OSError, ValueError):  # the resolver did not finish: it holds nothing
+        return
+    if resolved is not None and resolved.lease_token:
+        serving_lock.release(resolved.serving_dir, resolved.lease_token)
 
 
 def run_result(spec: Mapping[str, Any], run_dir: str) -> Any:
