@@ -63,6 +63,29 @@ def test_the_lease_is_taken_and_given_back_on_each_store(store):
     fileio.remove(store.uri("lease"))
 
 
+def test_the_lease_heartbeats_and_is_checked_writable_on_each_store(store, monkeypatch):
+    """The run's lease renews and hands on through the store's own writes, and a serving
+    folder in a bucket that does not exist is refused before any step, in one line."""
+    import time
+
+    monkeypatch.setattr(serving_lock, "BEAT_SECONDS", 0.05)
+    serving = store.uri("beat", "serving")
+    serving_lock.check_writable(serving)
+    lease = serving_lock.acquire(serving, "run-1")
+    with serving_lock.hold(serving, lease.token):
+        first = serving_lock.current(serving)
+        time.sleep(0.5)
+        assert serving_lock.current(serving).beat > first.beat
+    assert not serving_lock.current(serving).working
+    assert serving_lock.release(serving, lease.token)
+    fileio.remove(store.uri("beat"))
+    missing = f"{store.scheme}{object_stores.BUCKET}-that-does-not-exist/serving"
+    started = time.monotonic()
+    with pytest.raises(serving_lock.ServingDirError, match="cannot be written"):
+        serving_lock.check_writable(missing)
+    assert time.monotonic() - started < 60
+
+
 def test_two_retrains_at_once_take_turns_on_s3(s3, tmp_path, monkeypatch):
     from tests import test_evaluator as te
     from tests.test_serving_folder_runs import check_they_took_turns, export, retrain_at_once

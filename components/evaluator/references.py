@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
+import tempfile
 from collections.abc import Iterator
 
 import tensorflow as tf
@@ -21,16 +23,19 @@ from absl import logging
 from imgpipe.components.common.formats import artifacts, label_map, layout, manifest, served_models
 from imgpipe.components.common.formats import reference_sets as sets
 from imgpipe.components.common.formats.features import DEFAULT_KEY_MAP
-from imgpipe.components.common.storage import fileio
+from imgpipe.components.common.storage import fileio, staging
 
 # What reading the champion's reference set can raise when it is missing or damaged.
 _READ_ERRORS = (OSError, ValueError, KeyError, tf.errors.OpError)
 SHARD_NAME = f"{layout.SHARD_PREFIX}-00000-of-00001{layout.GZIP_SUFFIX}"
 
 
-def _records(reference: sets.ReferenceSet) -> Iterator[tuple[str, bytes, tf.train.Example]]:
-    """(class name, image digest, example) of every record, in file order."""
-    for shard in reference.shards:
+def _records(
+    reference: sets.ReferenceSet, local: str
+) -> Iterator[tuple[str, bytes, tf.train.Example]]:
+    """(class name, image digest, example) of every record, in file order; shards on an
+    object store are copied into the local folder `local` first (TensorFlow reads them)."""
+    for shard in staging.stage_files(reference.shards, local, reference.uri):
         dataset = tf.data.TFRecordDataset(shard, artifacts.shard_compression(shard))
         for serialized in dataset.as_numpy_iterator():
             example = tf.train.Example.FromString(serialized)
@@ -69,16 +74,20 @@ def write_grown(
     seen: set[bytes] = set()
     fileio.makedirs(folder)
     options = tf.io.TFRecordOptions(compression_type="GZIP")
-    with tf.io.TFRecordWriter(os.path.join(folder, SHARD_NAME), options) as writer:
-        for source in sources:
-            for name, digest, example in _records(source):
-                if kept[name] >= per_class or digest in seen:
-                    continue
-                seen.add(digest)
-                kept[name] += 1
-                label = example.features.feature[DEFAULT_KEY_MAP.label].int64_list
-                label.value[0] = ids[name]
-                writer.write(example.SerializeToString())
+    with tempfile.TemporaryDirectory(prefix="imgpipe-reference-") as local:
+        shard = os.path.join(local, SHARD_NAME)
+        with tf.io.TFRecordWriter(shard, options) as writer:
+            for index, source in enumerate(sources):
+                for name, digest, example in _records(source, os.path.join(local, str(index))):
+                    if kept[name] >= per_class or digest in seen:
+                        continue
+                    seen.add(digest)
+                    kept[name] += 1
+                    label = example.features.feature[DEFAULT_KEY_MAP.label].int64_list
+                    label.value[0] = ids[name]
+                    writer.write(example.SerializeToString())
+        # Through the file seam: the blessing may be on an object store.
+        fileio.copy(shard, posixpath.join(folder, SHARD_NAME), overwrite=True)
     label_map.write(folder, labels)
     names = [SHARD_NAME, layout.LABEL_MAP_FILE, layout.LABELS_TXT_FILE]
     manifest.write(folder, manifest.describe(folder, names))
