@@ -896,16 +896,9 @@ def test_executor_checks_drift_against_the_served_models_training_data(tmp_path)
             spec.STATISTICS_CONFIG_KEY: config_loader.to_json(config),
             spec.ACCEPT_DRIFT_SPAN_KEY: spec.NO_SPAN if accept is None else accept,
         }
-        # A run's head: the champion resolved (and the serving lease given back after).
-        champion = th.resolve_champion(str(tmp_path / f"{name}-run"), str(serving))
-        try:
-            executor.Do(
-                {spec.EXAMPLES_KEY: [examples], spec.CHAMPION_KEY: [champion]},
-                {spec.STATISTICS_KEY: [output]},
-                properties,
-            )
-        finally:
-            th.release_lease(champion)
+        th.run_image_statistics(
+            executor, examples, output, properties, str(tmp_path / f"{name}-run"), str(serving)
+        )
         return output.uri
 
     first = run("span1", 12)

@@ -62,17 +62,14 @@ def run_statistics(world, name: str, rate: float, serving: str | None = None):
     executor = Executor(
         Executor.Context(beam_pipeline_args=["--direct_num_workers=1"], tmp_dir=str(root))
     )
-    champion = th.resolve_champion(
-        str(root / f"{name}-run"), world["serving"] if serving is None else serving
+    th.run_image_statistics(
+        executor,
+        examples,
+        output,
+        properties,
+        str(root / f"{name}-run"),
+        world["serving"] if serving is None else serving,
     )
-    try:
-        executor.Do(
-            {spec.EXAMPLES_KEY: [examples], spec.CHAMPION_KEY: [champion]},
-            {spec.STATISTICS_KEY: [output]},
-            properties,
-        )
-    finally:
-        th.release_lease(champion)
     return output.uri, moved, examples.uri
 
 

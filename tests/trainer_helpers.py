@@ -216,3 +216,19 @@ def release_lease(champion_artifact) -> None:
     resolved = champion.read(champion_artifact.uri)
     if resolved.lease_token:
         serving_lock.release(resolved.serving_dir, resolved.lease_token)
+
+
+def run_image_statistics(executor, examples, output, properties: dict, work: str, serving: str):
+    """ImageStatistics' executor as a run calls it: the champion in `serving` resolved
+    first (into `work`), its serving lease given back after, whatever the step did."""
+    from imgpipe.components.image_statistics import spec
+
+    champion = resolve_champion(work, serving)
+    try:
+        executor.Do(
+            {spec.EXAMPLES_KEY: [examples], spec.CHAMPION_KEY: [champion]},
+            {spec.STATISTICS_KEY: [output]},
+            properties,
+        )
+    finally:
+        release_lease(champion)

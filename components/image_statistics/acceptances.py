@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 
-from imgpipe.components.common.formats import image_stats
+from imgpipe.components.common.formats import image_stats, record_folders
 from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.storage import fileio
 
@@ -61,19 +61,11 @@ def record(serving_dir: str, champion_version: int, span: int, drift: image_stat
 def recorded(serving_dir: str, champion_version: int) -> list[Acceptance]:
     """The acceptances against champion_version, newest span first; unreadable files
     are passed over (an acceptance that cannot be read accepts nothing)."""
-    folder = _folder(serving_dir)
-    if not serving_dir or not fileio.isdir(folder):
+    if not serving_dir:
         return []
-    found = []
-    for name in fileio.list_dir(folder):
-        if not name.startswith(f"{champion_version}-span-"):
-            continue
-        path = posixpath.join(folder, name)
-        try:
-            text = fileio.read_bytes(path).decode()
-            found.append(config_loader.from_document(Acceptance, text, path, VERSION))
-        except (OSError, ValueError):
-            continue
+    found = record_folders.read_records(
+        _folder(serving_dir), Acceptance, VERSION, f"{champion_version}-span-"
+    )
     return sorted(found, key=lambda a: a.span, reverse=True)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 
+from imgpipe.components.common.formats import record_folders
 from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.storage import fileio
 
@@ -73,17 +74,9 @@ def withdraw(serving_dir: str, span: int) -> None:
 
 def admitted(serving_dir: str) -> list[AdmittedSpan]:
     """Every admitted span, newest first; unreadable records are passed over."""
-    folder = posixpath.join(serving_dir, SPANS_DIR)
-    if not serving_dir or not fileio.isdir(folder):
+    if not serving_dir:
         return []
-    found = []
-    for name in fileio.list_dir(folder):
-        if not (name.startswith("span-") and name.endswith(".json")):
-            continue
-        path = posixpath.join(folder, name)
-        try:
-            text = fileio.read_bytes(path).decode()
-            found.append(config_loader.from_document(AdmittedSpan, text, path, VERSION))
-        except (OSError, ValueError):
-            continue
+    found = record_folders.read_records(
+        posixpath.join(serving_dir, SPANS_DIR), AdmittedSpan, VERSION, "span-"
+    )
     return sorted(found, key=lambda s: s.span, reverse=True)
