@@ -7,7 +7,6 @@ hand-made metrics.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 
 from imgpipe.components.common.formats.reference_sets import NEW_SPLIT
@@ -33,20 +32,9 @@ def binomial_upper_tail_count(n: int, p: float, significance: float) -> int:
         return 1
     if p >= 1:
         return n + 1
-    log_p, log_q = math.log(p), math.log1p(-p)
-
-    def log_pmf(k: int) -> float:
-        return (
-            math.lgamma(n + 1)
-            - math.lgamma(k + 1)
-            - math.lgamma(n - k + 1)
-            + k * log_p
-            + (n - k) * log_q
-        )
-
     tail = 0.0
     for k in range(n, -1, -1):
-        tail += math.exp(log_pmf(k))
+        tail += paired.binomial_pmf(n, k, p)
         if tail > significance:
             return k + 1
     return 0

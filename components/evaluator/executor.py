@@ -193,9 +193,9 @@ def same_training(champion: ev.Champion, candidate_dir: str) -> ev.Champion:
     known and equal)."""
     if champion.status != ev.COMPARED or not champion.path:
         return champion
-    theirs = served_models.ServedModel(champion.path, champion.version or 0, ()).training_digest()
-    ours = served_models.ServedModel(candidate_dir, 0, ()).training_digest()
-    if theirs is None or theirs != ours:
+    theirs = served_models.training_of(champion.path).get("digest")
+    ours = served_models.training_of(candidate_dir).get("digest")
+    if not theirs or theirs != ours:
         return champion
     return dataclasses.replace(champion, same_training=True)
 

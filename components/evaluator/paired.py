@@ -80,27 +80,26 @@ class ClassPaired:
     paired: Paired
 
 
+def binomial_pmf(n: int, k: int, p: float) -> float:
+    """P(X = k) for X ~ Binomial(n, p), 0 < p < 1, computed in log space (no overflow)."""
+    return math.exp(
+        math.lgamma(n + 1)
+        - math.lgamma(k + 1)
+        - math.lgamma(n - k + 1)
+        + k * math.log(p)
+        + (n - k) * math.log1p(-p)
+    )
+
+
 def binomial_tail(n: int, k: int, p: float = 0.5) -> float:
-    """P(X >= k) for X ~ Binomial(n, p), exactly (log-space terms, summed)."""
+    """P(X >= k) for X ~ Binomial(n, p), exactly."""
     if k <= 0:
         return 1.0
-    if k > n:
-        return 0.0
-    if p <= 0.0:
+    if k > n or p <= 0.0:
         return 0.0
     if p >= 1.0:
         return 1.0
-    log_p, log_q = math.log(p), math.log1p(-p)
-    total = 0.0
-    for i in range(k, n + 1):
-        total += math.exp(
-            math.lgamma(n + 1)
-            - math.lgamma(i + 1)
-            - math.lgamma(n - i + 1)
-            + i * log_p
-            + (n - i) * log_q
-        )
-    return min(total, 1.0)
+    return min(sum(binomial_pmf(n, i, p) for i in range(k, n + 1)), 1.0)
 
 
 def fewest_discordant(significance: float) -> int:

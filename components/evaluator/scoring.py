@@ -87,15 +87,6 @@ def score(shards: Sequence[str], num_labels: int, predictors: Sequence[Predict])
     )
 
 
-def confusion_matrices(
-    shards: Sequence[str], num_labels: int, predictors: Sequence[tuple[Predict, int]]
-) -> list[np.ndarray]:
-    """One [true, predicted] count matrix per (predictor, its class count), over the
-    same records (see `score`)."""
-    scored = score(shards, num_labels, [predict for predict, _ in predictors])
-    return [scored.matrix(i, num_labels, classes) for i, (_, classes) in enumerate(predictors)]
-
-
 def paired_by_class(
     scored: Scored,
     set_labels: Sequence[str],

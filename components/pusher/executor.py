@@ -300,7 +300,7 @@ def _card_inputs(model_dir: str, blessing: types.Artifact) -> dict[str, Any]:
                 statistics[f"{split} mean"] = ", ".join(f"{v:.2f}" for v in pixels["mean"])
                 statistics[f"{split} std"] = ", ".join(f"{v:.2f}" for v in pixels["std"])
         spans = [int(s) for s in stats.get("spans", [])]
-    training = served_models.ServedModel(model_dir, 0, ()).training()
+    training = served_models.training_of(model_dir)
     spans = [int(s) for s in training.get("spans", [])] or spans
     return {
         "spans": spans,

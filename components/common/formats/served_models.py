@@ -97,19 +97,8 @@ class ServedModel:
         return posixpath.join(self.path, REFERENCE_ASSET)
 
     def training(self) -> dict:
-        """What it was trained on (TRAINING_FILE); {} for a push made before it, or when
-        the file cannot be read."""
-        path = self.asset(TRAINING_FILE)
-        try:
-            found = json.loads(fileio.read_bytes(path)) if fileio.exists(path) else {}
-        except (OSError, ValueError):
-            return {}
-        return found if isinstance(found, dict) else {}
-
-    def training_digest(self) -> str | None:
-        """The digest of the data and settings it was trained on; None before them."""
-        digest = self.training().get("digest")
-        return str(digest) if digest else None
+        """What it was trained on: `training_of(self.path)`."""
+        return training_of(self.path)
 
     def weight_shapes(self) -> list[list[int]] | None:
         path = self.asset(WEIGHT_SHAPES_FILE)
@@ -158,6 +147,17 @@ class Lookup:
         elif any(p.status == DAMAGED for p in self.passed):
             parts.append(f"using {self.model.version}")
         return "; ".join(parts)
+
+
+def training_of(model_dir: str) -> dict:
+    """What a serving model (a push, or the Trainer's export) was trained on
+    (TRAINING_FILE); {} for one made before it, or when the file cannot be read."""
+    path = posixpath.join(model_dir, ASSETS_EXTRA_DIR, TRAINING_FILE)
+    try:
+        found = json.loads(fileio.read_bytes(path)) if fileio.exists(path) else {}
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def complete_versions(serving_dir: str) -> list[int]:
