@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -654,6 +655,32 @@ def _as_another_user(tmp: str) -> dict:
     return {"user": 65534, "group": 65534}
 
 
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@contextlib.contextmanager
+def _traversable(path: str):
+    """While the block runs, every folder above and at `path` lets others list it and pass
+    through (o+rx: Python's import finder lists each folder on the path); each mode is
+    restored after."""
+    changed = []
+    folder = path
+    while True:
+        mode = os.stat(folder).st_mode
+        if mode & 0o005 != 0o005:
+            os.chmod(folder, (mode & 0o7777) | 0o005)
+            changed.append((folder, mode & 0o7777))
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    try:
+        yield
+    finally:
+        for folder, mode in changed:
+            os.chmod(folder, mode)
+
+
 HEAVY_PROBE = (
     "import sys\n"
     "from imgpipe.pipelines import cli\n"
@@ -672,26 +699,30 @@ def test_an_unwritable_pipeline_root_names_the_folder_and_the_fix_before_anythin
         os.mkdir(locked)
         user = _as_another_user(base)
         os.chmod(locked, 0o555)
+        # The other user imports the package from this checkout, which may sit in a
+        # folder only its owner can enter (a clone into `mktemp -d`, as CI's may be).
+        traverse = _traversable(CHECKOUT) if user else contextlib.nullcontext()
         root = os.path.join(locked, "root")
         src = os.path.join(base, "src")
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                HEAVY_PROBE,
-                "run",
-                "local",
-                "--data",
-                src,
-                "--pipeline-root",
-                root,
-            ],
-            cwd=base,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            **user,
-        )
+        with traverse:
+            result = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    HEAVY_PROBE,
+                    "run",
+                    "local",
+                    "--data",
+                    src,
+                    "--pipeline-root",
+                    root,
+                ],
+                cwd=base,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                **user,
+            )
     finally:
         os.chmod(os.path.join(base, "locked"), 0o755)
         shutil.rmtree(base)
