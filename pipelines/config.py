@@ -47,11 +47,11 @@ from typing import Any
 
 from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.runtime.printable import shown
-from imgpipe.components.evaluator.config import EvaluatorConfig
-from imgpipe.components.image_example_gen.options import LAYOUT_SPLIT, ExampleGenConfig
-from imgpipe.components.image_statistics.config import StatisticsConfig
-from imgpipe.components.pusher.serving_files import ServingConfig
-from imgpipe.components.trainer.config import TrainerConfig
+from imgpipe.components.evaluator import EvaluatorConfig
+from imgpipe.components.image_example_gen import LAYOUT_SPLIT, ExampleGenConfig
+from imgpipe.components.image_statistics import StatisticsConfig
+from imgpipe.components.pusher import ServingConfig
+from imgpipe.components.trainer import TrainerConfig
 from imgpipe.pipelines import credentials
 from imgpipe.pipelines.kubeflow.config import KubeflowConfig
 

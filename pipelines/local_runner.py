@@ -260,9 +260,14 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
 
 def training_lines(model_run_uri: str | None) -> list[str]:
     """How the model was trained: warm start and phases, from training_summary.json."""
-    from imgpipe.components.trainer import summary
+    from imgpipe.components.trainer import (
+        TRAINING_RESUMED,
+        WARM_START_BACKBONE_ONLY,
+        WARM_START_FULL,
+        read_training_summary,
+    )
 
-    trained = summary.read_if_present(model_run_uri)
+    trained = read_training_summary(model_run_uri)
     if trained is None:
         return []
     phases = ", ".join(
@@ -278,9 +283,7 @@ def training_lines(model_run_uri: str | None) -> list[str]:
     )
     window = [f"spans trained        {trained.window}"] if trained.window else []
     # A warm start's weights are the champion's, whatever the configured weights say.
-    from imgpipe.components.trainer.warm_start import BACKBONE_ONLY, FULL
-
-    warm = trained.warm_start in (FULL, BACKBONE_ONLY)
+    warm = trained.warm_start in (WARM_START_FULL, WARM_START_BACKBONE_ONLY)
     weights = "the champion's (warm start)" if warm else trained.weights or "none (from scratch)"
     lines = [
         *window,
@@ -290,7 +293,7 @@ def training_lines(model_run_uri: str | None) -> list[str]:
         f"warm start           {trained.warm_start}: {trained.warm_start_note}",
         *audited,
     ]
-    if trained.resume.status == summary.RESUMED:
+    if trained.resume.status == TRAINING_RESUMED:
         lines.append(f"preemption           {trained.resume.note}")
     return lines
 
@@ -342,9 +345,9 @@ def champion_lines(champion_uri: str | None) -> list[str]:
 
 def evaluation_lines(evaluation_uri: str | None) -> list[str]:
     """Both models' eval accuracy and the blessing decision, from evaluation.json."""
-    from imgpipe.components.evaluator import evaluation as ev
+    from imgpipe.components.evaluator import read_evaluation
 
-    result = ev.read_if_present(evaluation_uri)
+    result = read_evaluation(evaluation_uri)
     if result is None:
         return [f"evaluation           {evaluation_uri or 'not produced'}"]
     champion = result.champion

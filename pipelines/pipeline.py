@@ -92,15 +92,13 @@ def create_components(
     from tfx import v1 as tfx
     from tfx.proto import pusher_pb2
 
-    from imgpipe.components.champion.component import ChampionResolver
+    from imgpipe.components.champion import ChampionResolver
     from imgpipe.components.common.runtime import config_loader
-    from imgpipe.components.evaluator.component import ImageEvaluator
-    from imgpipe.components.image_example_gen.component import ImageExampleGen
-    from imgpipe.components.image_statistics.component import ImageStatistics
-    from imgpipe.components.image_statistics.tfdv_options import image_stats_options
-    from imgpipe.components.pusher.component import ImagePusher
-    from imgpipe.components.pusher.serving_files import SERVING_CONFIG_KEY
-    from imgpipe.components.trainer.component import ImageTrainer
+    from imgpipe.components.evaluator import ImageEvaluator
+    from imgpipe.components.image_example_gen import ImageExampleGen
+    from imgpipe.components.image_statistics import ImageStatistics, image_stats_options
+    from imgpipe.components.pusher import SERVING_CONFIG_KEY, ImagePusher
+    from imgpipe.components.trainer import ImageTrainer
 
     parameters = runtime_parameters(config) if parameterized else {}
     resolver = ChampionResolver(serving_dir=config.serving_dir).with_id(ids.CHAMPION)

@@ -5,8 +5,11 @@ cycle and any import that breaks a rule; `--dot` prints Graphviz instead. Import
 inside functions count: a lazy import is still a dependency.
 
 The floors:
-  imgpipe.components.common          imports no other part of the package
-  imgpipe.components.<component>     imports common and its own modules only
+  imgpipe.components.common          imports no other part of the package; the shared
+                                     room: each of its modules is public to every room
+  imgpipe.components.<component>     imports common and its own modules only; other
+                                     rooms import the package alone (its __init__,
+                                     the front door), never one of its modules
   imgpipe.pipelines                  may import the components
   imgpipe.pipelines.kubeflow         (compile time) never imports pipelines.container
   imgpipe.pipelines.container        (in the pod) imports only kfp_contract, tfx_patches
@@ -170,6 +173,12 @@ def rule_breaks(edges: dict[str, set[str]]) -> list[str]:
                 _inside(target, COMMON) or _component_of(target) == _component_of(module)
             ):
                 why = "a component reaches only into common and itself"
+            elif (
+                _component_of(target)
+                and _component_of(target) != target
+                and _component_of(target) != _component_of(module)
+            ):
+                why = "other rooms use a component through its front door (its __init__)"
             elif _inside(module, KUBEFLOW) and _inside(target, CONTAINER):
                 why = "compile-time code never imports the pod's code"
             elif _inside(module, CONTAINER) and not (

@@ -34,6 +34,10 @@ def test_the_checks_catch_a_cycle_and_a_sideways_reach():
         },
         "imgpipe.components.common.c": {"imgpipe.components.trainer.a"},
         "imgpipe.pipelines.kubeflow.compiler": {"imgpipe.pipelines.container.entrypoint"},
+        "imgpipe.pipelines.cli.run": {
+            "imgpipe.components.image_example_gen",
+            "imgpipe.components.image_example_gen.data_warnings",
+        },
     }
     assert import_graph.cycles(edges) == [
         ["imgpipe.components.trainer.a", "imgpipe.components.trainer.b"]
@@ -42,6 +46,11 @@ def test_the_checks_catch_a_cycle_and_a_sideways_reach():
     assert any("trainer.b -> imgpipe.components.image_statistics.x" in b for b in breaks)
     assert any("common.c -> imgpipe.components.trainer.a" in b for b in breaks)
     assert any("compiler -> imgpipe.pipelines.container" in b for b in breaks)
+    reach_ins = [b for b in breaks if b.startswith("imgpipe.pipelines.cli.run ->")]
+    assert reach_ins == [
+        "imgpipe.pipelines.cli.run -> imgpipe.components.image_example_gen.data_warnings: "
+        "other rooms use a component through its front door (its __init__)"
+    ]
 
 
 def test_pyproject_lists_every_package_folder():
@@ -105,12 +114,15 @@ FRONT_DOORS = {
     "imgpipe.components.trainer": {"ImageTrainer", "TrainerConfig"},
     "imgpipe.components.evaluator": {"ImageEvaluator", "EvaluatorConfig"},
     "imgpipe.components.pusher": {"ImagePusher"},
+    "imgpipe.pipelines": {"PipelineConfig"},
 }
 
 
 def test_each_component_package_is_its_own_front_door_and_loads_tfx_only_when_asked():
     """`from imgpipe.components.trainer import TrainerConfig` neither needs the file layout
-    nor loads TFX; the component class, when asked for, is the one its module defines."""
+    nor loads TFX; the component class, when asked for, is the one its module defines;
+    every name a front door (each component package's and imgpipe.pipelines') lists
+    resolves."""
     code = (
         "import importlib, sys\n"
         f"doors = {FRONT_DOORS!r}\n"
@@ -123,11 +135,18 @@ def test_each_component_package_is_its_own_front_door_and_loads_tfx_only_when_as
         "from imgpipe.components.trainer import ImageTrainer\n"
         "from imgpipe.components.trainer.component import ImageTrainer as defined\n"
         "print(ImageTrainer is defined)\n"
+        "import pkgutil, imgpipe.components as c\n"
+        "rooms = [f'imgpipe.components.{m.name}' for m in pkgutil.iter_modules(c.__path__)]\n"
+        "for room in [*rooms, 'imgpipe.pipelines']:\n"
+        "    if not room.endswith('.common'):\n"
+        "        door = importlib.import_module(room)\n"
+        "        [getattr(door, n) for n in door.__all__]\n"
+        "print('resolved')\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
     )
-    assert result.stdout.split() == ["[]", "True"], result.stderr
+    assert result.stdout.split() == ["[]", "True", "resolved"], result.stderr
 
 
 def test_private_library_names_live_in_their_one_home():

@@ -14,4 +14,6 @@ if TYPE_CHECKING:
     from imgpipe.components.champion.component import ChampionResolver
 
 __all__ = ["ChampionResolver"]
-__getattr__ = front_door.lazy(__name__, {"ChampionResolver": "component"})
+# mypy reads the names above; a misspelt one fails the type check.
+if not TYPE_CHECKING:
+    __getattr__ = front_door.lazy(__name__, {"ChampionResolver": "component"})

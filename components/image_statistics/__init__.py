@@ -1,8 +1,10 @@
 """ImageStatistics: exact pixel statistics, distributions, duplicates and leakage of
 an `Examples` artifact, a report with pictures, and a gate before training.
 
-The public names, loaded on first use (the component class loads TFX):
+The public names, loaded on first use (the component class loads TFX); the rest of the
+package is private to it:
   from imgpipe.components.image_statistics import ImageStatistics, StatisticsConfig
+  from imgpipe.components.image_statistics import produce_statistics  # `imgpipe stats`
 """
 
 from __future__ import annotations
@@ -12,10 +14,57 @@ from typing import TYPE_CHECKING
 from imgpipe.components.common.runtime import front_door
 
 if TYPE_CHECKING:
+    from imgpipe.components.image_statistics.anomalies import (
+        DRIFT,
+        LABEL_ISSUES,
+        LEAKAGE,
+        AnomaliesFoundError,
+        drift_fix,
+        label_issues_fix,
+    )
+    from imgpipe.components.image_statistics.anomalies import blocking as blocking_anomalies
+    from imgpipe.components.image_statistics.baseline import from_path as read_baseline
     from imgpipe.components.image_statistics.component import ImageStatistics
     from imgpipe.components.image_statistics.config import StatisticsConfig
+    from imgpipe.components.image_statistics.executor import analysis_options
+    from imgpipe.components.image_statistics.produce import produce as produce_statistics
+    from imgpipe.components.image_statistics.spec import validate_geometry
+    from imgpipe.components.image_statistics.tfdv_options import image_stats_options
 
-__all__ = ["ImageStatistics", "StatisticsConfig"]
-__getattr__ = front_door.lazy(
-    __name__, {"ImageStatistics": "component", "StatisticsConfig": "config"}
-)
+__all__ = [
+    "DRIFT",
+    "LABEL_ISSUES",
+    "LEAKAGE",
+    "AnomaliesFoundError",
+    "ImageStatistics",
+    "StatisticsConfig",
+    "analysis_options",
+    "blocking_anomalies",
+    "drift_fix",
+    "image_stats_options",
+    "label_issues_fix",
+    "produce_statistics",
+    "read_baseline",
+    "validate_geometry",
+]
+# mypy reads the names above; a misspelt one fails the type check.
+if not TYPE_CHECKING:
+    __getattr__ = front_door.lazy(
+        __name__,
+        {
+            "ImageStatistics": "component",
+            "StatisticsConfig": "config",
+            "DRIFT": "anomalies",
+            "LABEL_ISSUES": "anomalies",
+            "LEAKAGE": "anomalies",
+            "AnomaliesFoundError": "anomalies",
+            "drift_fix": "anomalies",
+            "label_issues_fix": "anomalies",
+            "blocking_anomalies": "anomalies:blocking",
+            "read_baseline": "baseline:from_path",
+            "analysis_options": "executor",
+            "produce_statistics": "produce:produce",
+            "validate_geometry": "spec",
+            "image_stats_options": "tfdv_options",
+        },
+    )

@@ -1,6 +1,7 @@
 """ImageTrainer: a Keras classifier trained on ImageExampleGen's shards, served on bytes.
 
-The public names, loaded on first use (the component class loads TFX):
+The public names, loaded on first use (the component class loads TFX); the rest of the
+package is private to it:
   from imgpipe.components.trainer import ImageTrainer, TrainerConfig
 """
 
@@ -13,6 +14,29 @@ from imgpipe.components.common.runtime import front_door
 if TYPE_CHECKING:
     from imgpipe.components.trainer.component import ImageTrainer
     from imgpipe.components.trainer.config import TrainerConfig
+    from imgpipe.components.trainer.summary import RESUMED as TRAINING_RESUMED
+    from imgpipe.components.trainer.summary import read_if_present as read_training_summary
+    from imgpipe.components.trainer.warm_start import BACKBONE_ONLY as WARM_START_BACKBONE_ONLY
+    from imgpipe.components.trainer.warm_start import FULL as WARM_START_FULL
 
-__all__ = ["ImageTrainer", "TrainerConfig"]
-__getattr__ = front_door.lazy(__name__, {"ImageTrainer": "component", "TrainerConfig": "config"})
+__all__ = [
+    "TRAINING_RESUMED",
+    "WARM_START_BACKBONE_ONLY",
+    "WARM_START_FULL",
+    "ImageTrainer",
+    "TrainerConfig",
+    "read_training_summary",
+]
+# mypy reads the names above; a misspelt one fails the type check.
+if not TYPE_CHECKING:
+    __getattr__ = front_door.lazy(
+        __name__,
+        {
+            "ImageTrainer": "component",
+            "TrainerConfig": "config",
+            "read_training_summary": "summary:read_if_present",
+            "TRAINING_RESUMED": "summary:RESUMED",
+            "WARM_START_FULL": "warm_start:FULL",
+            "WARM_START_BACKBONE_ONLY": "warm_start:BACKBONE_ONLY",
+        },
+    )

@@ -13,8 +13,13 @@ from typing import TYPE_CHECKING, Any
 from imgpipe.components.common.formats import layout
 from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.runtime.printable import printable
-from imgpipe.components.image_example_gen import options as opts
-from imgpipe.components.image_example_gen.options import ImageOptions, OutputOptions
+from imgpipe.components.image_example_gen import (
+    ON_ERROR_SKIP,
+    ImageOptions,
+    OutputOptions,
+    eval_fraction,
+    flat_splits,
+)
 from imgpipe.pipelines.cli import dataclass_flags, errors, paths
 from imgpipe.pipelines.cli.errors import UserError
 
@@ -63,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--eval-fraction",
         type=float,
         metavar="F",
-        default=opts.eval_fraction(_output_default("splits")),
+        default=eval_fraction(_output_default("splits")),
         help="fraction for the eval split of a flat layout (default %(default)s)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -72,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _flat_splits(args: argparse.Namespace) -> tuple[tuple[str, float], ...]:
     try:
-        return opts.flat_splits(args.eval_fraction, args.train_split, args.eval_split)
+        return flat_splits(args.eval_fraction, args.train_split, args.eval_split)
     except ValueError as e:
         raise ValueError(f"--eval-fraction: {e}") from None
 
@@ -157,9 +162,11 @@ def run(args: argparse.Namespace) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from imgpipe.components.common.storage import fileio
-    from imgpipe.components.image_example_gen.convert import run_conversion
-    from imgpipe.components.image_example_gen.publishing import is_conversion_file
-    from imgpipe.components.image_example_gen.transforms import ImageConversionError
+    from imgpipe.components.image_example_gen import (
+        ImageConversionError,
+        is_conversion_file,
+        run_conversion,
+    )
     from imgpipe.pipelines.beam_args import local_beam_args
 
     if not fileio.isdir(args.src):
@@ -191,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     except ImageConversionError as e:  # --on-error fail
         raise UserError(
             f"{errors.message(e)}; fix or remove the file, or convert with "
-            f"--on-error {opts.ON_ERROR_SKIP} to skip it with a report entry"
+            f"--on-error {ON_ERROR_SKIP} to skip it with a report entry"
         ) from e
     print_summary(result.summary, args.out)
     return 0

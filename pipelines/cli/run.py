@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from imgpipe.components.image_example_gen.options import flat_splits
+from imgpipe.components.image_example_gen import flat_splits
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines import sample_photos
 from imgpipe.pipelines.cli import paths
@@ -171,9 +171,12 @@ def check_data(config: Any, origin: str, data_root: str) -> str:
       UserError: one line naming the path and the fix.
     """
     data_root = require_data(config, origin, data_root)
-    from imgpipe.components.image_example_gen import data_warnings
-    from imgpipe.components.image_example_gen.driver import resolve_input_root
-    from imgpipe.components.image_example_gen.listing import list_images
+    from imgpipe.components.image_example_gen import (
+        MIN_CLASSES,
+        list_images,
+        resolve_input_root,
+        too_few_classes_message,
+    )
 
     try:
         folder = resolve_input_root(data_root)
@@ -181,8 +184,8 @@ def check_data(config: Any, origin: str, data_root: str) -> str:
         raise UserError(f"{origin}{str(e).removeprefix(data_root)}") from None
     output = config.example_gen.output
     labels = list_images(folder, output.layout, output.follow_links).labels
-    if len(labels) < data_warnings.MIN_CLASSES:
-        raise UserError(f"{origin}: {data_warnings.too_few_classes_message(labels)}")
+    if len(labels) < MIN_CLASSES:
+        raise UserError(f"{origin}: {too_few_classes_message(labels)}")
     return folder
 
 
@@ -211,7 +214,7 @@ def run_demo(args: argparse.Namespace) -> int:
 def _run_and_report(config, not_pushed: int = 0) -> int:
     """Runs, prints the summary, and returns the exit code: 0 when a model was pushed,
     else `not_pushed` (the demo, rerun from the cache, is not a failure)."""
-    from imgpipe.components.image_statistics.anomalies import (
+    from imgpipe.components.image_statistics import (
         DRIFT,
         LABEL_ISSUES,
         LEAKAGE,

@@ -10,8 +10,8 @@ from imgpipe.components.common.formats import layout
 from imgpipe.components.common.images.model_input import DEFAULT_CROP_FRACTION
 from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.runtime.printable import printable
-from imgpipe.components.image_statistics.config import StatisticsConfig
-from imgpipe.components.trainer.config import TrainerConfig
+from imgpipe.components.image_statistics import StatisticsConfig
+from imgpipe.components.trainer import TrainerConfig
 from imgpipe.pipelines.cli import dataclass_flags, paths
 from imgpipe.pipelines.cli.errors import UserError
 
@@ -104,14 +104,18 @@ def run(args: argparse.Namespace) -> int:
 
     from imgpipe.components.common.formats import image_stats
     from imgpipe.components.common.storage import disk_full, fileio
-    from imgpipe.components.image_statistics import anomalies, baseline, spec
-    from imgpipe.components.image_statistics.executor import analysis_options
-    from imgpipe.components.image_statistics.produce import produce
+    from imgpipe.components.image_statistics import (
+        analysis_options,
+        blocking_anomalies,
+        produce_statistics,
+        read_baseline,
+        validate_geometry,
+    )
     from imgpipe.pipelines.beam_args import local_beam_args
 
     if not fileio.isdir(args.examples_dir):
         raise UserError(no_examples)
-    spec.validate_geometry(args.image_size, args.crop_fraction)
+    validate_geometry(args.image_size, args.crop_fraction)
     config = config_loader.from_dict(
         StatisticsConfig, dataclass_flags.values(args, args.statistics_flags)
     )
@@ -119,12 +123,12 @@ def run(args: argparse.Namespace) -> int:
     if args.baseline is not None:
         if not fileio.exists(args.baseline):
             raise FileNotFoundError(no_baseline)
-        drift_baseline = baseline.from_path(args.baseline)
+        drift_baseline = read_baseline(args.baseline)
     options = analysis_options(args.image_size, args.crop_fraction, config)
     pipeline_args = local_beam_args(args.extra_args)
     with tempfile.TemporaryDirectory(prefix="imgpipe-stats-") as work:
         try:
-            produced = produce(
+            produced = produce_statistics(
                 args.examples_dir,
                 None,
                 work,
@@ -150,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
             raise disk_full.explain(e, "imgpipe stats", args.json or args.html) from e
         raise
     print_summary(produced.stats, args.json, args.html)
-    return 1 if anomalies.blocking(produced.anomalies, config) else 0
+    return 1 if blocking_anomalies(produced.anomalies, config) else 0
 
 
 def print_summary(stats: ImageStats, json_path: str | None, html_path: str) -> None:
