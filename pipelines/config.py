@@ -126,7 +126,8 @@ class PipelineConfig:
         """Raises ValueError naming the first bad setting, in any section.
 
         The loader validates each section as it builds it; this also checks a config
-        built in Python, and what the sections must agree on.
+        built in Python (ImageExampleGen's options validate themselves when built), and
+        what the sections must agree on.
         """
         config_loader.check_lengths(self)
         credentials.refuse_in_settings(config_loader.to_dict(self))
@@ -139,8 +140,6 @@ class PipelineConfig:
             if not getattr(self, name):
                 raise ValueError(f"{name} must be set")
         for name, section in (
-            ("example_gen.image", self.example_gen.image),
-            ("example_gen.output", self.example_gen.output),
             ("statistics", self.statistics),
             ("trainer", self.trainer),
             ("evaluator", self.evaluator),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import re
 
@@ -10,6 +11,7 @@ import pytest
 
 from imgpipe.components.common.formats import conversion_summary, label_map
 from imgpipe.components.common.formats.conversion_summary import LabelConflict
+from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.image_example_gen import (
     data_warnings,
     labels,
@@ -17,7 +19,11 @@ from imgpipe.components.image_example_gen import (
     split_names,
     splitting,
 )
-from imgpipe.components.image_example_gen.options import OutputOptions
+from imgpipe.components.image_example_gen.options import (
+    ExampleGenConfig,
+    ImageOptions,
+    OutputOptions,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -273,6 +279,17 @@ def test_options_are_validated_with_the_bad_value_named():
         OutputOptions(eval_split="train").validate()
     with pytest.raises(ValueError, match="eval_split must be a plain split name"):
         OutputOptions(eval_split="a/b").validate()
+
+
+def test_options_are_validated_once_when_built():
+    """An ImageOptions or OutputOptions that exists is valid: built in Python or loaded,
+    a bad value fails at once, so the component and the conversion need not check it."""
+    with pytest.raises(ValueError, match="center_crop needs resize"):
+        ImageOptions(center_crop=True)
+    with pytest.raises(ValueError, match="shard_mb must be positive"):
+        dataclasses.replace(OutputOptions(), shard_mb=0)
+    with pytest.raises(ValueError, match=r"^output\.num_shards must be at least 1, got 0$"):
+        config_loader.from_dict(ExampleGenConfig, {"output": {"num_shards": 0}})
 
 
 HOSTILE_CLASS_NAMES = [

@@ -159,6 +159,22 @@ def test_the_model_input_is_resolved_once_from_the_statistics_and_the_config(tmp
 
 
 @pytest.mark.unit
+def test_an_auto_side_is_the_statistics_side_resolved_once(tmp_path):
+    """The pipeline computes the statistics at TrainerConfig.input_size; the Trainer
+    takes the side from them rather than resolving `auto` again; without statistics it
+    resolves `auto` itself, and a side the config sets wins."""
+    stats = th.write_stats(str(tmp_path / "stats"), 48, MEAN, STD)
+    auto = TrainerConfig(backbone="tiny_cnn")
+    assert task.resolve_model_input(auto, stats).image_size == 48
+    assert auto.resolved(48).image_size == 48 and auto.resolved().image_size == auto.input_size
+    given = dataclasses.replace(auto, mean=MEAN, std=STD)
+    assert task.resolve_model_input(given, None).image_size == auto.input_size
+    sized = dataclasses.replace(auto, image_size=SIZE)
+    assert task.resolve_model_input(sized, stats).image_size == SIZE
+    assert sized.resolved(48).image_size == SIZE
+
+
+@pytest.mark.unit
 def test_plan_devices():
     gpus = ["/device:GPU:0", "/device:GPU:1"]
     cpu = ["/device:CPU:0"]

@@ -47,8 +47,6 @@ class ImageExampleGen(base_beam_component.BaseBeamComponent):
         """
         image_options = image_options or opts.ImageOptions()
         output_options = output_options or opts.OutputOptions()
-        image_options.validate()
-        output_options.validate()
         if isinstance(input_base, data_types.RuntimeParameter):
             base: str | data_types.RuntimeParameter = input_base
             pattern = ""

@@ -195,13 +195,11 @@ def run_conversion(
         transforms.ConvertImages); None for none.
 
     Raises:
-      ValueError: bad options, no images, a bad image under on_error=fail, or a file in
-        output_dir that a conversion does not write.
+      ValueError: no images, a bad image under on_error=fail, or a file in output_dir
+        that a conversion does not write (the options were validated when built).
       NotEnoughSpaceError: the output filesystem is too small.
       publishing.CountMismatchError: the counts do not reconcile.
     """
-    image_options.validate()
-    output_options.validate()
     publishing.clear_output(output_dir)
     try:
         phases.reached(phases.LISTING)

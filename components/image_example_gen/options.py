@@ -1,12 +1,14 @@
 """Configuration of an image conversion: what happens to each image, and how the
 output is split and sharded. Both are frozen dataclasses that round-trip through JSON
 with the one loader (components/common/runtime/config_loader.py), which is how the component
-stores them in `exec_properties`.
+stores them in `exec_properties`. Each is validated when it is built (`__post_init__`),
+so one that exists is valid and no caller checks it again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from imgpipe.components.common.formats.layout import EVAL_SPLIT, TRAIN_SPLIT
 from imgpipe.components.common.images import image_header
@@ -97,6 +99,12 @@ class ImageOptions:
         """Whether every image's pixels are decoded, rather than its header read and its
         bytes kept (pass-through, where only unusual images are re-encoded)."""
         return self.transforms_pixels or self.verify == VERIFY_DECODE
+
+    # config_loader: validate() runs once, when the value is built.
+    VALIDATED_WHEN_BUILT: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
@@ -211,6 +219,12 @@ class OutputOptions:
     @property
     def writes_dali_index(self) -> bool:
         return self.dali_index and not self.gzip
+
+    # config_loader: validate() runs once, when the value is built.
+    VALIDATED_WHEN_BUILT: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""

@@ -246,10 +246,12 @@ class TrainerConfig:
     def feature_key_map(self) -> features.FeatureKeyMap:
         return features.KEY_MAPS[self.key_map]
 
-    def resolved(self) -> TrainerConfig:
-        """The config with `auto` backbone and image size made concrete."""
+    def resolved(self, auto_image_size: int | None = None) -> TrainerConfig:
+        """The config with `auto` backbone and image size made concrete: an `auto` side
+        is `auto_image_size` when given (the Trainer's, from the statistics), else the
+        backbone's own."""
         backbone = self.resolved_backbone
-        image_size = self.image_size
+        image_size = self.image_size or auto_image_size
         if image_size is None:
             image_size = backbones.BACKBONES[backbone].native_size
         return dataclasses.replace(self, backbone=backbone, image_size=image_size)

@@ -69,8 +69,10 @@ def examples_uri_and_split(file_pattern: str) -> tuple[str, str]:
 def resolve_model_input(
     config: TrainerConfig, statistics_uri: str | None, train_split: str = layout.TRAIN_SPLIT
 ) -> model_input.ModelInput:
-    """The model's input: mean, std and crop fraction are ImageStatistics' values of the
-    train split unless the config overrides them; the side is the config's.
+    """The model's input, resolved once: the side, the crop fraction, the mean and the
+    std are ImageStatistics' values of the train split (the pipeline computed them at the
+    Trainer's geometry, `TrainerConfig.input_size`) unless the config sets them; without
+    statistics the side is the config's, `auto` resolved here.
 
     Raises:
       ValueError: neither a statistics artifact nor mean and std in the config.
@@ -83,11 +85,11 @@ def resolve_model_input(
             stats = image_stats.read(statistics_uri).normalization(train_split)
         except KeyError as e:
             raise ValueError(f"{statistics_uri}: {e.args[0]}") from None
-        if stats.image_size != config.input_size:
+        if config.image_size is not None and stats.image_size != config.image_size:
             logging.warning(
                 "statistics were computed at %d px, the model trains at %d px",
                 stats.image_size,
-                config.input_size,
+                config.image_size,
             )
     elif config.mean is None or config.std is None:
         raise ValueError(
@@ -102,10 +104,11 @@ def resolve_model_input(
         or (stats.crop_fraction if stats else None)
         or model_input.DEFAULT_CROP_FRACTION
     )
+    side = config.image_size or (stats.image_size if stats else config.input_size)
     return model_input.ModelInput(
         tuple(float(v) for v in mean),
         tuple(float(v) for v in std),
-        config.input_size,
+        side,
         float(crop),
         config.normalize_on_host,
     )
@@ -119,14 +122,16 @@ def run_fn(fn_args) -> None:
         serving_model_dir, model_run_dir and custom_config (see TrainerConfig).
     """
     custom_config = dict(fn_args.custom_config or {})
-    config = from_custom_config(custom_config).resolved()
+    configured = from_custom_config(custom_config)
     examples_uri, train_split = examples_uri_and_split(fn_args.train_files[0])
     _, eval_split = examples_uri_and_split(fn_args.eval_files[0])
     manifest.verify(examples_uri)
-    if config.tune_malloc:
+    if configured.tune_malloc:
         allocator.tune_malloc()
     statistics_uri = custom_config.get(IMAGE_STATISTICS_URI_KEY)
-    inputs = resolve_model_input(config, statistics_uri, train_split)
+    inputs = resolve_model_input(configured, statistics_uri, train_split)
+    # From here the config's side is the model input's, `auto` made concrete once.
+    config = configured.resolved(inputs.image_size)
     labels = artifacts.load_labels(examples_uri)
     champion_uri = custom_config.get(CHAMPION_URI_KEY)
     resolved = champion_lib.read(champion_uri) if champion_uri else None

@@ -235,21 +235,20 @@ def _build(cls: type[T], values: Any, where: str, bounded: bool) -> T:
         for name, value in values.items()
     }
     try:
-        built = cls(**kwargs)
+        built = cls(**kwargs)  # a class VALIDATED_WHEN_BUILT validates itself here
+        validate = getattr(built, "validate", None)
+        if validate is not None and not getattr(cls, "VALIDATED_WHEN_BUILT", False):
+            validate()
     except TypeError as e:  # a required field is missing
         raise ValueError(f"{_name(where)}: {e}") from None
-    validate = getattr(built, "validate", None)
-    if validate is not None:
-        try:
-            validate()
-        except ValueError as e:
-            # Messages start with the field's name ("epochs must be ..."), so the path
-            # of the section goes in front; other messages get it as a prefix.
-            message = str(e)
-            named = message.split(" ")[0].split(".")[0] in fields
-            raise ValueError(
-                f"{where}{message}" if named or not where else f"{_name(where)}: {message}"
-            ) from None
+    except ValueError as e:
+        # Messages start with the field's name ("epochs must be ..."), so the path
+        # of the section goes in front; other messages get it as a prefix.
+        message = str(e)
+        named = message.split(" ")[0].split(".")[0] in fields
+        raise ValueError(
+            f"{where}{message}" if named or not where else f"{_name(where)}: {message}"
+        ) from None
     return built
 
 
