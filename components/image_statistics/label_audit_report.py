@@ -4,19 +4,16 @@ image with its thumbnail, given and suggested class and the model's confidence."
 from __future__ import annotations
 
 import base64
-import html
 from collections.abc import Sequence
-from typing import Any
 
 from imgpipe.components.common.formats import image_stats as schema
 from imgpipe.components.common.images import label_audit
-from imgpipe.components.common.runtime.printable import printable
+from imgpipe.components.image_statistics import html_cells
 
 TITLE = "Label audit"
 
 
-def _e(value: Any) -> str:
-    return html.escape(printable(str(value)), quote=True)
+_e = html_cells.escaped
 
 
 def section(result: schema.LabelAudit | None, thumbnails: Sequence[tuple[str, bytes]] = ()) -> str:
@@ -43,9 +40,8 @@ def section(result: schema.LabelAudit | None, thumbnails: Sequence[tuple[str, by
             if pictures.get(i.path)
             else "<td></td>"
         )
-        + "".join(
-            f"<td>{_e(v)}</td>"
-            for v in (
+        + html_cells.cells(
+            (
                 i.split,
                 i.path,
                 i.given,
@@ -57,9 +53,8 @@ def section(result: schema.LabelAudit | None, thumbnails: Sequence[tuple[str, by
         + "</tr>"
         for i in result.issues
     )
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in ("", "split", "file", "given", "suggested", "confidence", "p(given)")
+    head = html_cells.header_cells(
+        ("", "split", "file", "given", "suggested", "confidence", "p(given)")
     )
     more = (
         f"<p>{result.flagged - len(result.issues)} more flagged images are not listed.</p>"

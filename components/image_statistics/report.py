@@ -8,16 +8,14 @@ Every chart element carries its numbers in data- attributes (`data-key`, `data-v
 from __future__ import annotations
 
 import base64
-import html
 import math
 from collections.abc import Sequence
 from typing import Any
 
 from imgpipe.components.common.formats import image_stats as schema
 from imgpipe.components.common.formats.layout import IMAGE_STATS_FILE
-from imgpipe.components.common.runtime.printable import printable
 from imgpipe.components.image_statistics import drift as drift_lib
-from imgpipe.components.image_statistics import label_audit_report
+from imgpipe.components.image_statistics import html_cells, label_audit_report
 from imgpipe.components.image_statistics.accumulator import CHANNEL_NAMES
 
 CHANNEL_COLOURS = ("#d62728", "#2ca02c", "#1f77b4")
@@ -44,9 +42,7 @@ img.thumb{width:72px;height:72px;border:1px solid #ccc}
 """
 
 
-def _e(value: Any) -> str:
-    """Text for the page: names escaped (printable), then HTML-escaped."""
-    return html.escape(printable(str(value)), quote=True)
+_e = html_cells.escaped
 
 
 def _fmt(value: Any) -> str:
@@ -287,9 +283,8 @@ def _drift_section(drift: schema.Drift | None) -> str:
         f'<tr data-metric="{_e(c.metric)}" data-drifted="{str(c.drifted).lower()}" '
         f'data-distance="{c.distance!r}" data-threshold="{c.threshold!r}" '
         f'class="{"anomaly" if c.drifted else "ok"}">'
-        + "".join(
-            f"<td>{_e(v)}</td>"
-            for v in (
+        + html_cells.cells(
+            (
                 c.metric,
                 c.subject,
                 drift_lib.value_text(c, c.baseline),
@@ -302,9 +297,8 @@ def _drift_section(drift: schema.Drift | None) -> str:
         + "</tr>"
         for c in drift.checks
     )
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in ("metric", "where largest", "baseline", "now", "distance", "threshold", "")
+    head = html_cells.header_cells(
+        ("metric", "where largest", "baseline", "now", "distance", "threshold", "")
     )
     classes = (
         f'<p class="{"anomaly" if drift.classes_added or drift.classes_removed else "ok"}" '

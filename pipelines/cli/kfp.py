@@ -203,7 +203,10 @@ def run_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _package_and_config(args: argparse.Namespace, workdir: str):
+def _package(args: argparse.Namespace, workdir: str):
+    """What every command that runs a package starts with: the config, the package
+    (--package, or compiled from the config into `workdir`), its spec and the --param
+    values checked against it."""
     from imgpipe.pipelines import config as cfg
     from imgpipe.pipelines.kubeflow import compiler
 
@@ -211,14 +214,13 @@ def _package_and_config(args: argparse.Namespace, workdir: str):
     package = args.package or compiler.compile_to_file(
         config, os.path.join(workdir, DEFAULT_OUTPUT)
     )
-    return package, config
+    spec = load_package(package)
+    return package, config, spec, parse_params(args.param, spec)
 
 
 def run_submit(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as workdir:
-        package, config = _package_and_config(args, workdir)
-        spec = load_package(package)
-        params = parse_params(args.param, spec)
+        package, config, spec, params = _package(args, workdir)
         with api_errors(args.host):
             result = submit(
                 client(args.host, args.namespace),
@@ -240,9 +242,7 @@ def run_submit(args: argparse.Namespace) -> int:
 def run_schedule(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as workdir:
         validate_cron(args.cron)
-        package, config = _package_and_config(args, workdir)
-        spec = load_package(package)
-        params = parse_params(args.param, spec)
+        package, config, spec, params = _package(args, workdir)
         name = spec["pipelineInfo"]["name"]
         with api_errors(args.host):
             job = schedule(
@@ -268,9 +268,7 @@ def run_local(args: argparse.Namespace) -> int:
     from imgpipe.pipelines.pipeline import DATA_ROOT_PARAMETER
 
     with tempfile.TemporaryDirectory() as workdir:
-        package, config = _package_and_config(args, workdir)
-        spec = load_package(package)
-        params = parse_params(args.param, spec)
+        package, config, spec, params = _package(args, workdir)
         root = args.pipeline_root or config.pipeline_root
         if "://" in root:
             raise UserError(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -230,14 +229,6 @@ def _java_command(lib: str, conf_dir: str, log_file: str, role: str, main: str) 
     ]
 
 
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection((HOST, port), timeout=1).close()
-    except OSError:
-        return False
-    return True
-
-
 def _ready(cluster: FlinkCluster) -> bool:
     try:
         overview = cluster.overview()
@@ -279,30 +270,19 @@ def flink_cluster(
         ):
             log_file = os.path.join(log_dir, f"{name}.log")
             supervisor.start(name, _java_command(lib, conf_dir, log_file, role, main))
-        supervisor.start(
-            "worker-pool",
-            [
-                sys.executable,
-                "-m",
-                "apache_beam.runners.worker.worker_pool_main",
-                f"--service_port={cluster.worker_pool_port}",
-            ],
-        )
+        processes.start_worker_pool(supervisor, cluster.worker_pool_port)
         supervisor.start(
             "job-server",
-            [
-                artifacts.java(),
-                "-cp",
+            processes.job_server_command(
                 os.path.join(job_server, "*"),
                 _JOB_SERVER_MAIN,
                 f"--flink-master={cluster.master}",
-                f"--job-port={cluster.job_port}",
-                f"--artifact-port={processes.free_port(HOST)}",
-                "--expansion-port=0",
-            ],
+                cluster.job_port,
+                HOST,
+            ),
         )
         supervisor.wait_until(
-            lambda: _ready(cluster) and _listening(cluster.job_port),
+            lambda: _ready(cluster) and processes.accepts_connections(HOST, cluster.job_port),
             "the Flink cluster and Beam's job server",
             processes.STARTUP_TIMEOUT_SECONDS,
         )

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from imgpipe.pipelines.engines import artifacts
+
 # What a stopped server gets to end by itself before SIGKILL.
 STOP_GRACE_SECONDS = 10.0
 # How long a local cluster may take to answer: its JVMs start in seconds on a quiet
@@ -223,6 +225,49 @@ def portable_beam_args(job_endpoint: str, worker_pool: str) -> list[str]:
         "--environment_type=EXTERNAL",
         f"--environment_config={worker_pool}",
     ]
+
+
+def start_worker_pool(supervisor: Supervisor, port: int) -> Server:
+    """Starts Beam's SDK worker pool, which runs a job's Python stages, on `port`."""
+    return supervisor.start(
+        "worker-pool",
+        [
+            sys.executable,
+            "-m",
+            "apache_beam.runners.worker.worker_pool_main",
+            f"--service_port={port}",
+        ],
+    )
+
+
+def job_server_command(
+    classpath: str,
+    main: str,
+    master_flag: str,
+    job_port: int,
+    host: str,
+    java_options: Sequence[str] = (),
+) -> list[str]:
+    """The command of a Beam job server for a runner (`main`), submitting to the cluster
+    `master_flag` names; its artifact port is free on `host` and expansion is off."""
+    return [
+        artifacts.java(),
+        *java_options,
+        "-cp",
+        classpath,
+        main,
+        master_flag,
+        f"--job-port={job_port}",
+        f"--artifact-port={free_port(host)}",
+        "--expansion-port=0",
+    ]
+
+
+def accepts_connections(host: str, port: int) -> bool:
+    """Whether a server listens on `host`:`port` now."""
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex((host, port)) == 0
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -23,7 +23,6 @@ import contextlib
 import glob
 import json
 import os
-import socket
 import sys
 import urllib.request
 from collections.abc import Iterator
@@ -130,12 +129,6 @@ def job_server_lib() -> str:
     return os.path.join(path, "lib")
 
 
-def _accepts_connections(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1.0)
-        return s.connect_ex((HOST, port)) == 0
-
-
 def _ready(cluster: SparkCluster) -> bool:
     try:
         workers = cluster.status().get("workers", [])
@@ -145,7 +138,7 @@ def _ready(cluster: SparkCluster) -> bool:
     return (
         len(alive) == 1
         and alive[0].get("cores") == WORKER_CORES
-        and _accepts_connections(cluster.job_port)
+        and processes.accepts_connections(HOST, cluster.job_port)
     )
 
 
@@ -163,7 +156,6 @@ def spark_cluster(work_dir: str) -> Iterator[SparkCluster]:
     """
     home = spark_home()
     lib = job_server_lib()
-    java_bin = artifacts.java()
     cluster = SparkCluster(
         master_port=processes.free_port(HOST),
         master_ui_port=processes.free_port(HOST),
@@ -173,7 +165,35 @@ def spark_cluster(work_dir: str) -> Iterator[SparkCluster]:
     log_dir = os.path.join(work_dir, "logs")
     worker_dir = os.path.join(work_dir, "worker")
     os.makedirs(worker_dir, exist_ok=True)
-    env = {
+    with contextlib.ExitStack() as stack:
+        stack.callback(_remove_staged_jars, worker_dir)
+        supervisor = stack.enter_context(processes.supervised(log_dir))
+        cluster = replace(cluster, supervisor=supervisor)
+        env = _spark_env(home, log_dir, worker_dir)
+        _start_spark(supervisor, cluster, home, env)
+        supervisor.start(
+            "job-server",
+            processes.job_server_command(
+                # Spark's jars first: where both ship a library, the cluster's version wins.
+                f"{os.path.join(home, 'jars', '*')}:{os.path.join(lib, '*')}",
+                _JOB_SERVER_MAIN,
+                f"--spark-master-url={cluster.master_url}",
+                cluster.job_port,
+                HOST,
+                JAVA_MODULE_OPTIONS,
+            ),
+            env,
+        )
+        processes.start_worker_pool(supervisor, cluster.worker_pool_port)
+        supervisor.wait_until(
+            lambda: _ready(cluster), "the Spark cluster", processes.STARTUP_TIMEOUT_SECONDS
+        )
+        yield cluster
+
+
+def _spark_env(home: str, log_dir: str, worker_dir: str) -> dict[str, str]:
+    """The environment of Spark's master, worker and job server (its driver)."""
+    return {
         **os.environ,
         "SPARK_HOME": home,
         # The host name may not resolve (a chroot, a container): every address is HOST.
@@ -182,65 +202,38 @@ def spark_cluster(work_dir: str) -> Iterator[SparkCluster]:
         "SPARK_LOG_DIR": log_dir,
         "SPARK_WORKER_DIR": worker_dir,
     }
+
+
+def _start_spark(
+    supervisor: processes.Supervisor, cluster: SparkCluster, home: str, env: dict[str, str]
+) -> None:
+    """Starts Spark's master and its one worker, through Spark's own launcher."""
     spark_class = os.path.join(home, "bin", "spark-class")
-    with contextlib.ExitStack() as stack:
-        stack.callback(_remove_staged_jars, worker_dir)
-        supervisor = stack.enter_context(processes.supervised(log_dir))
-        cluster = replace(cluster, supervisor=supervisor)
-        supervisor.start(
-            "master",
-            [
-                spark_class,
-                _MASTER_MAIN,
-                # Spark's own parser: "--option value", never "--option=value".
-                *("--host", HOST),
-                *("--port", str(cluster.master_port)),
-                *("--webui-port", str(cluster.master_ui_port)),
-            ],
-            env,
-        )
-        supervisor.start(
-            "worker",
-            [
-                spark_class,
-                _WORKER_MAIN,
-                *("--host", HOST),
-                *("--cores", str(WORKER_CORES)),
-                *("--memory", WORKER_MEMORY),
-                *("--webui-port", str(processes.free_port(HOST))),
-                cluster.master_url,
-            ],
-            env,
-        )
-        supervisor.start(
-            "job-server",
-            [
-                java_bin,
-                *JAVA_MODULE_OPTIONS,
-                "-cp",
-                # Spark's jars first: where both ship a library, the cluster's version wins.
-                f"{os.path.join(home, 'jars', '*')}:{os.path.join(lib, '*')}",
-                _JOB_SERVER_MAIN,
-                f"--spark-master-url={cluster.master_url}",
-                f"--job-port={cluster.job_port}",
-                f"--artifact-port={processes.free_port(HOST)}",
-                "--expansion-port=0",
-            ],
-            env,
-        )
-        supervisor.start(
-            "worker-pool",
-            [
-                sys.executable,
-                "-m",
-                "apache_beam.runners.worker.worker_pool_main",
-                f"--service_port={cluster.worker_pool_port}",
-            ],
-        )
-        supervisor.wait_until(
-            lambda: _ready(cluster), "the Spark cluster", processes.STARTUP_TIMEOUT_SECONDS
-        )
-        yield cluster
+    supervisor.start(
+        "master",
+        [
+            spark_class,
+            _MASTER_MAIN,
+            # Spark's own parser: "--option value", never "--option=value".
+            *("--host", HOST),
+            *("--port", str(cluster.master_port)),
+            *("--webui-port", str(cluster.master_ui_port)),
+        ],
+        env,
+    )
+    supervisor.start(
+        "worker",
+        [
+            spark_class,
+            _WORKER_MAIN,
+            *("--host", HOST),
+            *("--cores", str(WORKER_CORES)),
+            *("--memory", WORKER_MEMORY),
+            *("--webui-port", str(processes.free_port(HOST))),
+            cluster.master_url,
+        ],
+        env,
+    )
 
 
 def _remove_staged_jars(worker_dir: str) -> None:
