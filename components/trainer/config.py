@@ -90,7 +90,8 @@ class TrainerConfig:
         GPUs per worker (each worker process gets its own; docs/distributed-training.md).
       workers: worker processes that train together (MultiWorkerMirroredStrategy):
         1 trains in the Trainer's own process; n > 1 starts n processes on this
-        machine, each reading its share of the train split, over the devices it sees.
+        machine, each reading its share of the train split, over the devices it sees;
+        in a compiled Kubeflow package, a TFJob of n pods like the Trainer's.
       mixed_precision: `auto` (mixed_float16 exactly when training on GPUs), `on`, `off`.
       cache: `auto` caches the encoded split in RAM when it fits the budget; `on`, `off`.
       ram_budget_mb: RAM the input pipeline may use (cache + shuffle buffer + tf.data

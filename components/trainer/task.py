@@ -12,7 +12,7 @@ import dataclasses
 import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attr
@@ -31,7 +31,7 @@ from imgpipe.components.common.formats import champion as champion_lib
 from imgpipe.components.common.formats import spans as spans_lib
 from imgpipe.components.common.images import model_input
 from imgpipe.components.common.runtime import allocator
-from imgpipe.components.common.storage import outputs, staging
+from imgpipe.components.common.storage import fileio, outputs, staging
 from imgpipe.components.trainer import (
     candidate_audit,
     cluster,
@@ -39,6 +39,8 @@ from imgpipe.components.trainer import (
     devices,
     export,
     fitting,
+    launch,
+    launchers,
     memory,
     resume,
     warm_start,
@@ -156,19 +158,17 @@ def run_fn(fn_args) -> None:
         len(labels),
     )
     eval_source = input_lib.split_source(examples_uri, eval_split)
+    # Workers elsewhere (a TFJob) read the shards, and write the run's files, themselves.
+    elsewhere = config.workers > 1 and launch.launcher_name() != launch.PROCESSES
     with contextlib.ExitStack() as stack:
-        if staging.needs_staging(train_source.files + eval_source.files):
-            shards_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="imgpipe-shards-"))
+        if not elsewhere:
             train_source, eval_source = (
-                dataclasses.replace(
-                    source,
-                    files=staging.stage_files(
-                        source.files, os.path.join(shards_dir, split), source.name
-                    ),
-                )
+                _staged(source, split, stack)
                 for source, split in ((train_source, train_split), (eval_source, eval_split))
             )
-        run_dir = stack.enter_context(staging.local_folder(fn_args.model_run_dir, "imgpipe-run-"))
+        run_dir = fn_args.model_run_dir
+        if not elsewhere:
+            run_dir = stack.enter_context(staging.local_folder(run_dir, "imgpipe-run-"))
         train = _train if config.workers == 1 else _train_on_workers
         train(
             attr.evolve(fn_args, model_run_dir=run_dir),
@@ -191,6 +191,18 @@ def run_fn(fn_args) -> None:
             ),
             inputs,
         )
+
+
+def _staged(
+    source: input_lib.SplitSource, split: str, stack: contextlib.ExitStack
+) -> input_lib.SplitSource:
+    """`source`, its object-store shards copied to a local folder that `stack` removes."""
+    if not staging.needs_staging(source.files):
+        return source
+    folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="imgpipe-shards-"))
+    return dataclasses.replace(
+        source, files=staging.stage_files(source.files, os.path.join(folder, split), source.name)
+    )
 
 
 def choose_window(
@@ -505,6 +517,8 @@ def _publish(
 
 # The workers' logs, in the model_run artifact.
 WORKER_LOGS_DIR = "workers"
+# The job's folder of workers elsewhere (a TFJob), in the model_run artifact while they run.
+WORKER_JOB_DIR = ".workers-job"
 
 # The FnArgs fields a worker trains with.
 _WORKER_FN_ARGS = (
@@ -562,28 +576,39 @@ def _train_on_workers(
             f"{sources.train.name}: each worker needs a share; set trainer.workers to "
             f"{records} or fewer"
         )
-    physical = tf.config.list_physical_devices("GPU")
-    gpus = workers_lib.assign_gpus(
-        workers_lib.visible_gpu_ids(len(physical)), config.num_gpus, config.workers
-    )
-    per_worker = dataclasses.replace(
-        config,
-        # The workers share this machine's memory: each plans with its part.
-        ram_budget_mb=(config.ram_budget_mb or memory.available_memory_bytes() / 2 / memory.MB)
-        / config.workers,
-    )
+
+    def local_gpus() -> list[str]:
+        physical = tf.config.list_physical_devices("GPU")
+        return workers_lib.assign_gpus(
+            workers_lib.visible_gpu_ids(len(physical)), config.num_gpus, config.workers
+        )
+
+    launcher = launchers.launcher(local_gpus)
+    per_worker = config
+    if launcher.shares_machine:
+        per_worker = dataclasses.replace(
+            config,
+            # The workers share this machine's memory: each plans with its part.
+            ram_budget_mb=(config.ram_budget_mb or memory.available_memory_bytes() / 2 / memory.MB)
+            / config.workers,
+        )
     devices.plan_devices(  # refuses mixed precision on without GPUs, before any start
         ["GPU"] * (config.num_gpus or 0), ["CPU"], None, config.mixed_precision
     )
     log_dir = os.path.join(fn_args.model_run_dir, WORKER_LOGS_DIR)
     fields = {name: getattr(fn_args, name) for name in _WORKER_FN_ARGS}
-    with tempfile.TemporaryDirectory(prefix="imgpipe-workers-") as folder:
+    with _job_folder(fn_args.model_run_dir, launcher.shares_machine) as folder:
         result_dir = os.path.join(folder, "result")
+        shared_export = os.path.join(folder, "export")
 
         def train(export_dir: str) -> None:
-            job = WorkerJob(fields, per_worker, labels, sources, inputs, export_dir, result_dir)
-            logging.info("Trainer: %d workers on this machine (logs: %s)", config.workers, log_dir)
-            workers_lib.run(job, config.workers, folder, log_dir, gpus)
+            # Workers elsewhere export into the job's folder, copied here once all are done.
+            target = export_dir if launcher.shares_machine else shared_export
+            job = WorkerJob(fields, per_worker, labels, sources, inputs, target, result_dir)
+            logging.info("Trainer: %d workers (logs: %s)", config.workers, log_dir)
+            launcher.run(job, config.workers, folder, log_dir, _paths_of(job))
+            if not launcher.shares_machine:
+                fileio.copy_tree(shared_export, export_dir)
 
         audit = _publish(fn_args, config, labels, train)
         trained = summary_lib.read_if_present(result_dir)
@@ -592,6 +617,35 @@ def _train_on_workers(
     summary_lib.write(fn_args.model_run_dir, dataclasses.replace(trained, label_audit=audit))
     resume.remove(sources.backups[0])
     logging.info("Exported %s", fn_args.serving_model_dir)
+
+
+@contextlib.contextmanager
+def _job_folder(model_run_dir: str, local: bool) -> Iterator[str]:
+    """The job's folder, removed at the end: a local temporary folder for workers of
+    this machine, else a hidden folder of the model_run artifact, which workers
+    elsewhere see (on the pipeline root)."""
+    if local:
+        with tempfile.TemporaryDirectory(prefix="imgpipe-workers-") as folder:
+            yield folder
+        return
+    folder = os.path.join(model_run_dir, WORKER_JOB_DIR)
+    fileio.remove(folder)  # a retried step's
+    try:
+        yield folder
+    finally:
+        fileio.remove(folder)
+
+
+def _paths_of(job: WorkerJob) -> list[str]:
+    """Every path a worker reads or writes, beside the job's folder."""
+    sources = job.sources
+    paths = [*sources.train.files, *sources.eval.files, sources.backups[0], job.export_dir]
+    paths += [job.fn_args["model_run_dir"], job.result_dir]
+    if sources.statistics_uri:
+        paths.append(sources.statistics_uri)
+    if sources.champion is not None and sources.champion.model is not None:
+        paths.append(sources.champion.model.path)
+    return paths
 
 
 def train_worker(job: WorkerJob, member: cluster.Member, strategy: tf.distribute.Strategy) -> None:
@@ -606,8 +660,19 @@ def train_worker(job: WorkerJob, member: cluster.Member, strategy: tf.distribute
     devices.log_plan(plan)
     devices.apply_precision(plan)
     with contextlib.ExitStack() as stack:
+        # A worker in its own pod copies object-store shards itself (on one machine the
+        # Trainer did), and writes what is bound for an object store through local folders.
+        sources = dataclasses.replace(
+            job.sources,
+            train=_staged(job.sources.train, "train", stack),
+            eval=_staged(job.sources.eval, "eval", stack),
+        )
         fields = dict(job.fn_args)
-        if not member.chief:
+        if member.chief:
+            fields["model_run_dir"] = stack.enter_context(
+                staging.local_folder(fields["model_run_dir"], "imgpipe-run-")
+            )
+        else:
             fields["model_run_dir"] = stack.enter_context(
                 tempfile.TemporaryDirectory(prefix="imgpipe-worker-run-")
             )
@@ -617,12 +682,14 @@ def train_worker(job: WorkerJob, member: cluster.Member, strategy: tf.distribute
             job.config,
             (plan, strategy),
             job.labels,
-            job.sources,
+            sources,
             job.inputs,
             (member.workers, member.index),
         )
         folder = job.export_dir
-        if not member.chief:
+        if member.chief:
+            folder = stack.enter_context(staging.local_folder(folder, "imgpipe-export-"))
+        else:
             folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="imgpipe-export-"))
         _export(trained, folder, job.config, job.labels, job.inputs, job.sources.statistics_uri)
         if member.chief:

@@ -1,4 +1,5 @@
-"""The worker processes of a training on several workers (trainer.workers > 1) on this
+"""The workers of a training on several workers (trainer.workers > 1): the job they
+share (whichever launcher starts them, launchers.py), and the worker processes of this
 machine: started together, watched together, stopped together.
 
 The Trainer's process prepares the training once (task.py: the splits, the window of
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import posixpath
 import shutil
 import signal
 import subprocess
@@ -27,10 +29,11 @@ import time
 from collections.abc import Sequence
 
 from imgpipe.components.common.runtime import printable
-from imgpipe.components.trainer import cluster
+from imgpipe.components.common.storage import fileio
+from imgpipe.components.trainer import cluster, launch
 
 JOB_FILE = "job.pickle"
-WORKER_MODULE = "imgpipe.components.trainer.worker"
+WORKER_MODULE = launch.WORKER_MODULE
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 _POLL_SECONDS = 0.2
 _KILL_WAIT_SECONDS = 10.0
@@ -42,18 +45,20 @@ class WorkersFailed(RuntimeError):
 
 
 def log_path(log_dir: str, index: int) -> str:
-    return os.path.join(log_dir, f"worker-{index}.log")
+    return posixpath.join(log_dir, f"worker-{index}.log")
 
 
 def save_job(folder: str, job: object) -> None:
-    with open(os.path.join(folder, JOB_FILE), "wb") as f:
-        pickle.dump(job, f)
+    """Writes the job into `folder` (a local path, or a pipeline root's URI)."""
+    fileio.makedirs(folder)
+    fileio.write_atomic(posixpath.join(folder, JOB_FILE), pickle.dumps(job))
 
 
 def load_job(folder: str) -> object:
-    """The job `run` saved (the same code unpickles it: one machine, one checkout)."""
-    with open(os.path.join(folder, JOB_FILE), "rb") as f:
-        return pickle.load(f)  # noqa: S301 - written by this machine's Trainer process
+    """The job save_job wrote (the same code unpickles it: this checkout, or the same
+    image in a TFJob's pods)."""
+    data = fileio.read_bytes(posixpath.join(folder, JOB_FILE))
+    return pickle.loads(data)  # noqa: S301 - written by this job's own Trainer
 
 
 def assign_gpus(visible: Sequence[str], num_gpus: int | None, workers: int) -> list[str]:
@@ -204,13 +209,18 @@ def _fail(index: int, code: int | None, addresses: Sequence[str], log_dir: str) 
 
 
 def failure_line(log: str) -> str:
-    """The one line a failed worker wrote after cluster.ERROR_MARK, or else its log's last
-    line that names an error; "" when there is none."""
+    """failure_in the log file `log`; "" when it cannot be read."""
     try:
         with open(log, errors="replace") as f:
-            lines = f.read().splitlines()
+            return failure_in(f.read())
     except OSError:
         return ""
+
+
+def failure_in(log_text: str) -> str:
+    """The one line a failed worker wrote after cluster.ERROR_MARK, or else its log's last
+    line that names an error; "" when there is none."""
+    lines = log_text.splitlines()
     marked = [line for line in lines if line.startswith(cluster.ERROR_MARK)]
     if marked:
         return marked[-1][len(cluster.ERROR_MARK) :].strip()

@@ -15,6 +15,8 @@ all taken from the one `PipelineConfig` (its `kubeflow` section and the Trainer'
   to the step's CPU request);
 - the project's container entrypoint (kfp_contract.ENTRYPOINT_COMMAND), which fixes
   TFX on open-source KFP v2 (imgpipe/pipelines/container/), with TFX's own arguments;
+- with trainer.workers > 1, the Trainer step's launcher of a TFJob (its own pod's name
+  and namespace from the downward API, artifact I/O direct; trainer_env);
 - the pipeline's output PUSHED_OUTPUT, the Pusher's PushedModel, whose `pushed`
   metadata (1 or 0) tells a scheduler whether the run pushed a model.
 """
@@ -24,12 +26,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from imgpipe.components.trainer import launch
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import pipeline as pl
 from imgpipe.pipelines import tfx_patches
 from imgpipe.pipelines.beam_args import local_beam_args
 from imgpipe.pipelines.config import PipelineConfig
-from imgpipe.pipelines.kfp_contract import ARTIFACT_IO_ENV, ENTRYPOINT_COMMAND
+from imgpipe.pipelines.kfp_contract import (
+    ARTIFACT_IO_ENV,
+    ENTRYPOINT_COMMAND,
+    MODE_AUTO,
+    MODE_DIRECT,
+    MODE_LOCAL,
+)
 from imgpipe.pipelines.kubeflow.config import DEFAULT_IMAGE_KEY, Resources
 from imgpipe.pipelines.kubeflow.quantities import cpu_cores, memory_gb
 from imgpipe.pipelines.kubeflow.security import (
@@ -115,6 +124,7 @@ def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
       ValueError: beam_args carry a credential (security.refuse_credentials).
     """
     refuse_credentials(config.beam_args)
+    refuse_unshared_workers(config)
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as v2
 
     components = pl.create_components(config, parameterized=True)
@@ -137,10 +147,13 @@ def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
         job = runner.run(pipeline, write_out=False)
     spec = job["pipelineSpec"]
     name_components_as_the_sdk_does(spec)
-    for executor in spec["deploymentSpec"]["executors"].values():
+    trainer_label = executor_labels(spec)[ids.TRAINER]
+    for label, executor in spec["deploymentSpec"]["executors"].items():
         container = executor.get("container")
         if container is not None:
             env = {ARTIFACT_IO_ENV: config.kubeflow.artifact_io, **STEP_ENV}
+            if label == trainer_label:
+                env.update(trainer_env(config))
             container.setdefault("env", []).extend(
                 {"name": name, "value": value} for name, value in env.items()
             )
@@ -157,6 +170,31 @@ def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
         spec["root"]["dag"]["tasks"][task]["cachingOptions"] = {"enableCache": False}
     expose_pushed_model(spec)
     return spec, platform_spec(spec, config)
+
+
+def refuse_unshared_workers(config: PipelineConfig) -> None:
+    """Raises ValueError when trainer.workers > 1 cannot run as a TFJob: its workers
+    read the Trainer's inputs and write its model through their URIs, which KFP's local
+    artifact copies (artifact_io local) keep on the Trainer pod's own disk."""
+    if config.trainer.workers > 1 and config.kubeflow.artifact_io == MODE_LOCAL:
+        raise ValueError(
+            f"trainer.workers={config.trainer.workers} with kubeflow.artifact_io: "
+            f"{MODE_LOCAL}: the Trainer's TFJob workers cannot see the pod's local artifact "
+            f"copies; set kubeflow.artifact_io to {MODE_AUTO} or {MODE_DIRECT}, or "
+            "trainer.workers=1"
+        )
+
+
+def trainer_env(config: PipelineConfig) -> dict[str, str]:
+    """The Trainer step's own environment: with trainer.workers > 1, its workers run as
+    a TFJob (components/trainer/kubernetes_workers.py) that reads and writes the
+    artifacts through their URIs (artifact I/O direct)."""
+    if config.trainer.workers <= 1:
+        return {}
+    env = {launch.LAUNCHER_ENV: launch.KUBERNETES}
+    if config.kubeflow.artifact_io == MODE_AUTO:
+        env[ARTIFACT_IO_ENV] = MODE_DIRECT
+    return env
 
 
 def expose_pushed_model(spec: dict[str, Any]) -> None:
@@ -250,6 +288,11 @@ def platform_spec(spec: dict[str, Any], config: PipelineConfig) -> dict[str, Any
                     }
                     for t in gpu.tolerations
                 ]
+        if task == ids.TRAINER and config.trainer.workers > 1:
+            # The Trainer reads its own pod, which the TFJob is made from and owned by.
+            entry["fieldPathAsEnv"] = [
+                {"name": name, "fieldPath": path} for name, path in launch.POD_FIELDS.items()
+            ]
         if config.kubeflow.pvc_name:
             pvc = config.kubeflow.pvc_name
             entry["pvcMount"] = [

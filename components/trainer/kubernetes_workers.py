@@ -1,0 +1,320 @@
+"""The workers of a training on several workers as a TFJob of the Trainer's own cluster
+(trainer.workers > 1 in a compiled Kubeflow package; launch.KUBERNETES).
+
+The Trainer's step reads its own pod (launch.POD_NAME_ENV, POD_NAMESPACE_ENV), creates
+the TFJob made from it (tfjob.manifest) and waits for it:
+- it streams the chief's (worker 0's) log into its own, as worker processes do;
+- all replicas exit 0 (the TFJob's Succeeded condition): the training is done and the
+  chief has exported into the job's folder;
+- a replica fails (its pod Failed, or the TFJob's Failed condition): one line naming
+  the replica, how it ended and its last error, and nothing is exported.
+Either way, each replica's log is kept in the model_run artifact (workers/worker-<i>.log)
+and the TFJob is deleted, with its pods. The step's pod also owns the TFJob, so
+Kubernetes deletes it should the Trainer be killed before it can.
+
+The workers share the job's folder, their data and the backups through the pipeline
+root, so every path they use must be on an object store or on a volume claim the step
+mounts (`check_shared`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from imgpipe.components.common.storage import fileio, object_store
+from imgpipe.components.trainer import cluster, launch, tfjob, workers
+
+POLL_SECONDS = 2.0
+# The API calls the Trainer makes, as RBAC rules (api group, resource) -> verbs: the
+# Role of k8s/rbac.yaml grants these and no more.
+API_RULES: dict[tuple[str, str], frozenset[str]] = {
+    (tfjob.GROUP, tfjob.PLURAL): frozenset({"create", "get", "delete"}),
+    ("", "pods"): frozenset({"get", "list"}),
+    ("", "pods/log"): frozenset({"get"}),
+}
+
+
+class KubernetesUnavailable(ValueError):
+    """The TFJob cannot be created here; the message is one line naming the fix."""
+
+
+def check_shared(paths: Iterable[str], mounts: Mapping[str, str], workers_count: int) -> None:
+    """Raises KubernetesUnavailable naming the first path the TFJob's pods cannot see:
+    one that is neither on an object store nor under a claim the step mounts
+    (`mounts`, tfjob.shared_mounts)."""
+    for path in paths:
+        if object_store.is_object_store(path):
+            continue
+        local = os.path.normpath(path)
+        if any(local == m or local.startswith(m.rstrip("/") + "/") for m in mounts):
+            continue
+        raise KubernetesUnavailable(
+            f"trainer.workers={workers_count}: {path} is on the Trainer pod's own disk, "
+            "which the TFJob's workers cannot see; put pipeline_root (and data_root) on "
+            "an object store (s3://, gs://) with kubeflow.artifact_io direct or auto, or "
+            "on the claim kubeflow.pvc_name mounts"
+        )
+
+
+def api_client():
+    """A client of the cluster the Trainer's pod runs in.
+
+    Raises:
+      KubernetesUnavailable: not in a pod of a cluster, naming the fix.
+    """
+    import kubernetes  # type: ignore[import-untyped]
+
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException as e:
+        raise KubernetesUnavailable(
+            f"{launch.LAUNCHER_ENV}={launch.KUBERNETES} creates a TFJob from the Trainer's "
+            f"pod, and this process is not in a Kubernetes pod ({e}); run the compiled "
+            "package on Kubeflow, or set trainer.workers=1 (or leave "
+            f"{launch.LAUNCHER_ENV} unset to train with worker processes here)"
+        ) from None
+    return kubernetes.client.ApiClient()
+
+
+class KubernetesWorkers:
+    """Runs a job's workers as a TFJob (workers.Launcher)."""
+
+    shares_machine = False
+
+    def __init__(self, client_factory: Callable[[], Any] = api_client, poll_seconds=POLL_SECONDS):
+        self._client_factory = client_factory
+        self._poll_seconds = poll_seconds
+
+    def step_pod(self) -> dict[str, Any]:
+        """The Trainer's own pod, as the API serves it (camelCase).
+
+        Raises:
+          KubernetesUnavailable: the pod's name is not known, or it cannot be read.
+        """
+        name = os.environ.get(launch.POD_NAME_ENV)
+        namespace = os.environ.get(launch.POD_NAMESPACE_ENV)
+        if not name or not namespace:
+            raise KubernetesUnavailable(
+                f"{launch.LAUNCHER_ENV}={launch.KUBERNETES} needs the Trainer pod's name and "
+                f"namespace in {launch.POD_NAME_ENV} and {launch.POD_NAMESPACE_ENV}: "
+                "compile the package again with `imgpipe kfp compile` (it asks Kubernetes "
+                "for them)"
+            )
+        import kubernetes
+
+        self._api = self._client_factory()
+        self._core = kubernetes.client.CoreV1Api(self._api)
+        self._custom = kubernetes.client.CustomObjectsApi(self._api)
+        try:
+            pod = self._core.read_namespaced_pod(name, namespace)
+        except kubernetes.client.ApiException as e:
+            raise _api_error(e, f"read its own pod {namespace}/{name}", "get pods") from None
+        return self._api.sanitize_for_serialization(pod)
+
+    def run(
+        self,
+        job: object,
+        workers_count: int,
+        folder: str,
+        log_dir: str,
+        shared_paths: Iterable[str] = (),
+    ) -> None:
+        """Runs `job` on a TFJob of `workers_count` replicas; returns once all have
+        finished.
+
+        Args:
+          folder: the job's folder, where every replica reads the job.
+          log_dir: where each replica's log is kept.
+          shared_paths: the other paths the replicas read or write.
+
+        Raises:
+          KubernetesUnavailable: the TFJob cannot be created here (one line, the fix).
+          ValueError: a replica refused a setting (its one line).
+          WorkersFailed: a replica failed (its one line); the TFJob was deleted.
+        """
+        pod = self.step_pod()
+        check_shared([folder, log_dir, *shared_paths], tfjob.shared_mounts(pod), workers_count)
+        body = tfjob.manifest(pod, workers_count, folder)
+        name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+        workers.save_job(folder, job)
+        import kubernetes
+
+        try:
+            self._custom.create_namespaced_custom_object(
+                tfjob.GROUP, tfjob.VERSION, namespace, tfjob.PLURAL, body
+            )
+        except kubernetes.client.ApiException as e:
+            raise _api_error(e, f"create TFJob {namespace}/{name}", "create tfjobs") from None
+        print(
+            f"Trainer: TFJob {namespace}/{name} of {workers_count} workers (logs: {log_dir})",
+            file=sys.stderr,
+            flush=True,
+        )
+        chief_log = _Follower(self._core, namespace)
+        try:
+            self._wait(name, namespace, workers_count, chief_log, log_dir)
+        finally:
+            chief_log.stop()
+            self._keep_logs(name, namespace, log_dir)
+            with contextlib.suppress(kubernetes.client.ApiException):
+                self._custom.delete_namespaced_custom_object(
+                    tfjob.GROUP,
+                    tfjob.VERSION,
+                    namespace,
+                    tfjob.PLURAL,
+                    name,
+                    body=kubernetes.client.V1DeleteOptions(propagation_policy="Background"),
+                )
+
+    def _wait(self, name, namespace, workers_count, chief_log, log_dir) -> None:
+        while True:
+            pods = self._replicas(name, namespace)
+            chief = pods.get(cluster.CHIEF)
+            if chief is not None and _phase(chief) in ("Running", "Succeeded", "Failed"):
+                chief_log.start(chief["metadata"]["name"])
+            failed = sorted(i for i, p in pods.items() if _phase(p) == "Failed")
+            if failed:
+                self._fail(failed[0], pods[failed[0]], namespace, workers_count, log_dir)
+            state = self._custom.get_namespaced_custom_object(
+                tfjob.GROUP, tfjob.VERSION, namespace, tfjob.PLURAL, name
+            )
+            conditions = {
+                c["type"]: c
+                for c in (state.get("status") or {}).get("conditions") or []
+                if c.get("status") == "True"
+            }
+            if "Succeeded" in conditions:
+                chief_log.finish()
+                return
+            if "Failed" in conditions:
+                raise workers.WorkersFailed(
+                    f"TFJob {namespace}/{name} failed: "
+                    f"{' '.join(str(conditions['Failed'].get('message', '')).split())}; "
+                    f"nothing was exported (logs: {log_dir}); a rerun resumes from the last "
+                    "preemption backup"
+                )
+            time.sleep(self._poll_seconds)
+
+    def _replicas(self, name: str, namespace: str) -> dict[int, dict[str, Any]]:
+        pods = self._core.list_namespaced_pod(
+            namespace, label_selector=f"{tfjob.JOB_NAME_LABEL}={name}"
+        )
+        found = {}
+        for pod in self._api.sanitize_for_serialization(pods)["items"]:
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get(tfjob.REPLICA_TYPE_LABEL, "").lower() == tfjob.REPLICA_TYPE.lower():
+                found[int(labels[tfjob.REPLICA_INDEX_LABEL])] = pod
+        return found
+
+    def _fail(self, index, pod, namespace, workers_count, log_dir) -> None:
+        pod_name = pod["metadata"]["name"]
+        line = workers.failure_in(self._keep_log(pod_name, namespace, log_dir, index))
+        how = _how_it_ended(pod)
+        who = f"trainer worker {index} of {workers_count} (pod {namespace}/{pod_name})"
+        if line.startswith(f"{ValueError.__name__}: "):
+            raise ValueError(
+                f"{who}: {line[len(ValueError.__name__) + 2 :]} (trainer.workers={workers_count})"
+            )
+        raise workers.WorkersFailed(
+            f"{who} {how}{': ' + line if line else ''}; the TFJob was deleted with its other "
+            f"workers and nothing was exported (logs: {log_dir}); a rerun resumes from the "
+            "last preemption backup"
+        )
+
+    def _keep_logs(self, name: str, namespace: str, log_dir: str) -> None:
+        """Copies each replica's log into log_dir (what the API still has of it)."""
+        with contextlib.suppress(Exception):  # the logs are a courtesy: the result stands
+            for index, pod in self._replicas(name, namespace).items():
+                self._keep_log(pod["metadata"]["name"], namespace, log_dir, index)
+
+    def _keep_log(self, pod_name: str, namespace: str, log_dir: str, index: int) -> str:
+        """Writes replica `index`'s log into log_dir (through the file seam); returns it."""
+        import kubernetes
+
+        try:
+            text = self._core.read_namespaced_pod_log(
+                pod_name, namespace, container=tfjob.CONTAINER
+            )
+        except kubernetes.client.ApiException as e:
+            text = f"(its log could not be read: {e.status} {e.reason})\n"
+        fileio.makedirs(log_dir)
+        fileio.write_text(workers.log_path(log_dir, index), text)
+        return text
+
+
+def _phase(pod: Mapping[str, Any]) -> str:
+    return (pod.get("status") or {}).get("phase") or "Pending"
+
+
+def _how_it_ended(pod: Mapping[str, Any]) -> str:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if status.get("name") == tfjob.CONTAINER and terminated:
+            reason = terminated.get("reason")
+            code = terminated.get("exitCode")
+            return f"exited with code {code}" + (f" ({reason})" if reason else "")
+    reason = (pod.get("status") or {}).get("reason")
+    return f"failed ({reason})" if reason else "failed"
+
+
+def _api_error(error, doing: str, verbs: str) -> KubernetesUnavailable:
+    """One line for an API refusal: what was refused, and the fix."""
+    if error.status == 403:
+        return KubernetesUnavailable(
+            f"the Trainer's service account may not {doing} ({verbs}): apply k8s/rbac.yaml, "
+            "whose Role grants what trainer.workers > 1 needs, or set trainer.workers=1"
+        )
+    if error.status == 404 and "tfjob" in doing.lower():
+        return KubernetesUnavailable(
+            f"cannot {doing}: this cluster has no TFJob resource (kubeflow.org/v1); install "
+            "the Kubeflow Training Operator v1.9, or set trainer.workers=1"
+        )
+    return KubernetesUnavailable(f"cannot {doing}: {error.status} {error.reason}")
+
+
+class _Follower:
+    """Streams one pod's log into this process's stderr, on a thread."""
+
+    def __init__(self, core, namespace: str) -> None:
+        self._core = core
+        self._namespace = namespace
+        self._thread: threading.Thread | None = None
+        self._response: Any = None
+
+    def start(self, pod_name: str) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._follow, args=(pod_name,), daemon=True)
+        self._thread.start()
+
+    def _follow(self, pod_name: str) -> None:
+        with contextlib.suppress(Exception):  # the stream ends with the pod, or is closed
+            response = self._core.read_namespaced_pod_log(
+                pod_name,
+                self._namespace,
+                container=tfjob.CONTAINER,
+                follow=True,
+                _preload_content=False,
+            )
+            self._response = response
+            for chunk in response.stream(4096):
+                sys.stderr.write(chunk.decode(errors="replace"))
+                sys.stderr.flush()
+
+    def finish(self, seconds: float = 10.0) -> None:
+        """Waits a little for the rest of a finished chief's log."""
+        if self._thread is not None:
+            self._thread.join(seconds)
+
+    def stop(self) -> None:
+        if self._response is not None:
+            with contextlib.suppress(Exception):
+                self._response.close()
+        if self._thread is not None:
+            self._thread.join(1.0)

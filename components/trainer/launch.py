@@ -1,0 +1,45 @@
+"""Where the workers of a training on several workers (trainer.workers > 1) run: the
+one choice, and the names the compiled Kubeflow package and the Trainer's pod agree on.
+
+The compiler (pipelines/kubeflow) writes these into the Trainer step of a package with
+trainer.workers > 1; the Trainer reads them. Standard library only: compile-time code
+imports it without TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Which launcher starts the workers; unset is PROCESSES.
+LAUNCHER_ENV = "IMGPIPE_TRAINER_LAUNCHER"
+# Worker processes of the Trainer's own machine (workers.py).
+PROCESSES = "processes"
+# A Training Operator TFJob of the Trainer's own cluster (kubernetes_workers.py).
+KUBERNETES = "kubernetes"
+LAUNCHERS = (PROCESSES, KUBERNETES)
+
+# The Trainer pod's name and namespace (the Kubernetes downward API, which the compiled
+# package asks for): the TFJob is made from that pod, and owned by it.
+POD_NAME_ENV = "IMGPIPE_POD_NAME"
+POD_NAMESPACE_ENV = "IMGPIPE_POD_NAMESPACE"
+POD_FIELDS = {POD_NAME_ENV: "metadata.name", POD_NAMESPACE_ENV: "metadata.namespace"}
+
+# What each worker runs, with the job's folder as its one argument: on this machine and
+# in a TFJob's pods alike.
+WORKER_MODULE = "imgpipe.components.trainer.worker"
+WORKER_COMMAND = ("python", "-m", WORKER_MODULE)
+
+
+def launcher_name() -> str:
+    """The launcher LAUNCHER_ENV names (PROCESSES when unset).
+
+    Raises:
+      ValueError: an unknown launcher, naming the variable and the choices.
+    """
+    name = os.environ.get(LAUNCHER_ENV, "").strip() or PROCESSES
+    if name not in LAUNCHERS:
+        raise ValueError(
+            f"{LAUNCHER_ENV}={name!r} names no launcher of trainer workers; use one of "
+            f"{', '.join(LAUNCHERS)} (or leave it unset: {PROCESSES})"
+        )
+    return name

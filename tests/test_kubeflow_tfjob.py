@@ -1,0 +1,642 @@
+"""trainer.workers > 1 on Kubeflow: the Trainer step's TFJob (components/trainer/tfjob.py,
+kubernetes_workers.py; docs/distributed-training.md).
+
+No Kubernetes runs here. The manifest is made from a real V1Pod as a KFP step's pod
+looks, and checked against the TFJob CRD's schema (tests/crds/, from the Training
+Operator's repository) and the kubernetes client's models. The launcher is run through
+the real kubernetes client against a small fake API server (FakeApiServer): the six
+endpoints the launcher calls, with a scripted TFJob controller behind them, which makes
+the replicas' pods and moves them through their phases. It checks what the launcher
+asks for and does (create, follow, name the failed replica, delete), and that every
+call it makes is one k8s/rbac.yaml's Role grants; not the Training Operator itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import jsonschema
+import kubernetes
+import pytest
+import yaml
+
+from imgpipe.components.trainer import kubernetes_workers, launch, launchers, tfjob, workers
+from imgpipe.pipelines.kubeflow import security
+from tests.test_k8s_manifests import K8S_DIR, strict_errors
+
+pytestmark = pytest.mark.unit
+
+SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "crds", "kubeflow.org_tfjobs.v1.schema.yaml")
+NAMESPACE = "imgpipe"
+POD_NAME = "golden-pipeline-abcde-system-container-impl-123"
+POD_UID = "0b5c6a3e-1111-4c4c-9d9d-000000000001"
+IMAGE = "ghcr.io/tfx-image-pipeline/tfx-image-pipeline-gpu:0.1.0-abc"
+CLAIM = "imgpipe-data"
+
+
+def step_pod(mount_path: str = "/mnt/imgpipe") -> kubernetes.client.V1Pod:
+    """A KFP step's pod as Argo makes it: the step's `main` beside Argo's `wait`, the
+    compiled package's settings on it, and KFP's and Kubernetes' own volumes."""
+    c = kubernetes.client
+    secret_env = [
+        c.V1EnvVar(
+            name=name,
+            value_from=c.V1EnvVarSource(
+                secret_key_ref=c.V1SecretKeySelector(
+                    name=security.OBJECT_STORE_SECRET, key=name, optional=True
+                )
+            ),
+        )
+        for name in security.SECRET_ENV
+    ]
+    main = c.V1Container(
+        name="main",
+        image=IMAGE,
+        command=["/kfp-launcher/launch", "--copy", "/kfp-launcher/launch"],
+        env=[
+            c.V1EnvVar(name=launch.LAUNCHER_ENV, value=launch.KUBERNETES),
+            c.V1EnvVar(name="TMPDIR", value="/tmp"),
+            *secret_env,
+        ],
+        resources=c.V1ResourceRequirements(
+            requests={"cpu": "8", "memory": "30Gi", "nvidia.com/gpu": "2"},
+            limits={"nvidia.com/gpu": "2"},
+        ),
+        security_context=c.V1SecurityContext(
+            run_as_user=1000,
+            run_as_group=1000,
+            run_as_non_root=True,
+            allow_privilege_escalation=False,
+            capabilities=c.V1Capabilities(drop=["ALL"]),
+        ),
+        volume_mounts=[
+            c.V1VolumeMount(name="kfp-launcher", mount_path="/kfp-launcher"),
+            c.V1VolumeMount(name="imgpipe-tmp", mount_path="/tmp"),
+            c.V1VolumeMount(name="data", mount_path=mount_path),
+            c.V1VolumeMount(
+                name="kube-api-access-x",
+                mount_path="/var/run/secrets/kubernetes.io/serviceaccount",
+                read_only=True,
+            ),
+        ],
+    )
+    wait = c.V1Container(name="wait", image="quay.io/argoproj/argoexec:v3.4.17")
+    return c.V1Pod(
+        api_version="v1",
+        kind="Pod",
+        metadata=c.V1ObjectMeta(name=POD_NAME, namespace=NAMESPACE, uid=POD_UID),
+        spec=c.V1PodSpec(
+            containers=[wait, main],
+            service_account_name="imgpipe-runner",
+            node_selector={"cloud.google.com/gke-accelerator": "nvidia-l4"},
+            tolerations=[
+                c.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+            ],
+            security_context=c.V1PodSecurityContext(
+                run_as_user=1000,
+                run_as_non_root=True,
+                seccomp_profile=c.V1SeccompProfile(type="RuntimeDefault"),
+            ),
+            volumes=[
+                c.V1Volume(name="kfp-launcher", empty_dir=c.V1EmptyDirVolumeSource()),
+                c.V1Volume(name="imgpipe-tmp", empty_dir=c.V1EmptyDirVolumeSource()),
+                c.V1Volume(
+                    name="data",
+                    persistent_volume_claim=c.V1PersistentVolumeClaimVolumeSource(claim_name=CLAIM),
+                ),
+                c.V1Volume(
+                    name="kube-api-access-x",
+                    projected=c.V1ProjectedVolumeSource(sources=[]),
+                ),
+            ],
+        ),
+        status=c.V1PodStatus(phase="Running"),
+    )
+
+
+def as_served(pod: kubernetes.client.V1Pod) -> dict:
+    return kubernetes.client.ApiClient().sanitize_for_serialization(pod)
+
+
+def undeclared(data, schema: dict, where: str = "") -> list[str]:
+    """Fields of `data` the structural schema does not declare: the API server would
+    prune them without a word."""
+    if isinstance(data, dict) and schema.get("type") == "object":
+        if "properties" not in schema:
+            extra = schema.get("additionalProperties")
+            if isinstance(extra, dict):
+                return [e for k, v in data.items() for e in undeclared(v, extra, f"{where}.{k}")]
+            return []
+        return [
+            e
+            for k, v in data.items()
+            for e in (
+                undeclared(v, schema["properties"][k], f"{where}.{k}")
+                if k in schema["properties"]
+                else [f"{where}.{k}"]
+            )
+        ]
+    if isinstance(data, list) and "items" in schema:
+        return [
+            e for i, v in enumerate(data) for e in undeclared(v, schema["items"], f"{where}[{i}]")
+        ]
+    return []
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict:
+    with open(SCHEMA_FILE) as f:
+        return yaml.safe_load(f)
+
+
+def check_against_the_crd(body: dict, schema: dict) -> None:
+    jsonschema.validate(body, schema)
+    assert undeclared(body, schema) == []
+    template = body["spec"]["tfReplicaSpecs"][tfjob.REPLICA_TYPE]["template"]
+    assert strict_errors(template, "V1PodTemplateSpec", "template") == []
+
+
+# --- the manifest -------------------------------------------------------------------
+
+
+def test_the_tfjob_validates_against_the_crd_and_carries_the_steps_settings(schema):
+    body = tfjob.manifest(as_served(step_pod()), 3, "s3://bucket/root/model_run/.workers-job")
+    check_against_the_crd(body, schema)
+    assert body["apiVersion"] == "kubeflow.org/v1" and body["kind"] == "TFJob"
+    metadata = body["metadata"]
+    assert metadata["namespace"] == NAMESPACE
+    assert metadata["name"] == tfjob.job_name(POD_UID) and len(metadata["name"]) <= 40
+    assert metadata["ownerReferences"] == [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": POD_NAME,
+            "uid": POD_UID,
+            "blockOwnerDeletion": False,
+        }
+    ]
+    assert body["spec"]["runPolicy"] == {"backoffLimit": 0, "cleanPodPolicy": "Running"}
+    assert body["spec"]["successPolicy"] == "AllWorkers"
+    replica = body["spec"]["tfReplicaSpecs"]["Worker"]
+    assert replica["replicas"] == 3 and replica["restartPolicy"] == "Never"
+    pod = replica["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["name"] == "tensorflow" and container["image"] == IMAGE
+    assert container["command"] == [
+        "python",
+        "-m",
+        "imgpipe.components.trainer.worker",
+        "s3://bucket/root/model_run/.workers-job",
+    ]
+    assert container["ports"] == [{"name": "tfjob-port", "containerPort": 2222, "protocol": "TCP"}]
+    # The step's GPU request, security context, node selector and tolerations.
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == "2"
+    assert container["securityContext"]["runAsUser"] == 1000
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    # The object-store Secret's keys; the launcher choice stays with the Trainer.
+    env = {e["name"]: e for e in container["env"]}
+    for name in security.SECRET_ENV:
+        assert env[name]["valueFrom"]["secretKeyRef"] == {
+            "name": security.OBJECT_STORE_SECRET,
+            "key": name,
+            "optional": True,
+        }
+    assert launch.LAUNCHER_ENV not in env and env["TMPDIR"]["value"] == "/tmp"
+    # The claim and the emptyDirs, not the step's API token nor Argo's container.
+    assert {v["name"] for v in pod["volumes"]} == {"data", "imgpipe-tmp", "kfp-launcher"}
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {
+        "/mnt/imgpipe",
+        "/tmp",
+        "/kfp-launcher",
+    }
+    assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+
+
+def test_the_crd_check_catches_a_misspelt_and_a_mistyped_field(schema):
+    body = tfjob.manifest(as_served(step_pod()), 2, "/mnt/imgpipe/job")
+    body["spec"]["runPolicy"]["cleanPodPolicyy"] = "All"
+    assert undeclared(body, schema) == [".spec.runPolicy.cleanPodPolicyy"]
+    body = tfjob.manifest(as_served(step_pod()), 2, "/mnt/imgpipe/job")
+    body["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = "2"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(body, schema)
+
+
+def test_a_pod_without_the_steps_container_is_named():
+    pod = as_served(step_pod())
+    pod["spec"]["containers"] = [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]
+    with pytest.raises(
+        ValueError, match=rf"pod {POD_NAME} has no container 'main' among \['a', 'b'\]"
+    ):
+        tfjob.manifest(pod, 2, "/mnt/imgpipe/job")
+
+
+def test_only_paths_on_an_object_store_or_the_claim_are_shared():
+    mounts = tfjob.shared_mounts(as_served(step_pod()))
+    assert mounts == {"/mnt/imgpipe": CLAIM}
+    kubernetes_workers.check_shared(["s3://b/x", "gs://b/y", "/mnt/imgpipe/root/x"], mounts, 2)
+    for path in ("/tmp/imgpipe-shards-1/x", "/mnt/imgpipe-other/x", "/s3/bucket/root"):
+        with pytest.raises(kubernetes_workers.KubernetesUnavailable) as e:
+            kubernetes_workers.check_shared(["s3://b/x", path], mounts, 2)
+        assert str(e.value).startswith(
+            f"trainer.workers=2: {path} is on the Trainer pod's own disk"
+        )
+        assert "\n" not in str(e.value) and "kubeflow.pvc_name" in str(e.value)
+
+
+# --- the launcher, through the kubernetes client, against a fake API server ---------
+
+_TFJOBS = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/tfjobs(?:/([^/]+))?$")
+_PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(/log)?$")
+
+
+class FakeApiServer:
+    """The endpoints the launcher calls, over HTTP, with a scripted TFJob controller.
+
+    `script(polls)` -> (each replica's pod phase, its container's exit code or None,
+    the TFJob's condition or None), asked at every read of the TFJob; replica logs are
+    `logs[index]`. Every request is recorded as (api group, resource, verb).
+    """
+
+    def __init__(self, step: dict, script, logs: dict[int, str], status: dict | None = None):
+        self.step = step
+        self.script = script
+        self.logs = logs
+        self.refuse = status or {}  # (resource, verb) -> HTTP status
+        self.calls: list[tuple[str, str, str]] = []
+        self.jobs: dict[str, dict] = {}
+        self.deleted: list[str] = []
+        self.polls = 0
+        self.phases: list[tuple[str, int | None]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):  # noqa: N802 - http.server's name
+                server.handle(self, "GET")
+
+            def do_POST(self):  # noqa: N802
+                server.handle(self, "POST")
+
+            def do_DELETE(self):  # noqa: N802
+                server.handle(self, "DELETE")
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._http.server_address[1]}"
+
+    def client(self) -> kubernetes.client.ApiClient:
+        configuration = kubernetes.client.Configuration()
+        configuration.host = self.url
+        return kubernetes.client.ApiClient(configuration)
+
+    def close(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+
+    def handle(self, request: BaseHTTPRequestHandler, method: str) -> None:
+        url = urllib.parse.urlparse(request.path)
+        query = urllib.parse.parse_qs(url.query)
+        length = int(request.headers.get("Content-Length") or 0)
+        body = json.loads(request.rfile.read(length)) if length else None
+        if match := _TFJOBS.match(url.path):
+            verb = {"POST": "create", "GET": "get", "DELETE": "delete"}[method]
+            self.calls.append(("kubeflow.org", "tfjobs", verb))
+            if ("tfjobs", verb) in self.refuse:
+                return _send(request, self.refuse[("tfjobs", verb)], {"kind": "Status"})
+            if verb == "create":
+                self.jobs[body["metadata"]["name"]] = body
+                return _send(request, 201, body)
+            name = match.group(2)
+            if verb == "delete":
+                self.deleted.append(name)
+                return _send(request, 200, {"kind": "Status", "status": "Success"})
+            self.polls += 1
+            phases, condition = self.script(self.polls)
+            self.phases = phases
+            status = (
+                {
+                    "conditions": [
+                        {
+                            "type": condition,
+                            "status": "True",
+                            "message": f"TFJob {name} is {condition}",
+                        }
+                    ]
+                }
+                if condition
+                else {}
+            )
+            return _send(request, 200, {**self.jobs[name], "status": status})
+        match = _PODS.match(url.path)
+        assert match, url.path
+        if match.group(3):
+            self.calls.append(("", "pods/log", "get"))
+            index = int(match.group(2).rsplit("-", 1)[1])
+            return _send_text(request, self.logs.get(index, ""))
+        if match.group(2):
+            self.calls.append(("", "pods", "get"))
+            if ("pods", "get") in self.refuse:
+                return _send(request, self.refuse[("pods", "get")], {"kind": "Status"})
+            assert match.group(2) == POD_NAME
+            return _send(request, 200, self.step)
+        self.calls.append(("", "pods", "list"))
+        selector = query["labelSelector"][0]
+        name = selector.split("=", 1)[1]
+        return _send(request, 200, {"kind": "PodList", "items": self.replica_pods(name)})
+
+    def replica_pods(self, name: str) -> list[dict]:
+        pods = []
+        for index, (phase, code) in enumerate(self.phases):
+            state = (
+                {
+                    "terminated": {
+                        "exitCode": code,
+                        "reason": "OOMKilled" if code == 137 else "Error",
+                    }
+                }
+                if code is not None
+                else {"running": {}}
+            )
+            pods.append(
+                {
+                    "metadata": {
+                        "name": f"{name}-worker-{index}",
+                        "namespace": NAMESPACE,
+                        "labels": {
+                            tfjob.JOB_NAME_LABEL: name,
+                            tfjob.REPLICA_TYPE_LABEL: "worker",
+                            tfjob.REPLICA_INDEX_LABEL: str(index),
+                        },
+                    },
+                    "spec": {"containers": [{"name": tfjob.CONTAINER, "image": IMAGE}]},
+                    "status": {
+                        "phase": phase,
+                        "containerStatuses": [
+                            {
+                                "name": tfjob.CONTAINER,
+                                "ready": phase == "Running",
+                                "restartCount": 0,
+                                "image": IMAGE,
+                                "imageID": "",
+                                "state": state,
+                            }
+                        ],
+                    },
+                }
+            )
+        return pods
+
+
+def _send(request, code: int, body: dict) -> None:
+    data = json.dumps(body).encode()
+    request.send_response(code)
+    request.send_header("Content-Type", "application/json")
+    request.send_header("Content-Length", str(len(data)))
+    request.end_headers()
+    request.wfile.write(data)
+
+
+def _send_text(request, text: str) -> None:
+    data = text.encode()
+    request.send_response(200)
+    request.send_header("Content-Type", "text/plain")
+    request.send_header("Content-Length", str(len(data)))
+    request.end_headers()
+    request.wfile.write(data)
+
+
+@pytest.fixture
+def in_step_pod(monkeypatch):
+    monkeypatch.setenv(launch.POD_NAME_ENV, POD_NAME)
+    monkeypatch.setenv(launch.POD_NAMESPACE_ENV, NAMESPACE)
+
+
+def run_launcher(server: FakeApiServer, tmp_path, workers_count: int = 2) -> str:
+    folder = str(tmp_path / "model_run" / ".workers-job")
+    launcher = kubernetes_workers.KubernetesWorkers(server.client, poll_seconds=0.02)
+    launcher.run(
+        {"the": "job"},
+        workers_count,
+        folder,
+        str(tmp_path / "model_run" / "workers"),
+        ["s3://b/train"],
+    )
+    return folder
+
+
+def served_step(tmp_path) -> dict:
+    return as_served(step_pod(mount_path=str(tmp_path)))
+
+
+def test_a_tfjob_that_succeeds_streams_the_chiefs_log_keeps_every_log_and_is_deleted(
+    in_step_pod, tmp_path, schema, capfd
+):
+    def script(polls):
+        if polls < 3:
+            return [("Pending", None), ("Pending", None)], None
+        if polls < 6:
+            return [("Running", None), ("Running", None)], "Running"
+        return [("Succeeded", 0), ("Succeeded", 0)], "Succeeded"
+
+    server = FakeApiServer(
+        served_step(tmp_path), script, {0: "epoch 1/3\nchief done\n", 1: "worker 1 done\n"}
+    )
+    try:
+        folder = run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    (name,) = server.jobs
+    check_against_the_crd(server.jobs[name], schema)
+    assert (
+        server.jobs[name]["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
+            "command"
+        ][-1]
+        == folder
+    )
+    assert workers.load_job(folder) == {"the": "job"}
+    assert server.deleted == [name]
+    assert "chief done" in capfd.readouterr().err
+    logs = tmp_path / "model_run" / "workers"
+    assert (logs / "worker-0.log").read_text() == "epoch 1/3\nchief done\n"
+    assert (logs / "worker-1.log").read_text() == "worker 1 done\n"
+    assert_calls_are_granted(server.calls)
+
+
+def test_a_failed_replica_is_named_in_one_line_and_the_tfjob_is_deleted(in_step_pod, tmp_path):
+    def script(polls):
+        if polls < 3:
+            return [("Running", None), ("Running", None)], "Running"
+        return [("Running", None), ("Failed", 137)], "Running"
+
+    log = (
+        "epoch 1/3\nTraceback ...\n"
+        "imgpipe-worker-error: ResourceExhaustedError: OOM when allocating\n"
+    )
+    server = FakeApiServer(served_step(tmp_path), script, {0: "epoch 1/3\n", 1: log})
+    try:
+        with pytest.raises(workers.WorkersFailed) as e:
+            run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    (name,) = server.jobs
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"trainer worker 1 of 2 (pod {NAMESPACE}/{name}-worker-1) exited with code 137 "
+        "(OOMKilled): ResourceExhaustedError: OOM when allocating; the TFJob was deleted"
+    )
+    assert "nothing was exported" in message
+    assert server.deleted == [name]
+    assert (tmp_path / "model_run" / "workers" / "worker-1.log").read_text() == log
+    assert_calls_are_granted(server.calls)
+
+
+def test_a_replica_refusing_a_setting_becomes_the_trainers_value_error(in_step_pod, tmp_path):
+    def script(polls):
+        return [("Failed", 1), ("Running", None)], "Running"
+
+    log = "imgpipe-worker-error: ValueError: trainer.batch_size=0 must be 1 or more\n"
+    server = FakeApiServer(served_step(tmp_path), script, {0: log})
+    try:
+        with pytest.raises(
+            ValueError,
+            match=r"^trainer worker 0 of 2 \(pod .*-worker-0\): trainer.batch_size=0 must be 1 "
+            r"or more \(trainer.workers=2\)$",
+        ):
+            run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    assert len(server.deleted) == 1
+
+
+def test_a_tfjob_the_operator_failed_is_reported_with_its_message(in_step_pod, tmp_path):
+    server = FakeApiServer(served_step(tmp_path), lambda polls: ([], "Failed"), {})
+    try:
+        with pytest.raises(
+            workers.WorkersFailed,
+            match=r"^TFJob imgpipe/imgpipe-train-\w+ failed: TFJob .* is Failed; nothing was "
+            "exported",
+        ):
+            run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    assert len(server.deleted) == 1
+
+
+@pytest.mark.parametrize(
+    "refused,status,expected",
+    [
+        (
+            ("tfjobs", "create"),
+            404,
+            r"this cluster has no TFJob resource \(kubeflow.org/v1\); install the Kubeflow "
+            r"Training Operator v1.9, or set trainer.workers=1",
+        ),
+        (
+            ("tfjobs", "create"),
+            403,
+            r"may not create TFJob imgpipe/imgpipe-train-\w+ \(create tfjobs\): "
+            r"apply k8s/rbac.yaml",
+        ),
+        (
+            ("pods", "get"),
+            403,
+            rf"may not read its own pod {NAMESPACE}/{POD_NAME} \(get pods\): apply k8s/rbac.yaml",
+        ),
+    ],
+)
+def test_a_cluster_that_cannot_run_the_tfjob_is_one_line_naming_the_fix(
+    in_step_pod, tmp_path, refused, status, expected
+):
+    server = FakeApiServer(served_step(tmp_path), lambda polls: ([], None), {}, {refused: status})
+    try:
+        with pytest.raises(kubernetes_workers.KubernetesUnavailable, match=expected) as e:
+            run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    assert "\n" not in str(e.value) and server.deleted == []
+
+
+def test_outside_a_pod_the_kubernetes_launcher_names_the_setting_and_the_fix(monkeypatch, tmp_path):
+    monkeypatch.delenv(launch.POD_NAME_ENV, raising=False)
+    with pytest.raises(
+        kubernetes_workers.KubernetesUnavailable,
+        match=r"needs the Trainer pod's name and namespace in IMGPIPE_POD_NAME",
+    ):
+        kubernetes_workers.KubernetesWorkers().run({}, 2, str(tmp_path), str(tmp_path))
+    monkeypatch.setenv(launch.POD_NAME_ENV, POD_NAME)
+    monkeypatch.setenv(launch.POD_NAMESPACE_ENV, NAMESPACE)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(
+        kubernetes_workers.KubernetesUnavailable,
+        match=r"^IMGPIPE_TRAINER_LAUNCHER=kubernetes creates a TFJob from the Trainer's pod, "
+        r"and this process is not in a Kubernetes pod .*; run the compiled package on "
+        r"Kubeflow, or set trainer.workers=1",
+    ):
+        kubernetes_workers.KubernetesWorkers().run({}, 2, str(tmp_path), str(tmp_path))
+
+
+def test_an_unknown_launcher_is_refused_naming_the_variable(monkeypatch):
+    monkeypatch.setenv(launch.LAUNCHER_ENV, "slurm")
+    with pytest.raises(
+        ValueError,
+        match=r"IMGPIPE_TRAINER_LAUNCHER='slurm' names no launcher .* use one of "
+        "processes, kubernetes",
+    ):
+        launchers.launcher(lambda: [])
+    monkeypatch.setenv(launch.LAUNCHER_ENV, launch.KUBERNETES)
+    assert isinstance(launchers.launcher(lambda: []), kubernetes_workers.KubernetesWorkers)
+    monkeypatch.delenv(launch.LAUNCHER_ENV)
+    assert launchers.launcher(lambda: ["0", "1"]) == launchers.LocalProcesses(["0", "1"])
+
+
+# --- the Role ------------------------------------------------------------------------
+
+
+def role_rules() -> list[dict]:
+    with open(os.path.join(K8S_DIR, "rbac.yaml")) as f:
+        (role,) = [d for d in yaml.safe_load_all(f) if d and d["kind"] == "Role"]
+    return role["rules"]
+
+
+def assert_calls_are_granted(calls) -> None:
+    granted = {
+        (group, resource, verb)
+        for rule in role_rules()
+        if "resourceNames" not in rule
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert set(calls) <= granted, set(calls) - granted
+
+
+def test_the_role_grants_the_trainer_exactly_the_calls_it_makes():
+    unnamed = {
+        (group, resource): frozenset(rule["verbs"])
+        for rule in role_rules()
+        if "resourceNames" not in rule
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert unnamed == kubernetes_workers.API_RULES
+    # No update, patch, watch, deletecollection; nothing on pods but reading them.
+    assert all(verbs <= {"create", "get", "list", "delete"} for verbs in unnamed.values())
+    assert unnamed[("", "pods")] == {"get", "list"}
