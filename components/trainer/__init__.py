@@ -14,15 +14,21 @@ from imgpipe.components.common.runtime import front_door
 if TYPE_CHECKING:
     from imgpipe.components.trainer.component import ImageTrainer
     from imgpipe.components.trainer.config import TrainerConfig
+    from imgpipe.components.trainer.launch import KUBERNETES as KUBERNETES_LAUNCHER
+    from imgpipe.components.trainer.launch import LAUNCHER_ENV as WORKERS_LAUNCHER_ENV
+    from imgpipe.components.trainer.launch import POD_FIELDS as TRAINER_POD_FIELDS
     from imgpipe.components.trainer.summary import RESUMED as TRAINING_RESUMED
     from imgpipe.components.trainer.summary import read_if_present as read_training_summary
     from imgpipe.components.trainer.warm_start import BACKBONE_ONLY as WARM_START_BACKBONE_ONLY
     from imgpipe.components.trainer.warm_start import FULL as WARM_START_FULL
 
 __all__ = [
+    "KUBERNETES_LAUNCHER",
+    "TRAINER_POD_FIELDS",
     "TRAINING_RESUMED",
     "WARM_START_BACKBONE_ONLY",
     "WARM_START_FULL",
+    "WORKERS_LAUNCHER_ENV",
     "ImageTrainer",
     "TrainerConfig",
     "read_training_summary",
@@ -34,6 +40,9 @@ if not TYPE_CHECKING:
         {
             "ImageTrainer": "component",
             "TrainerConfig": "config",
+            "KUBERNETES_LAUNCHER": "launch:KUBERNETES",
+            "WORKERS_LAUNCHER_ENV": "launch:LAUNCHER_ENV",
+            "TRAINER_POD_FIELDS": "launch:POD_FIELDS",
             "read_training_summary": "summary:read_if_present",
             "TRAINING_RESUMED": "summary:RESUMED",
             "WARM_START_FULL": "warm_start:FULL",

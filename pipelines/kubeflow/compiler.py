@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from imgpipe.components.trainer import launch
+from imgpipe.components.trainer import KUBERNETES_LAUNCHER, TRAINER_POD_FIELDS, WORKERS_LAUNCHER_ENV
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import pipeline as pl
 from imgpipe.pipelines import tfx_patches
@@ -191,7 +191,7 @@ def trainer_env(config: PipelineConfig) -> dict[str, str]:
     artifacts through their URIs (artifact I/O direct)."""
     if config.trainer.workers <= 1:
         return {}
-    env = {launch.LAUNCHER_ENV: launch.KUBERNETES}
+    env = {WORKERS_LAUNCHER_ENV: KUBERNETES_LAUNCHER}
     if config.kubeflow.artifact_io == MODE_AUTO:
         env[ARTIFACT_IO_ENV] = MODE_DIRECT
     return env
@@ -291,7 +291,7 @@ def platform_spec(spec: dict[str, Any], config: PipelineConfig) -> dict[str, Any
         if task == ids.TRAINER and config.trainer.workers > 1:
             # The Trainer reads its own pod, which the TFJob is made from and owned by.
             entry["fieldPathAsEnv"] = [
-                {"name": name, "fieldPath": path} for name, path in launch.POD_FIELDS.items()
+                {"name": name, "fieldPath": path} for name, path in TRAINER_POD_FIELDS.items()
             ]
         if config.kubeflow.pvc_name:
             pvc = config.kubeflow.pvc_name
