@@ -640,3 +640,18 @@ def test_the_role_grants_the_trainer_exactly_the_calls_it_makes():
     # No update, patch, watch, deletecollection; nothing on pods but reading them.
     assert all(verbs <= {"create", "get", "list", "delete"} for verbs in unnamed.values())
     assert unnamed[("", "pods")] == {"get", "list"}
+
+
+def test_the_crd_schema_is_the_releases_own_with_only_descriptions_left_out():
+    from tests.crds import extract_schema
+
+    with open(SCHEMA_FILE) as f:
+        header = f.read(600)
+    assert "github.com/kubeflow/training-operator@v1.9" in header and "sha256 " in header
+    node = {
+        "description": "dropped",
+        "properties": {"description": {"type": "string", "description": "dropped too"}},
+    }
+    assert extract_schema.without_descriptions(node) == {
+        "properties": {"description": {"type": "string"}}
+    }
