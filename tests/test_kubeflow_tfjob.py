@@ -279,6 +279,8 @@ class FakeApiServer:
         self.deleted: list[str] = []
         self.polls = 0
         self.phases: list[tuple[str, int | None]] = []
+        self.failing_polls: set[int] = set()  # reads of the TFJob answered with a 500
+        self.pending_status: dict = {}  # merged into a Pending replica's status
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -328,6 +330,8 @@ class FakeApiServer:
                 self.deleted.append(name)
                 return _send(request, 200, {"kind": "Status", "status": "Success"})
             self.polls += 1
+            if self.polls in self.failing_polls:
+                return _send(request, 500, {"kind": "Status", "reason": "InternalError"})
             phases, condition = self.script(self.polls)
             self.phases = phases
             status = (
@@ -398,6 +402,7 @@ class FakeApiServer:
                                 "state": state,
                             }
                         ],
+                        **(self.pending_status if phase == "Pending" else {}),
                     },
                 }
             )
@@ -428,9 +433,13 @@ def in_step_pod(monkeypatch):
     monkeypatch.setenv(launch.POD_NAMESPACE_ENV, NAMESPACE)
 
 
-def run_launcher(server: FakeApiServer, tmp_path, workers_count: int = 2) -> str:
+def run_launcher(
+    server: FakeApiServer, tmp_path, workers_count: int = 2, start_timeout_s: float = 60.0
+) -> str:
     folder = str(tmp_path / "model_run" / ".workers-job")
-    launcher = kubernetes_workers.KubernetesWorkers(server.client, poll_seconds=0.02)
+    launcher = kubernetes_workers.KubernetesWorkers(
+        server.client, poll_seconds=0.02, start_timeout_s=start_timeout_s
+    )
     launcher.run(
         {"the": "job"},
         workers_count,
@@ -655,3 +664,84 @@ def test_the_crd_schema_is_the_releases_own_with_only_descriptions_left_out():
     assert extract_schema.without_descriptions(node) == {
         "properties": {"description": {"type": "string"}}
     }
+
+
+def _unstarted_failure(server: FakeApiServer, tmp_path, start_timeout_s: float) -> str:
+    try:
+        with pytest.raises(workers.WorkersFailed) as e:
+            run_launcher(server, tmp_path, start_timeout_s=start_timeout_s)
+    finally:
+        server.close()
+    (name,) = server.jobs
+    assert server.deleted == [name]
+    assert "\n" not in str(e.value) and "nothing was exported" in str(e.value)
+    assert_calls_are_granted(server.calls)
+    return str(e.value)
+
+
+def test_a_replica_that_cannot_be_scheduled_fails_the_training_once_the_start_bound_passes(
+    in_step_pod, tmp_path
+):
+    server = FakeApiServer(
+        served_step(tmp_path), lambda polls: ([("Running", None), ("Pending", None)], None), {}
+    )
+    server.pending_status = {
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+            }
+        ]
+    }
+    message = _unstarted_failure(server, tmp_path, start_timeout_s=0.3)
+    assert re.match(
+        r"trainer worker 1 of 2 \(pod .*-worker-1\) has not started after \d+ s: it cannot be "
+        r"scheduled: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.; the TFJob was",
+        message,
+    ), message
+    assert server.polls > 1  # it waited for the bound, not failing at the first Pending
+
+
+def test_a_replica_whose_image_name_is_invalid_fails_at_once(in_step_pod, tmp_path):
+    server = FakeApiServer(
+        served_step(tmp_path), lambda polls: ([("Pending", None), ("Pending", None)], None), {}
+    )
+    server.pending_status = {
+        "containerStatuses": [
+            {
+                "name": tfjob.CONTAINER,
+                "ready": False,
+                "restartCount": 0,
+                "image": IMAGE,
+                "imageID": "",
+                "state": {"waiting": {"reason": "InvalidImageName", "message": "bad ref"}},
+            }
+        ]
+    }
+    message = _unstarted_failure(server, tmp_path, start_timeout_s=3600.0)
+    assert "worker 0 of 2" in message
+    assert "its container waits: InvalidImageName: bad ref" in message
+
+
+def test_a_tfjob_without_pods_names_the_operator(in_step_pod, tmp_path):
+    server = FakeApiServer(served_step(tmp_path), lambda polls: ([], None), {})
+    message = _unstarted_failure(server, tmp_path, start_timeout_s=0.2)
+    assert message.startswith("trainer worker 0 of 2 has not started after")
+    assert "the Training Operator has made no pod for it" in message
+
+
+def test_an_api_server_that_fails_a_few_polls_does_not_fail_the_training(in_step_pod, tmp_path):
+    def script(polls):
+        if polls < 8:
+            return [("Running", None), ("Running", None)], "Running"
+        return [("Succeeded", 0), ("Succeeded", 0)], "Succeeded"
+
+    server = FakeApiServer(served_step(tmp_path), script, {0: "chief done\n"})
+    server.failing_polls = {2, 3, 5}
+    try:
+        run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    assert server.polls >= 8 and len(server.deleted) == 1

@@ -31,6 +31,13 @@ from imgpipe.components.common.storage import fileio, object_store
 from imgpipe.components.trainer import cluster, launch, tfjob, workers
 
 POLL_SECONDS = 2.0
+# How long the replicas may take to start (scheduled, image pulled, running): a GPU node
+# pool that scales up takes minutes. Past it the TFJob is deleted, naming what it waits for.
+START_TIMEOUT_S = 1200.0
+# How long the API server may fail to answer the Trainer's polls before the training fails.
+API_OUTAGE_S = 60.0
+# A replica's container waiting for one of these never starts, however long it waits.
+NEVER_STARTS = frozenset({"InvalidImageName", "CreateContainerConfigError", "ErrImageNeverPull"})
 # The API calls the Trainer makes, as RBAC rules (api group, resource) -> verbs: the
 # Role of k8s/rbac.yaml grants these and no more.
 API_RULES: dict[tuple[str, str], frozenset[str]] = {
@@ -87,9 +94,17 @@ class KubernetesWorkers:
 
     shares_machine = False
 
-    def __init__(self, client_factory: Callable[[], Any] = api_client, poll_seconds=POLL_SECONDS):
+    def __init__(
+        self,
+        client_factory: Callable[[], Any] = api_client,
+        poll_seconds: float = POLL_SECONDS,
+        start_timeout_s: float = START_TIMEOUT_S,
+        api_outage_s: float = API_OUTAGE_S,
+    ):
         self._client_factory = client_factory
         self._poll_seconds = poll_seconds
+        self._start_timeout_s = start_timeout_s
+        self._api_outage_s = api_outage_s
 
     def step_pod(self) -> dict[str, Any]:
         """The Trainer's own pod, as the API serves it (camelCase).
@@ -173,17 +188,37 @@ class KubernetesWorkers:
                 )
 
     def _wait(self, name, namespace, workers_count, chief_log, log_dir) -> None:
+        api_errors = _api_errors()
+        created = answered = time.monotonic()
+        started = False
         while True:
-            pods = self._replicas(name, namespace)
+            try:
+                pods = self._replicas(name, namespace)
+                state = self._custom.get_namespaced_custom_object(
+                    tfjob.GROUP, tfjob.VERSION, namespace, tfjob.PLURAL, name
+                )
+            except api_errors as e:
+                if time.monotonic() - answered > self._api_outage_s:
+                    raise workers.WorkersFailed(
+                        f"the Kubernetes API has not answered the Trainer about TFJob "
+                        f"{namespace}/{name} for {self._api_outage_s:.0f} s "
+                        f"({_short(e)}); nothing was exported; a rerun resumes from the "
+                        "last preemption backup"
+                    ) from None
+                time.sleep(self._poll_seconds)
+                continue
+            answered = time.monotonic()
             chief = pods.get(cluster.CHIEF)
             if chief is not None and _phase(chief) in ("Running", "Succeeded", "Failed"):
                 chief_log.start(chief["metadata"]["name"])
             failed = sorted(i for i, p in pods.items() if _phase(p) == "Failed")
             if failed:
                 self._fail(failed[0], pods[failed[0]], namespace, workers_count, log_dir)
-            state = self._custom.get_namespaced_custom_object(
-                tfjob.GROUP, tfjob.VERSION, namespace, tfjob.PLURAL, name
+            started = started or (
+                len(pods) >= workers_count and all(_phase(p) != "Pending" for p in pods.values())
             )
+            if not started:
+                self._check_starting(pods, workers_count, time.monotonic() - created, log_dir)
             conditions = {
                 c["type"]: c
                 for c in (state.get("status") or {}).get("conditions") or []
@@ -200,6 +235,22 @@ class KubernetesWorkers:
                     "preemption backup"
                 )
             time.sleep(self._poll_seconds)
+
+    def _check_starting(self, pods, workers_count: int, waited: float, log_dir: str) -> None:
+        """Fails the training for a replica that will not start: at once for one that
+        never can (NEVER_STARTS), else once the replicas have waited START_TIMEOUT_S."""
+        for index in range(workers_count):
+            pod = pods.get(index)
+            if pod is not None and _phase(pod) != "Pending":
+                continue
+            reason, why = _waiting_for(pod)
+            if reason in NEVER_STARTS or waited > self._start_timeout_s:
+                where = f" (pod {pod['metadata']['name']})" if pod is not None else ""
+                raise workers.WorkersFailed(
+                    f"trainer worker {index} of {workers_count}{where} has not started "
+                    f"after {waited:.0f} s: {why}; the TFJob was deleted and nothing was "
+                    f"exported (logs: {log_dir})"
+                )
 
     def _replicas(self, name: str, namespace: str) -> dict[int, dict[str, Any]]:
         pods = self._core.list_namespaced_pod(
@@ -252,6 +303,35 @@ def _phase(pod: Mapping[str, Any]) -> str:
     return (pod.get("status") or {}).get("phase") or "Pending"
 
 
+def _waiting_for(pod: Mapping[str, Any] | None) -> tuple[str, str]:
+    """Why a replica has not started: (a reason's code or "", one line saying it)."""
+    if pod is None:
+        return "", (
+            "the Training Operator has made no pod for it (is the operator running in "
+            "this cluster? kubectl -n kubeflow get deploy training-operator)"
+        )
+    status = pod.get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason"):
+            message = " ".join(str(waiting.get("message", "")).split())
+            return waiting["reason"], f"its container waits: {waiting['reason']}" + (
+                f": {message}" if message else ""
+            )
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            message = " ".join(str(condition.get("message", "")).split())
+            return "Unschedulable", f"it cannot be scheduled: {message}"
+    return "", "its pod is pending"
+
+
+def _short(error: BaseException) -> str:
+    status = getattr(error, "status", None)
+    if status is not None:
+        return f"{status} {getattr(error, 'reason', '')}".strip()
+    return type(error).__name__
+
+
 def _how_it_ended(pod: Mapping[str, Any]) -> str:
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         terminated = (status.get("state") or {}).get("terminated")
@@ -276,6 +356,13 @@ def _api_error(error, doing: str, verbs: str) -> KubernetesUnavailable:
             "the Kubeflow Training Operator v1.9, or set trainer.workers=1"
         )
     return KubernetesUnavailable(f"cannot {doing}: {error.status} {error.reason}")
+
+
+def _api_errors() -> tuple[type[BaseException], ...]:
+    import kubernetes
+    import urllib3
+
+    return (kubernetes.client.ApiException, urllib3.exceptions.HTTPError)
 
 
 class _Follower:
