@@ -27,10 +27,11 @@ import apache_beam as beam
 from imgpipe.components.common.formats import artifacts, label_map, layout, manifest
 from imgpipe.components.common.formats.conversion_summary import (
     ConversionSummary,
+    LabelConflict,
 )
 from imgpipe.components.common.runtime import phases
 from imgpipe.components.common.runtime.printable import printable
-from imgpipe.components.common.storage import disk_full, fileio
+from imgpipe.components.common.storage import disk_full, fileio, stage_results
 from imgpipe.components.image_example_gen import (
     data_warnings,
     free_space,
@@ -114,8 +115,9 @@ def build_pipeline(
     num_images: int,
 ) -> None:
     """Converts into work_dir: shards under `shards/Split-<name>/` (their DALI index
-    files under `shards/dali_index/Split-<name>/`), result rows and label conflicts
-    under `results/` (the folders must exist).
+    files under `shards/dali_index/Split-<name>/`), and the stage results, the shards'
+    rows and the label conflicts, under `results/` (the folders must exist; read them
+    back with `_read_results`).
 
     Args:
       by_content: the tasks' splits are undecided: decide them by content.
@@ -133,23 +135,38 @@ def build_pipeline(
             progress_dir,
         )
     )
-    _ = (
-        (converted[transforms.RECORDS_TAG], converted[transforms.SKIPPED_TAG])
-        | "AssignSplits"
-        >> split_assignment.AssignSplits(
-            output_options, by_content, num_images, os.path.join(work_dir, "results")
-        )
-        | "WriteShards"
-        >> shards.WriteShards(
-            os.path.join(work_dir, "shards"),
-            os.path.join(work_dir, "results"),
-            output_options.num_shards,
-            output_options.shard_mb,
-            output_options.gzip,
-            output_options.seed,
-            output_options.writes_dali_index,
-        )
+    pointers, skipped, conflicts = (
+        converted[transforms.RECORDS_TAG],
+        converted[transforms.SKIPPED_TAG],
+    ) | "AssignSplits" >> split_assignment.AssignSplits(output_options, by_content, num_images)
+    shard_results = (pointers, skipped) | "WriteShards" >> shards.WriteShards(
+        os.path.join(work_dir, "shards"),
+        output_options.num_shards,
+        output_options.shard_mb,
+        output_options.gzip,
+        output_options.seed,
+        output_options.writes_dali_index,
     )
+    results_dir = _results_dir(work_dir)
+    _ = (
+        shard_results
+        | "KeyShardResults" >> beam.Map(shards.keyed_result)
+        | "WriteShardResults" >> stage_results.WriteResults(results_dir, shards.SHARD_RESULTS)
+    )
+    _ = conflicts | "WriteLabelConflicts" >> stage_results.WriteResults(
+        results_dir, split_assignment.LABEL_CONFLICTS
+    )
+
+
+def _results_dir(work_dir: str) -> str:
+    return os.path.join(work_dir, "results")
+
+
+def _read_results(work_dir: str) -> tuple[list[shards.ShardResult], list[LabelConflict]]:
+    """What `build_pipeline` sent back: the shards' rows in (split, shard) order and the
+    label conflicts by first path."""
+    results_dir = _results_dir(work_dir)
+    return shards.read_shard_results(results_dir), split_assignment.read_conflicts(results_dir)
 
 
 def _common_reasons(files: list[listing_lib.ListedFile], shown: int = 3) -> str:
@@ -289,7 +306,7 @@ def _convert_and_publish(
     """
     work_dir = os.path.join(output_dir, layout.WORK_DIR_PREFIX + uuid.uuid4().hex)
     staged = os.path.join(work_dir, "shards")
-    folders = [os.path.join(work_dir, "spill"), os.path.join(work_dir, "results")]
+    folders = [os.path.join(work_dir, "spill"), _results_dir(work_dir)]
     for split in plan.split_names:
         folders.append(artifacts.split_dir(staged, split))
         if output_options.writes_dali_index:
@@ -319,8 +336,7 @@ def _convert_and_publish(
             if message is None:
                 raise
             raise transforms.ImageConversionError(message) from e
-        shard_results = shards.read_shard_results(os.path.join(work_dir, "results"))
-        conflicts = split_assignment.read_conflicts(os.path.join(work_dir, "results"))
+        shard_results, conflicts = _read_results(work_dir)
         summary = publishing.summarize(
             plan.listing,
             shard_results,

@@ -1,14 +1,13 @@
 """Writing ImageExampleGen's shards: pointers to spilled records grouped by shard, each
-shard written in a seeded order, and its result row.
+shard written in a seeded order, and its result row (ShardResult).
 
 Memory stays flat however large the dataset: converted records never go through a
 shuffle, only pointers to them do. The largest thing a worker holds is one shard.
 
-Each shard's task also writes the shard's result row (counts, the file's size and
-CRC-32C for the manifest, and the files skipped among those that hashed to it) as a
-file named after the shard, so a retried task overwrites its row, and the launcher
-reads the rows back without a sink: a `WriteToText` measured about 0.25 s of a local
-run's fixed cost.
+Each shard's task also gives the shard's result row (counts, the file's size and
+CRC-32C for the manifest, and the files skipped among those that hashed to it); the
+launcher writes the rows as stage results (SHARD_RESULTS, see
+common/storage/stage_results.py) and reads them back with `read_shard_results`.
 
 Shards are written here rather than by tf.io.TFRecordWriter so that their checksum is
 computed while they are written, not by reading them again (from an object store, that
@@ -30,10 +29,9 @@ import google_crc32c
 
 from imgpipe.components.common.formats import artifacts, layout, manifest
 from imgpipe.components.common.runtime import phases
-from imgpipe.components.common.storage import fileio
+from imgpipe.components.common.storage import fileio, stage_results
 from imgpipe.components.image_example_gen import splitting
 
-RESULT_SUFFIX = ".result.json"
 # TFRecord's CRC mask (tensorflow/core/lib/hash/crc32c.h).
 _CRC_MASK_DELTA = 0xA282EAD8
 # zlib's default level, which TensorFlow's GZIP record writer uses too.
@@ -83,6 +81,11 @@ class ShardResult:
     composited: int = 0
 
     @property
+    def result_key(self) -> str:
+        """The key of its stage result: one per shard, so a retried task overwrites it."""
+        return f"{self.split}-{self.shard:05d}"
+
+    @property
     def manifest_entry(self) -> manifest.FileEntry:
         return manifest.FileEntry(self.file_size, self.crc32c, self.records)
 
@@ -91,6 +94,11 @@ class ShardResult:
         if self.index_size is None or self.index_crc32c is None:
             return None
         return manifest.FileEntry(self.index_size, self.index_crc32c)
+
+
+SHARD_RESULTS: stage_results.ResultKind[ShardResult] = stage_results.ResultKind(
+    "shard", ShardResult
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,20 +125,17 @@ def shard_paths(
 
 
 class WriteShardFn(beam.DoFn):
-    """Writes one shard from its pointers, in seeded order, and its result row.
+    """Writes one shard from its pointers, in seeded order, and yields its result row.
 
     A shard that only skipped files hashed to is written empty, as every shard of
     the `-of-N` set must exist. With `dali_index` (uncompressed shards only), the
     shard's DALI index file is written too.
     """
 
-    def __init__(
-        self, output_dir: str, results_dir: str, gzip: bool, seed: int, dali_index: bool = False
-    ):
+    def __init__(self, output_dir: str, gzip: bool, seed: int, dali_index: bool = False):
         if gzip and dali_index:
             raise ValueError("DALI cannot index GZIP shards: write them uncompressed")
         self._output_dir = output_dir
-        self._results_dir = results_dir
         self._gzip = gzip
         self._seed = seed
         self._dali_index = dali_index
@@ -174,7 +179,7 @@ class WriteShardFn(beam.DoFn):
         labels: dict[str, int] = {}
         for pointer in pointers:
             labels[pointer.label] = labels.get(pointer.label, 0) + 1
-        result = ShardResult(
+        yield ShardResult(
             split,
             shard,
             num_shards,
@@ -191,31 +196,15 @@ class WriteShardFn(beam.DoFn):
             sum(p.rotated for p in pointers),
             sum(p.composited for p in pointers),
         )
-        artifacts.write_json(
-            os.path.join(self._results_dir, result_file_name(split, shard)),
-            dataclasses.asdict(result),
-        )
-        yield result
 
 
-def result_file_name(split: str, shard: int) -> str:
-    return f"{split}-{shard:05d}{RESULT_SUFFIX}"
+def keyed_result(result: ShardResult) -> tuple[str, ShardResult]:
+    return result.result_key, result
 
 
 def read_shard_results(results_dir: str) -> list[ShardResult]:
-    """The result rows WriteShards wrote into `results_dir`, in (split, shard) order."""
-    results = []
-    for path in fileio.glob(os.path.join(results_dir, "*" + RESULT_SUFFIX)):
-        row = artifacts.read_json(path)
-        results.append(
-            ShardResult(
-                **{
-                    **row,
-                    "labels": tuple((label, count) for label, count in row["labels"]),
-                    "skipped": tuple((relpath, reason) for relpath, reason in row["skipped"]),
-                }
-            )
-        )
+    """The SHARD_RESULTS written into `results_dir`, in (split, shard) order."""
+    results = stage_results.read_results(results_dir, SHARD_RESULTS).values()
     return sorted(results, key=lambda r: (r.split, r.shard))
 
 
@@ -331,7 +320,6 @@ def _key_skipped(
 def WriteShards(  # noqa: N802
     converted: tuple[beam.PCollection, beam.PCollection],
     output_dir: str,
-    results_dir: str,
     num_shards: int | None,
     shard_mb: float,
     gzip: bool,
@@ -339,8 +327,7 @@ def WriteShards(  # noqa: N802
     dali_index: bool = False,
 ) -> beam.PCollection:
     """Groups records into shards (a fixed count, or sized by shard_mb) and writes them,
-    each with its result row in `results_dir` (see `read_shard_results`), and with its
-    DALI index file if `dali_index`.
+    each with its DALI index file if `dali_index`; gives each shard's result row.
 
     Takes ConvertImages' two outputs: the lists of RecordPointer, and the SkippedFiles,
     which go to the result row of the shard their path hashes to.
@@ -368,5 +355,5 @@ def WriteShards(  # noqa: N802
         (keyed, keyed_skipped)
         | "PointersAndSkipped" >> beam.Flatten()
         | "GroupByShard" >> beam.GroupByKey()
-        | "WriteShard" >> beam.ParDo(WriteShardFn(output_dir, results_dir, gzip, seed, dali_index))
+        | "WriteShard" >> beam.ParDo(WriteShardFn(output_dir, gzip, seed, dali_index))
     )

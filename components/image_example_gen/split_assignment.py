@@ -7,7 +7,8 @@ ConvertImages spilled them; only small metadata moves:
 
 1. Each batch's (content hash, label, path) triples are grouped into buckets of
    content hashes, where all copies of an image meet. Byte-identical images filed
-   under different labels are label conflicts; each bucket writes its own.
+   under different labels are label conflicts; each bucket gives its own, which the
+   launcher writes as stage results (LABEL_CONFLICTS).
 2. With stratify, each bucket also gives, per label, the split hashes of the distinct
    contents it ranks; grouped by label, they become the label's cut points
    (splitting.cut_points): one number per split.
@@ -28,14 +29,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import os
 from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 
-from imgpipe.components.common.formats import artifacts
 from imgpipe.components.common.formats.conversion_summary import LabelConflict
-from imgpipe.components.common.storage import fileio
+from imgpipe.components.common.storage import stage_results
 from imgpipe.components.image_example_gen import splitting
 from imgpipe.components.image_example_gen.options import (
     LABEL_CONFLICT_FAIL,
@@ -47,8 +46,12 @@ from imgpipe.components.image_example_gen.transforms import ImageConversionError
 
 # Images whose content keys share one bucket of the conflict search: about 10 MB of keys.
 IMAGES_PER_CONTENT_BUCKET = 100_000
-LABEL_CONFLICTS_PREFIX = "label_conflicts"
+# Each content bucket's label conflicts, keyed by bucket.
+LABEL_CONFLICTS: stage_results.ResultKind[tuple[LabelConflict, ...]] = stage_results.ResultKind(
+    "label_conflicts", tuple
+)
 
+_BUCKET_CONFLICTS_TAG = "bucket_conflicts"
 _CONFLICTS_TAG = "conflicts"
 _HASHES_TAG = "hashes"
 _SKIPPED_TAG = "skipped"
@@ -70,22 +73,18 @@ def _content_keys(
     yield from buckets.items()
 
 
-def _conflicts_file(results_dir: str, bucket: int) -> str:
-    return os.path.join(results_dir, f"{LABEL_CONFLICTS_PREFIX}-{bucket:05d}.json")
-
-
 class FindConflictsFn(beam.DoFn):
-    """One bucket's label conflicts, written to its own file (a retry overwrites it),
-    and, to rank, each label's split hashes of the contents in the bucket."""
+    """One bucket's label conflicts, all together and each by content hash, and, to
+    rank, each label's split hashes of the contents in the bucket."""
 
-    def __init__(self, results_dir: str, on_label_conflict: str, rank: bool):
-        self._results_dir = results_dir
+    def __init__(self, on_label_conflict: str, rank: bool):
         self._keep = on_label_conflict == LABEL_CONFLICT_KEEP
         self._fail = on_label_conflict == LABEL_CONFLICT_FAIL
         self._rank = rank
 
     def process(self, element: tuple[int, Iterable[list[tuple[str, str, str]]]]) -> Iterator:
-        """Yields (sha256, LabelConflict) and (label, split hashes), each tagged."""
+        """Yields (bucket, its LabelConflicts by first path) once, (sha256, LabelConflict)
+        and (label, split hashes), each tagged."""
         bucket, batches = element
         by_content: dict[str, list[tuple[str, str]]] = {}
         for batch in batches:
@@ -110,8 +109,8 @@ class FindConflictsFn(beam.DoFn):
             if self._rank:
                 # A kept conflict is ranked under its first label, so its copies share a split.
                 hashes_by_label.setdefault(labels[0], []).append(splitting.split_hash(sha256))
-        rows = [dataclasses.asdict(c) for c in sorted(conflicts, key=lambda c: c.paths)]
-        artifacts.write_json(_conflicts_file(self._results_dir, bucket), rows)
+        ordered = tuple(sorted(conflicts, key=lambda c: c.paths))
+        yield beam.pvalue.TaggedOutput(_BUCKET_CONFLICTS_TAG, (bucket, ordered))
         for label_hashes in hashes_by_label.items():
             yield beam.pvalue.TaggedOutput(_HASHES_TAG, label_hashes)
 
@@ -163,13 +162,9 @@ class AssignSplitFn(beam.DoFn):
 
 
 def read_conflicts(results_dir: str) -> list[LabelConflict]:
-    """The label conflicts AssignSplits wrote into `results_dir`, by first path."""
-    conflicts = [
-        LabelConflict(row["sha256"], tuple(row["labels"]), tuple(row["paths"]), row["kept"])
-        for path in fileio.glob(os.path.join(results_dir, f"{LABEL_CONFLICTS_PREFIX}-*.json"))
-        for row in artifacts.read_json(path)
-    ]
-    return sorted(conflicts, key=lambda c: c.paths)
+    """The LABEL_CONFLICTS written into `results_dir`, by first path."""
+    by_bucket = stage_results.read_results(results_dir, LABEL_CONFLICTS)
+    return sorted(itertools.chain.from_iterable(by_bucket.values()), key=lambda c: c.paths)
 
 
 @beam.ptransform_fn
@@ -178,8 +173,7 @@ def AssignSplits(  # noqa: N802 - Beam transforms are named like classes
     options: OutputOptions,
     by_content: bool,
     num_images: int,
-    results_dir: str,
-) -> tuple[beam.PCollection, beam.PCollection]:
+) -> tuple[beam.PCollection, beam.PCollection, beam.PCollection]:
     """Decides the splits by content and finds label conflicts.
 
     Args:
@@ -188,11 +182,11 @@ def AssignSplits(  # noqa: N802 - Beam transforms are named like classes
       by_content: decide every pointer's split here (a flat layout with split_by
         content); otherwise each keeps the split decided at listing.
       num_images: the images planned, to size the conflict search.
-      results_dir: where the label conflicts are written (see read_conflicts).
 
     Returns:
-      The lists of RecordPointer, each with its split, and every SkippedFile: those
-      of the conversion and the copies of skipped label conflicts.
+      The lists of RecordPointer, each with its split; every SkippedFile: those of the
+      conversion and the copies of skipped label conflicts; and each content bucket's
+      (bucket, label conflicts), the values of LABEL_CONFLICTS.
     """
     pointer_lists, skipped = converted
     found = (
@@ -201,8 +195,8 @@ def AssignSplits(  # noqa: N802 - Beam transforms are named like classes
         | "GroupByContent" >> beam.GroupByKey()
         | "FindConflicts"
         >> beam.ParDo(
-            FindConflictsFn(results_dir, options.on_label_conflict, by_content and options.stratify)
-        ).with_outputs(_CONFLICTS_TAG, _HASHES_TAG)
+            FindConflictsFn(options.on_label_conflict, by_content and options.stratify)
+        ).with_outputs(_BUCKET_CONFLICTS_TAG, _CONFLICTS_TAG, _HASHES_TAG)
     )
     weights = [w for _, w in options.splits]
     cuts = (
@@ -222,4 +216,4 @@ def AssignSplits(  # noqa: N802 - Beam transforms are named like classes
         beam.pvalue.AsDict(found[_CONFLICTS_TAG]),
     ).with_outputs(_SKIPPED_TAG, main="pointers")
     all_skipped = (skipped, assigned[_SKIPPED_TAG]) | "AllSkipped" >> beam.Flatten()
-    return assigned["pointers"], all_skipped
+    return assigned["pointers"], all_skipped, found[_BUCKET_CONFLICTS_TAG]

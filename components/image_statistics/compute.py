@@ -5,29 +5,29 @@ results back. Shared by the TFX executor and `imgpipe stats`.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
-import pickle
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import apache_beam as beam
 
 from imgpipe.components.common.formats import artifacts, conversion_summary, layout
-from imgpipe.components.common.storage import fileio
+from imgpipe.components.common.storage import fileio, stage_results
 from imgpipe.components.image_statistics import transforms
 from imgpipe.components.image_statistics.accumulator import SplitAccumulator
 from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.transforms import DuplicateGroup
 
 WORK_DIR_PREFIX = ".imgpipe-stats-"
-# Result files: one per split (its SplitAccumulator) and one per duplicate bucket (its
-# list of DuplicateGroup), each named after its key so that a retried task overwrites
-# its own. Written from the pipeline without a sink: a WriteToText measured about
-# 0.25 s of a local run's fixed cost.
-_STATS_PREFIX = "stats"
-_GROUPS_PREFIX = "groups"
-_RESULT_SUFFIX = ".pkl"
+# The pipeline's stage results: each split's SplitAccumulator, keyed by split, and each
+# duplicate bucket's groups, keyed by bucket.
+SPLIT_STATISTICS: stage_results.ResultKind[SplitAccumulator] = stage_results.ResultKind(
+    "stats", SplitAccumulator
+)
+DUPLICATE_GROUPS: stage_results.ResultKind[list[DuplicateGroup]] = stage_results.ResultKind(
+    "groups", list
+)
 
 
 @dataclasses.dataclass
@@ -44,23 +44,6 @@ def split_order(splits: Sequence[str]) -> list[str]:
     return sorted(splits, key=lambda name: (name != layout.TRAIN_SPLIT, name))
 
 
-def _write_result(keyed_value: tuple[Any, Any], results_dir: str, prefix: str) -> None:
-    key, value = keyed_value
-    path = os.path.join(results_dir, f"{prefix}-{key}{_RESULT_SUFFIX}")
-    with fileio.open_file(path, "wb") as f:
-        f.write(pickle.dumps(value))
-
-
-def _read_results(results_dir: str, prefix: str) -> dict[str, Any]:
-    """{key: value} of the result files `_write_result` wrote with `prefix`."""
-    values = {}
-    start = len(prefix) + 1
-    for path in fileio.glob(os.path.join(results_dir, f"{prefix}-*{_RESULT_SUFFIX}")):
-        with fileio.open_file(path, "rb") as f:
-            values[os.path.basename(path)[start : -len(_RESULT_SUFFIX)]] = pickle.loads(f.read())
-    return values
-
-
 def build_pipeline(
     pipeline: beam.Pipeline,
     examples_uri: str,
@@ -68,7 +51,8 @@ def build_pipeline(
     options: AnalysisOptions,
     results_dir: str,
 ) -> None:
-    """Writes each split's SplitAccumulator and the duplicate groups into results_dir.
+    """Writes each split's SplitAccumulator and the duplicate groups into results_dir,
+    as stage results (SPLIT_STATISTICS, DUPLICATE_GROUPS).
 
     Args:
       shards: (split, path) of every shard to analyse.
@@ -90,12 +74,12 @@ def build_pipeline(
     _ = (
         analyzed[transforms.STATS_TAG]
         | "CombineSplits" >> transforms.CombineSplits(options.keep_thumbnails)
-        | "WriteStats" >> beam.Map(_write_result, results_dir, _STATS_PREFIX)
+        | "WriteStats" >> stage_results.WriteResults(results_dir, SPLIT_STATISTICS)
     )
     _ = (
         analyzed[transforms.KEYS_TAG]
         | "FindDuplicates" >> transforms.FindDuplicates(transforms.duplicate_buckets(len(shards)))
-        | "WriteGroups" >> beam.Map(_write_result, results_dir, _GROUPS_PREFIX)
+        | "WriteGroups" >> stage_results.WriteResults(results_dir, DUPLICATE_GROUPS)
     )
 
 
@@ -157,12 +141,10 @@ def run_statistics(
         pipeline = make_pipeline()
         build_pipeline(pipeline, examples_uri, shards, options, results_dir)
         pipeline.run().wait_until_finish()
-        combined = _read_results(results_dir, _STATS_PREFIX)
+        combined = stage_results.read_results(results_dir, SPLIT_STATISTICS)
         groups = sorted(
-            (
-                group
-                for bucket_groups in _read_results(results_dir, _GROUPS_PREFIX).values()
-                for group in bucket_groups
+            itertools.chain.from_iterable(
+                stage_results.read_results(results_dir, DUPLICATE_GROUPS).values()
             ),
             key=lambda g: (g.kind, g.files, g.key),
         )
