@@ -288,6 +288,42 @@ def _plan(input_root: str, output_options: OutputOptions) -> _Plan:
     )
 
 
+def _summarize(
+    plan: _Plan,
+    shard_results: list[shards.ShardResult],
+    conflicts: list[LabelConflict],
+    image_options: ImageOptions,
+    output_options: OutputOptions,
+) -> ConversionSummary:
+    """The conversion's summary, from its plan and what the pipeline sent back: the
+    shards' counts, the label conflicts and the warnings they give."""
+    summary = publishing.summarize(
+        plan.listing,
+        shard_results,
+        plan.split_names,
+        plan.labels,
+        image_options,
+        output_options,
+    )
+    return dataclasses.replace(
+        summary,
+        split_by="" if plan.given is not None else output_options.split_by,
+        label_conflicts=tuple(conflicts),
+        warnings=tuple(
+            data_warnings.conversion_warnings(
+                split_labels={split: s.labels for split, s in summary.splits.items()},
+                listed_by_label=publishing.listed_by_label(plan.listing),
+                class_folders=plan.class_folders,
+                given_splits=plan.given is not None,
+                conflicts=conflicts,
+                split_notes=plan.given.notes if plan.given is not None else (),
+                refused_folders=listing_lib.refused_class_folders(plan.listing),
+            )
+        )
+        + publishing.index_warnings(output_options),
+    )
+
+
 def _convert_and_publish(
     plan: _Plan,
     input_root: str,
@@ -337,31 +373,7 @@ def _convert_and_publish(
                 raise
             raise transforms.ImageConversionError(message) from e
         shard_results, conflicts = _read_results(work_dir)
-        summary = publishing.summarize(
-            plan.listing,
-            shard_results,
-            plan.split_names,
-            plan.labels,
-            image_options,
-            output_options,
-        )
-        summary = dataclasses.replace(
-            summary,
-            split_by="" if plan.given is not None else output_options.split_by,
-            label_conflicts=tuple(conflicts),
-            warnings=tuple(
-                data_warnings.conversion_warnings(
-                    split_labels={split: s.labels for split, s in summary.splits.items()},
-                    listed_by_label=publishing.listed_by_label(plan.listing),
-                    class_folders=plan.class_folders,
-                    given_splits=plan.given is not None,
-                    conflicts=conflicts,
-                    split_notes=plan.given.notes if plan.given is not None else (),
-                    refused_folders=listing_lib.refused_class_folders(plan.listing),
-                )
-            )
-            + publishing.index_warnings(output_options),
-        )
+        summary = _summarize(plan, shard_results, conflicts, image_options, output_options)
         entries = publishing.publish_shards(
             staged, output_dir, plan.split_names, shard_results, output_options
         )
