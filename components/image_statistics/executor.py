@@ -88,13 +88,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         examples = artifact_utils.get_single_instance(input_dict[spec.EXAMPLES_KEY])
         output = artifact_utils.get_single_instance(output_dict[spec.STATISTICS_KEY])
         splits = artifact_utils.decode_split_names(examples.split_names)
-        validator = []
-        if input_dict.get(spec.ANOMALIES_KEY):
-            anomalies_artifact = artifact_utils.get_single_instance(input_dict[spec.ANOMALIES_KEY])
-            validator = anomaly_lib.validator_anomalies(
-                anomalies_artifact.uri,
-                artifact_utils.decode_split_names(anomalies_artifact.split_names),
-            )
+        validator = _validator_anomalies(input_dict)
         logging.info("ImageStatistics: %s %s -> %s", examples.uri, splits, output.uri)
         drift_baseline = baseline.from_champion(resolved or champion_lib.resolve(""))
         logging.info(
@@ -120,30 +114,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             drift_baseline,
             audit_champion=resolved or champion_lib.resolve(""),
         )
-        drifted = [a for a in produced.anomalies if a.code == anomaly_lib.DRIFT]
-        note = ""
-        if drifted and produced.stats.drift is not None:
-            note = _accept_drift(resolved, span, produced.stats.drift, drift_accepted)
-            drift_accepted = bool(note)
-        if note and produced.stats.drift is not None:
-            note += ": " + "; ".join(a.message for a in drifted)
-            produced = dataclasses.replace(
-                produced,
-                stats=dataclasses.replace(
-                    produced.stats,
-                    drift=dataclasses.replace(produced.stats.drift, accepted=note),
-                ),
-            )
-            logging.warning("ImageStatistics: drift of %s", note)
-        audit = produced.stats.label_audit
-        if labels_accepted and audit is not None and audit.exceeded:
-            accepted = f"span {span}, by accept_label_issues_span"
-            produced = dataclasses.replace(
-                produced,
-                stats=dataclasses.replace(
-                    produced.stats, label_audit=dataclasses.replace(audit, accepted=accepted)
-                ),
-            )
+        produced, drift_accepted = _with_drift_accepted(produced, resolved, span, drift_accepted)
+        produced = _with_label_issues_accepted(produced, span, labels_accepted)
         if produced.stats.label_audit is not None:
             logging.info(
                 "ImageStatistics: label audit %s", label_audit.describe(produced.stats.label_audit)
@@ -155,25 +127,97 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         # Through the gates only because an acceptance let it.
         by_acceptance = not stopping and bool(anomaly_lib.blocking(produced.anomalies, config))
         _admit_or_withdraw(resolved, span, examples.uri, not stopping, by_acceptance)
-        if not produced.anomalies:
-            return
-        message = functools.partial(
-            anomaly_lib.gate_message,
-            produced.anomalies,
-            config=config,
-            span=span,
-            drift_accepted=drift_accepted,
-            labels_accepted=labels_accepted,
-        )
-        if not stopping:
-            logging.warning("%s", message(output_uri=output.uri))
-            return
-        # TFX deletes the output folder of a failed execution; this copy stays for the
-        # user to inspect.
-        _write(rejected, produced)
-        raise anomaly_lib.AnomaliesFoundError(
-            stopping, rejected, message(output_uri=rejected), span
-        )
+        if produced.anomalies:
+            _warn_or_stop(
+                produced,
+                stopping,
+                config,
+                span,
+                drift_accepted,
+                labels_accepted,
+                output.uri,
+                rejected,
+            )
+
+
+def _validator_anomalies(input_dict: dict[str, list[types.Artifact]]) -> list[image_stats.Anomaly]:
+    """ExampleValidator's anomalies, when its output is an input; else none."""
+    if not input_dict.get(spec.ANOMALIES_KEY):
+        return []
+    anomalies_artifact = artifact_utils.get_single_instance(input_dict[spec.ANOMALIES_KEY])
+    return anomaly_lib.validator_anomalies(
+        anomalies_artifact.uri,
+        artifact_utils.decode_split_names(anomalies_artifact.split_names),
+    )
+
+
+def _with_drift_accepted(
+    produced: Produced,
+    resolved: champion_lib.Resolved | None,
+    span: int | None,
+    drift_accepted: bool,
+) -> tuple[Produced, bool]:
+    """The statistics with their drift marked accepted, and whether it was, when drift
+    was found and an acceptance (_accept_drift) lets it through."""
+    drifted = [a for a in produced.anomalies if a.code == anomaly_lib.DRIFT]
+    drift = produced.stats.drift
+    if not drifted or drift is None:
+        return produced, drift_accepted
+    note = _accept_drift(resolved, span, drift, drift_accepted)
+    if not note:
+        return produced, False
+    note += ": " + "; ".join(a.message for a in drifted)
+    logging.warning("ImageStatistics: drift of %s", note)
+    stats = dataclasses.replace(produced.stats, drift=dataclasses.replace(drift, accepted=note))
+    return dataclasses.replace(produced, stats=stats), True
+
+
+def _with_label_issues_accepted(
+    produced: Produced, span: int | None, labels_accepted: bool
+) -> Produced:
+    """The statistics with their label audit marked accepted, when it found too many
+    issues and accept_label_issues_span accepts this span."""
+    audit = produced.stats.label_audit
+    if not (labels_accepted and audit is not None and audit.exceeded):
+        return produced
+    accepted = f"span {span}, by accept_label_issues_span"
+    stats = dataclasses.replace(
+        produced.stats, label_audit=dataclasses.replace(audit, accepted=accepted)
+    )
+    return dataclasses.replace(produced, stats=stats)
+
+
+def _warn_or_stop(
+    produced: Produced,
+    stopping: list[image_stats.Anomaly],
+    config: StatisticsConfig,
+    span: int | None,
+    drift_accepted: bool,
+    labels_accepted: bool,
+    output_uri: str,
+    rejected: str,
+) -> None:
+    """Logs the anomalies that pass the gates; or, when some stop the run, keeps a copy
+    of the outputs in `rejected` and raises.
+
+    Raises:
+      AnomaliesFoundError: `stopping` is not empty.
+    """
+    message = functools.partial(
+        anomaly_lib.gate_message,
+        produced.anomalies,
+        config=config,
+        span=span,
+        drift_accepted=drift_accepted,
+        labels_accepted=labels_accepted,
+    )
+    if not stopping:
+        logging.warning("%s", message(output_uri=output_uri))
+        return
+    # TFX deletes the output folder of a failed execution; this copy stays for the
+    # user to inspect.
+    _write(rejected, produced)
+    raise anomaly_lib.AnomaliesFoundError(stopping, rejected, message(output_uri=rejected), span)
 
 
 def _admit_or_withdraw(

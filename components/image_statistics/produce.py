@@ -23,7 +23,7 @@ from imgpipe.components.image_statistics import drift as drift_lib
 from imgpipe.components.image_statistics import label_audit_report, label_gate, report, summary
 from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.baseline import Baseline
-from imgpipe.components.image_statistics.compute import run_statistics
+from imgpipe.components.image_statistics.compute import StatisticsRun, run_statistics
 from imgpipe.components.image_statistics.config import StatisticsConfig
 
 
@@ -73,19 +73,8 @@ def produce(
     if splits is None:
         splits = conversion_summary.read(examples_uri).split_names
     labels = artifacts.load_labels(examples_uri)
-    skipped = [
-        image_stats.FileReason(path=row["path"], reason=row["reason"])
-        for row in artifacts.load_skipped(examples_uri)
-    ]
-    # Label conflicts were left out on purpose (on_label_conflict skip): they are listed
-    # with the skipped files, but not counted as unusable images.
-    converted = conversion_summary.read_if_present(examples_uri)
-    left_out = {
-        path
-        for conflict in (converted.label_conflicts if converted else ())
-        if not conflict.kept
-        for path in conflict.paths
-    }
+    skipped = _skipped_files(examples_uri)
+    left_out = _conflicts_left_out(examples_uri)
     run = run_statistics(examples_uri, splits, work_parent, options, make_pipeline)
     stats = summary.build_stats(
         splits=run.splits,
@@ -97,17 +86,7 @@ def produce(
         skipped=sum(row.path not in left_out for row in skipped),
         leakage_threshold=config.leakage_threshold,
     )
-    drift = None
-    if baseline is not None:
-        drift = (
-            drift_lib.compare(baseline.stats, stats, config, baseline.uri)
-            if baseline.stats is not None
-            else drift_lib.skipped(baseline.reason)
-        )
-        if baseline.note:  # damaged pushes passed over to find the baseline
-            drift = dataclasses.replace(
-                drift, reason="; ".join(filter(None, [baseline.note, drift.reason]))
-            )
+    drift = _drift(baseline, stats, config)
     audited = (
         label_gate.before_training(audit_champion, examples_uri, splits, config)
         if audit_champion is not None
@@ -126,14 +105,57 @@ def produce(
         drift=drift,
         label_audit=audit,
     )
-    thumbnails = {
+    return Produced(
+        stats,
+        report.render(
+            stats, _thumbnails(run, labels), skipped, audited.thumbnails if audited else ()
+        ),
+    )
+
+
+def _skipped_files(examples_uri: str) -> list[image_stats.FileReason]:
+    return [
+        image_stats.FileReason(path=row["path"], reason=row["reason"])
+        for row in artifacts.load_skipped(examples_uri)
+    ]
+
+
+def _conflicts_left_out(examples_uri: str) -> set[str]:
+    """The paths of label conflicts left out on purpose (on_label_conflict skip): they
+    are listed with the skipped files, but not counted as unusable images."""
+    converted = conversion_summary.read_if_present(examples_uri)
+    return {
+        path
+        for conflict in (converted.label_conflicts if converted else ())
+        if not conflict.kept
+        for path in conflict.paths
+    }
+
+
+def _drift(
+    baseline: Baseline | None, stats: image_stats.ImageStats, config: StatisticsConfig
+) -> image_stats.Drift | None:
+    """The drift from `baseline`, or why it was not checked; None: no check asked for."""
+    if baseline is None:
+        return None
+    drift = (
+        drift_lib.compare(baseline.stats, stats, config, baseline.uri)
+        if baseline.stats is not None
+        else drift_lib.skipped(baseline.reason)
+    )
+    if baseline.note:  # damaged pushes passed over to find the baseline
+        drift = dataclasses.replace(
+            drift, reason="; ".join(filter(None, [baseline.note, drift.reason]))
+        )
+    return drift
+
+
+def _thumbnails(run: StatisticsRun, labels: list[str]) -> report.Thumbnails:
+    """Each split's kept thumbnails, (path, JPEG) by label name, for the report."""
+    return {
         split: {
             summary.label_name(label, labels): [(t.path, t.jpeg) for t in kept]
             for label, kept in accumulator.thumbnails.items()
         }
         for split, accumulator in run.accumulators.items()
     }
-    return Produced(
-        stats,
-        report.render(stats, thumbnails, skipped, audited.thumbnails if audited else ()),
-    )
