@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tfx import types
 from tfx.dsl.components.base import base_node
 from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.types import standard_component_specs as keys
@@ -89,38 +90,15 @@ def create_components(
       config: the validated configuration.
       parameterized: make RUNTIME_PARAMETERS settable per run (Kubeflow).
     """
-    from tfx import v1 as tfx
-    from tfx.proto import pusher_pb2
-
     from imgpipe.components.champion import ChampionResolver
-    from imgpipe.components.common.runtime import config_loader
-    from imgpipe.components.evaluator import ImageEvaluator
-    from imgpipe.components.image_example_gen import ImageExampleGen
-    from imgpipe.components.image_statistics import ImageStatistics, image_stats_options
-    from imgpipe.components.pusher import SERVING_CONFIG_KEY, ImagePusher
-    from imgpipe.components.trainer import ImageTrainer
+    from imgpipe.components.image_statistics import ImageStatistics
 
     parameters = runtime_parameters(config) if parameterized else {}
     resolver = ChampionResolver(serving_dir=config.serving_dir).with_id(ids.CHAMPION)
     champion = resolver.outputs[CHAMPION_KEY]
-    example_gen = ImageExampleGen(
-        input_base=parameters.get(DATA_ROOT_PARAMETER, config.data_root),
-        image_options=config.example_gen.image,
-        output_options=config.example_gen.output,
-    ).with_id(ids.EXAMPLE_GEN)
+    data_steps = _data_steps(config, parameters)
+    example_gen, _, _, example_validator = data_steps
     examples = example_gen.outputs[keys.EXAMPLES_KEY]
-    statistics_gen = tfx.components.StatisticsGen(
-        examples=examples,
-        stats_options=image_stats_options(),
-    ).with_id(ids.STATISTICS_GEN)
-    schema_gen = tfx.components.SchemaGen(
-        statistics=statistics_gen.outputs[keys.STATISTICS_KEY],
-        infer_feature_shape=True,
-    ).with_id(ids.SCHEMA_GEN)
-    example_validator = tfx.components.ExampleValidator(
-        statistics=statistics_gen.outputs[keys.STATISTICS_KEY],
-        schema=schema_gen.outputs[keys.SCHEMA_KEY],
-    ).with_id(ids.EXAMPLE_VALIDATOR)
     # The run's serving lease is held from here to the push: after the data steps that
     # are not ours (a failure there leaves no lease behind), before every step that needs
     # the champion.
@@ -135,10 +113,59 @@ def create_components(
         accept_drift_span=parameters.get(ACCEPT_DRIFT_SPAN_PARAMETER),
         accept_label_issues_span=parameters.get(ACCEPT_LABEL_ISSUES_SPAN_PARAMETER),
     ).with_id(ids.IMAGE_STATISTICS)
+    model_steps = _model_steps(
+        config, parameters, examples, image_statistics.outputs[keys.STATISTICS_KEY], champion
+    )
+    return [*data_steps, resolver, image_statistics, *model_steps]
+
+
+def _data_steps(config: PipelineConfig, parameters: dict[str, Any]) -> list[base_node.BaseNode]:
+    """ImageExampleGen, StatisticsGen, SchemaGen and ExampleValidator, in that order."""
+    from tfx import v1 as tfx
+
+    from imgpipe.components.image_example_gen import ImageExampleGen
+    from imgpipe.components.image_statistics import image_stats_options
+
+    example_gen = ImageExampleGen(
+        input_base=parameters.get(DATA_ROOT_PARAMETER, config.data_root),
+        image_options=config.example_gen.image,
+        output_options=config.example_gen.output,
+    ).with_id(ids.EXAMPLE_GEN)
+    statistics_gen = tfx.components.StatisticsGen(
+        examples=example_gen.outputs[keys.EXAMPLES_KEY],
+        stats_options=image_stats_options(),
+    ).with_id(ids.STATISTICS_GEN)
+    schema_gen = tfx.components.SchemaGen(
+        statistics=statistics_gen.outputs[keys.STATISTICS_KEY],
+        infer_feature_shape=True,
+    ).with_id(ids.SCHEMA_GEN)
+    example_validator = tfx.components.ExampleValidator(
+        statistics=statistics_gen.outputs[keys.STATISTICS_KEY],
+        schema=schema_gen.outputs[keys.SCHEMA_KEY],
+    ).with_id(ids.EXAMPLE_VALIDATOR)
+    return [example_gen, statistics_gen, schema_gen, example_validator]
+
+
+def _model_steps(
+    config: PipelineConfig,
+    parameters: dict[str, Any],
+    examples: types.BaseChannel,
+    image_statistics: types.BaseChannel,
+    champion: types.BaseChannel,
+) -> list[base_node.BaseNode]:
+    """The Trainer, the Evaluator and the Pusher, in that order, on the channels of the
+    examples, their image statistics and the champion."""
+    from tfx.proto import pusher_pb2
+
+    from imgpipe.components.common.runtime import config_loader
+    from imgpipe.components.evaluator import ImageEvaluator
+    from imgpipe.components.pusher import SERVING_CONFIG_KEY, ImagePusher
+    from imgpipe.components.trainer import ImageTrainer
+
     output = config.example_gen.output
     trainer = ImageTrainer(
         examples=examples,
-        image_statistics=image_statistics.outputs[keys.STATISTICS_KEY],
+        image_statistics=image_statistics,
         config=config.trainer,
         champion=champion,
         epochs=parameters.get(EPOCHS_PARAMETER),
@@ -162,17 +189,7 @@ def create_components(
         ),
         custom_config={SERVING_CONFIG_KEY: config_loader.to_dict(config.serving)},
     ).with_id(ids.PUSHER)
-    return [
-        example_gen,
-        statistics_gen,
-        schema_gen,
-        example_validator,
-        resolver,
-        image_statistics,
-        trainer,
-        evaluator,
-        pusher,
-    ]
+    return [trainer, evaluator, pusher]
 
 
 def create_pipeline(
