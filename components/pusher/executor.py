@@ -135,32 +135,11 @@ def publish(
     """
     fileio.makedirs(serving_dir)
     versions = served_models.complete_versions(serving_dir)
-    for version in versions:
-        path = posixpath.join(serving_dir, str(version))
-        if _pushed_from(path) == model_dir:
-            logging.info("%s was already pushed to %s", model_dir, path)
-            if version == versions[0]:  # killed before the pointers were written
-                _write_pointers(serving_dir, version)
-            return path
-    head = versions[0] if versions else serving_lock.NO_HEAD
-    if expected_head is not None and head != expected_head:
-        seen = (
-            "nothing pushed"
-            if expected_head == serving_lock.NO_HEAD
-            else f"version {expected_head}"
-        )
-        raise ServingHeadMovedError(
-            f"not pushed: {serving_dir}/{head} was pushed after this model was judged against "
-            f"{seen}; the next retrain will be judged against it"
-        )
-    # Left by a killed push: a staging folder, or a version folder without PUSH_COMPLETE
-    # (on object stores). Pushes take turns (serving_lock), so none is being written.
-    numbered = []
-    for name in fileio.list_dir(serving_dir):
-        if name.isdigit():
-            numbered.append(int(name))
-        if name.startswith(STAGING_PREFIX) or name.isdigit() and int(name) not in versions:
-            fileio.remove(posixpath.join(serving_dir, name))
+    earlier = _earlier_push(model_dir, serving_dir, versions)
+    if earlier is not None:
+        return earlier
+    _check_head(serving_dir, versions, expected_head)
+    numbered = _clear_killed_pushes(serving_dir, versions)
     # Above every version folder there was: an interrupted one's number is never reused.
     version = max(int(time.time() if now is None else now), max(numbered, default=-1) + 1)
     final = posixpath.join(serving_dir, str(version))
@@ -175,28 +154,76 @@ def publish(
             files[relpath] = os.path.join(written, relpath.replace("/", "_"))
             with open(files[relpath], "wb") as f:
                 f.write(data)
-        # The checksums of what is pushed, from the sources: a copy that differs is damage.
-        entries = {
-            relpath: manifest.describe("", [source])[source] for relpath, source in files.items()
-        }
-        try:
-            _copy_files(files, target)
-            phases.reached(phases.PUBLISHED)
-            manifest.write(target, entries)
-            problem = served_models.damage(target)
-            if problem is not None:
-                raise OSError(f"{target}: the copy differs from its source ({problem}); push again")
-            fileio.write_text(posixpath.join(target, served_models.PUSH_COMPLETE_FILE), model_dir)
-        except Exception:
-            # A failed push (a full disk, a damaged copy) takes no room and shows nothing; a
-            # killed one is cleared by the next push.
-            with contextlib.suppress(OSError):
-                fileio.remove(target)
-            raise
+        _write_version(files, target, model_dir)
     if local:
         fileio.rename(target, final)
     _write_pointers(serving_dir, version)
     return final
+
+
+def _earlier_push(model_dir: str, serving_dir: str, versions: list[int]) -> str | None:
+    """The version folder of an earlier push of model_dir (a retry), its pointers
+    written if it was killed before them; None if it was not pushed."""
+    for version in versions:
+        path = posixpath.join(serving_dir, str(version))
+        if _pushed_from(path) == model_dir:
+            logging.info("%s was already pushed to %s", model_dir, path)
+            if version == versions[0]:  # killed before the pointers were written
+                _write_pointers(serving_dir, version)
+            return path
+    return None
+
+
+def _check_head(serving_dir: str, versions: list[int], expected_head: int | None) -> None:
+    """Raises ServingHeadMovedError if the newest complete push is not `expected_head`
+    (None: any head)."""
+    head = versions[0] if versions else serving_lock.NO_HEAD
+    if expected_head is not None and head != expected_head:
+        seen = (
+            "nothing pushed"
+            if expected_head == serving_lock.NO_HEAD
+            else f"version {expected_head}"
+        )
+        raise ServingHeadMovedError(
+            f"not pushed: {serving_dir}/{head} was pushed after this model was judged against "
+            f"{seen}; the next retrain will be judged against it"
+        )
+
+
+def _clear_killed_pushes(serving_dir: str, versions: list[int]) -> list[int]:
+    """Removes what killed pushes left: a staging folder, or a version folder without
+    PUSH_COMPLETE (on object stores). Pushes take turns (serving_lock), so none is being
+    written. Returns the numbers of every version folder there was."""
+    numbered = []
+    for name in fileio.list_dir(serving_dir):
+        if name.isdigit():
+            numbered.append(int(name))
+        if name.startswith(STAGING_PREFIX) or name.isdigit() and int(name) not in versions:
+            fileio.remove(posixpath.join(serving_dir, name))
+    return numbered
+
+
+def _write_version(files: Mapping[str, str], target: str, model_dir: str) -> None:
+    """Copies `files` ({relpath: source}) into `target`, with their manifest, checks the
+    copy and marks it complete; a failed copy is removed."""
+    # The checksums of what is pushed, from the sources: a copy that differs is damage.
+    entries = {
+        relpath: manifest.describe("", [source])[source] for relpath, source in files.items()
+    }
+    try:
+        _copy_files(files, target)
+        phases.reached(phases.PUBLISHED)
+        manifest.write(target, entries)
+        problem = served_models.damage(target)
+        if problem is not None:
+            raise OSError(f"{target}: the copy differs from its source ({problem}); push again")
+        fileio.write_text(posixpath.join(target, served_models.PUSH_COMPLETE_FILE), model_dir)
+    except Exception:
+        # A failed push (a full disk, a damaged copy) takes no room and shows nothing; a
+        # killed one is cleared by the next push.
+        with contextlib.suppress(OSError):
+            fileio.remove(target)
+        raise
 
 
 def extra_files(input_dict: dict[str, list[types.Artifact]]) -> dict[str, str]:
