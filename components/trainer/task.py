@@ -345,17 +345,7 @@ def fit_model(
     model, warm = _build(config, labels, strategy, sources, inputs, steps_per_epoch * epochs)
     phases = plan_phases(config, epochs, warm)
     folder, fingerprint = sources.backups
-    base = resume.BackupState(
-        fingerprint,
-        resume.Plan(
-            steps_per_epoch,
-            global_batch,
-            tuple(resume.PlannedPhase(p.name, p.epochs) for p in phases),
-        ),
-        phase=0,
-        optimizer_steps=0,
-        progress=(),
-    )
+    base = _backup_base(fingerprint, steps_per_epoch, global_batch, phases)
     found, best_weights = fitting.start_from(
         model, strategy, config, phases, resume.find(folder, fingerprint, base.plan)
     )
@@ -385,8 +375,44 @@ def fit_model(
         "global_batch": global_batch,
         "workers": plan.workers,
     }
+    summary = _training_summary(
+        config, sources, warm, (phases, progress), found, plan, (steps_per_epoch, global_batch)
+    )
+    return Trained(model, summary, training)
+
+
+def _backup_base(
+    fingerprint: str, steps_per_epoch: int, global_batch: int, phases: list[summary_lib.Phase]
+) -> resume.BackupState:
+    """The backup state before any phase ran: what a backup must match to be resumed."""
+    return resume.BackupState(
+        fingerprint,
+        resume.Plan(
+            steps_per_epoch,
+            global_batch,
+            tuple(resume.PlannedPhase(p.name, p.epochs) for p in phases),
+        ),
+        phase=0,
+        optimizer_steps=0,
+        progress=(),
+    )
+
+
+def _training_summary(
+    config: TrainerConfig,
+    sources: Sources,
+    warm: warm_start.WarmStart,
+    phases_run: tuple[list[summary_lib.Phase], list[resume.PhaseProgress]],
+    found: resume.Found,
+    plan: devices.DevicePlan,
+    batches: tuple[int, int],
+) -> summary_lib.TrainingSummary:
+    """The training's summary from its phases as planned and run (phases_run), the
+    backup it resumed from and its (steps per epoch, global batch)."""
+    phases, progress = phases_run
+    steps_per_epoch, global_batch = batches
     accuracies = [p.val_accuracy for p in progress if p.val_accuracy is not None]
-    summary = summary_lib.TrainingSummary(
+    return summary_lib.TrainingSummary(
         backbone=config.backbone,
         image_size=config.input_size,
         weights=config.weights,
@@ -405,7 +431,6 @@ def fit_model(
             devices.all_reduce(plan),
         ),
     )
-    return Trained(model, summary, training)
 
 
 def _build(
