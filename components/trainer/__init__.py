@@ -14,6 +14,9 @@ from imgpipe.components.common.runtime import front_door
 if TYPE_CHECKING:
     from imgpipe.components.trainer.component import ImageTrainer
     from imgpipe.components.trainer.config import TrainerConfig
+    from imgpipe.components.trainer.launch import DOCKER as DOCKER_LAUNCHER
+    from imgpipe.components.trainer.launch import DOCKER_NETWORK_ENV as WORKERS_DOCKER_NETWORK_ENV
+    from imgpipe.components.trainer.launch import DOCKER_SOCKET as WORKERS_DOCKER_SOCKET
     from imgpipe.components.trainer.launch import KUBERNETES as KUBERNETES_LAUNCHER
     from imgpipe.components.trainer.launch import LAUNCHER_ENV as WORKERS_LAUNCHER_ENV
     from imgpipe.components.trainer.launch import POD_FIELDS as TRAINER_POD_FIELDS
@@ -23,11 +26,14 @@ if TYPE_CHECKING:
     from imgpipe.components.trainer.warm_start import FULL as WARM_START_FULL
 
 __all__ = [
+    "DOCKER_LAUNCHER",
     "KUBERNETES_LAUNCHER",
     "TRAINER_POD_FIELDS",
     "TRAINING_RESUMED",
     "WARM_START_BACKBONE_ONLY",
     "WARM_START_FULL",
+    "WORKERS_DOCKER_NETWORK_ENV",
+    "WORKERS_DOCKER_SOCKET",
     "WORKERS_LAUNCHER_ENV",
     "ImageTrainer",
     "TrainerConfig",
@@ -41,6 +47,9 @@ if not TYPE_CHECKING:
             "ImageTrainer": "component",
             "TrainerConfig": "config",
             "KUBERNETES_LAUNCHER": "launch:KUBERNETES",
+            "DOCKER_LAUNCHER": "launch:DOCKER",
+            "WORKERS_DOCKER_NETWORK_ENV": "launch:DOCKER_NETWORK_ENV",
+            "WORKERS_DOCKER_SOCKET": "launch:DOCKER_SOCKET",
             "WORKERS_LAUNCHER_ENV": "launch:LAUNCHER_ENV",
             "TRAINER_POD_FIELDS": "launch:POD_FIELDS",
             "read_training_summary": "summary:read_if_present",

@@ -22,13 +22,11 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
-from imgpipe.components.common.storage import fileio, object_store
-from imgpipe.components.trainer import cluster, launch, tfjob, workers
+from imgpipe.components.trainer import cluster, launch, replicas, tfjob, workers
 
 POLL_SECONDS = 2.0
 # How long the replicas may take to start (scheduled, image pulled, running): a GPU node
@@ -55,12 +53,8 @@ def check_shared(paths: Iterable[str], mounts: Mapping[str, str], workers_count:
     """Raises KubernetesUnavailable naming the first path the TFJob's pods cannot see:
     one that is neither on an object store nor under a claim the step mounts
     (`mounts`, tfjob.shared_mounts)."""
-    for path in paths:
-        if object_store.is_object_store(path):
-            continue
-        local = os.path.normpath(path)
-        if any(local == m or local.startswith(m.rstrip("/") + "/") for m in mounts):
-            continue
+    path = replicas.unshared_path(paths, mounts)
+    if path is not None:
         raise KubernetesUnavailable(
             f"trainer.workers={workers_count}: {path} is on the Trainer pod's own disk, "
             "which the TFJob's workers cannot see; put pipeline_root (and data_root) on "
@@ -171,11 +165,12 @@ class KubernetesWorkers:
             file=sys.stderr,
             flush=True,
         )
-        chief_log = _Follower(self._core, namespace)
+        self._chief_log: replicas.LogFollower | None = None
         try:
-            self._wait(name, namespace, workers_count, chief_log, log_dir)
+            self._wait(name, namespace, workers_count, log_dir)
         finally:
-            chief_log.stop()
+            if self._chief_log is not None:
+                self._chief_log.stop()
             self._keep_logs(name, namespace, log_dir)
             with contextlib.suppress(kubernetes.client.ApiException):
                 self._custom.delete_namespaced_custom_object(
@@ -187,7 +182,7 @@ class KubernetesWorkers:
                     body=kubernetes.client.V1DeleteOptions(propagation_policy="Background"),
                 )
 
-    def _wait(self, name, namespace, workers_count, chief_log, log_dir) -> None:
+    def _wait(self, name, namespace, workers_count, log_dir) -> None:
         api_errors = _api_errors()
         created = answered = time.monotonic()
         started = False
@@ -210,7 +205,7 @@ class KubernetesWorkers:
             answered = time.monotonic()
             chief = pods.get(cluster.CHIEF)
             if chief is not None and _phase(chief) in ("Running", "Succeeded", "Failed"):
-                chief_log.start(chief["metadata"]["name"])
+                self._chief_log = self._chief_log or self._follow(chief, namespace)
             failed = sorted(i for i, p in pods.items() if _phase(p) == "Failed")
             if failed:
                 self._fail(failed[0], pods[failed[0]], namespace, workers_count, log_dir)
@@ -225,7 +220,8 @@ class KubernetesWorkers:
                 if c.get("status") == "True"
             }
             if "Succeeded" in conditions:
-                chief_log.finish()
+                if self._chief_log is not None:
+                    self._chief_log.finish()
                 return
             if "Failed" in conditions:
                 raise workers.WorkersFailed(
@@ -263,20 +259,31 @@ class KubernetesWorkers:
                 found[int(labels[tfjob.REPLICA_INDEX_LABEL])] = pod
         return found
 
-    def _fail(self, index, pod, namespace, workers_count, log_dir) -> None:
+    def _fail(self, index, pod, namespace, workers_count, log_dir) -> NoReturn:
         pod_name = pod["metadata"]["name"]
-        line = workers.failure_in(self._keep_log(pod_name, namespace, log_dir, index))
-        how = _how_it_ended(pod)
-        who = f"trainer worker {index} of {workers_count} (pod {namespace}/{pod_name})"
-        if line.startswith(f"{ValueError.__name__}: "):
-            raise ValueError(
-                f"{who}: {line[len(ValueError.__name__) + 2 :]} (trainer.workers={workers_count})"
-            )
-        raise workers.WorkersFailed(
-            f"{who} {how}{': ' + line if line else ''}; the TFJob was deleted with its other "
-            f"workers and nothing was exported (logs: {log_dir}); a rerun resumes from the "
-            "last preemption backup"
+        workers.raise_failed(
+            f"trainer worker {index} of {workers_count} (pod {namespace}/{pod_name})",
+            _how_it_ended(pod),
+            self._keep_log(pod_name, namespace, log_dir, index),
+            workers_count,
+            "the TFJob was deleted with its other workers",
+            log_dir,
         )
+
+    def _follow(self, pod: Mapping[str, Any], namespace: str) -> replicas.LogFollower:
+        def open_stream() -> replicas.LogStream:
+            response = self._core.read_namespaced_pod_log(
+                pod["metadata"]["name"],
+                namespace,
+                container=tfjob.CONTAINER,
+                follow=True,
+                _preload_content=False,
+            )
+            return response.stream(4096), response.close
+
+        follower = replicas.LogFollower(open_stream)
+        follower.start()
+        return follower
 
     def _keep_logs(self, name: str, namespace: str, log_dir: str) -> None:
         """Copies each replica's log into log_dir (what the API still has of it)."""
@@ -285,7 +292,7 @@ class KubernetesWorkers:
                 self._keep_log(pod["metadata"]["name"], namespace, log_dir, index)
 
     def _keep_log(self, pod_name: str, namespace: str, log_dir: str, index: int) -> str:
-        """Writes replica `index`'s log into log_dir (through the file seam); returns it."""
+        """Keeps replica `index`'s log in log_dir; returns it."""
         import kubernetes
 
         try:
@@ -294,9 +301,7 @@ class KubernetesWorkers:
             )
         except kubernetes.client.ApiException as e:
             text = f"(its log could not be read: {e.status} {e.reason})\n"
-        fileio.makedirs(log_dir)
-        fileio.write_text(workers.log_path(log_dir, index), text)
-        return text
+        return replicas.keep_log(log_dir, index, text)
 
 
 def _phase(pod: Mapping[str, Any]) -> str:
@@ -332,6 +337,13 @@ def _short(error: BaseException) -> str:
     return type(error).__name__
 
 
+def _api_errors() -> tuple[type[BaseException], ...]:
+    import kubernetes
+    import urllib3
+
+    return (kubernetes.client.ApiException, urllib3.exceptions.HTTPError)
+
+
 def _how_it_ended(pod: Mapping[str, Any]) -> str:
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         terminated = (status.get("state") or {}).get("terminated")
@@ -356,52 +368,3 @@ def _api_error(error, doing: str, verbs: str) -> KubernetesUnavailable:
             "the Kubeflow Training Operator v1.9, or set trainer.workers=1"
         )
     return KubernetesUnavailable(f"cannot {doing}: {error.status} {error.reason}")
-
-
-def _api_errors() -> tuple[type[BaseException], ...]:
-    import kubernetes
-    import urllib3
-
-    return (kubernetes.client.ApiException, urllib3.exceptions.HTTPError)
-
-
-class _Follower:
-    """Streams one pod's log into this process's stderr, on a thread."""
-
-    def __init__(self, core, namespace: str) -> None:
-        self._core = core
-        self._namespace = namespace
-        self._thread: threading.Thread | None = None
-        self._response: Any = None
-
-    def start(self, pod_name: str) -> None:
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._follow, args=(pod_name,), daemon=True)
-        self._thread.start()
-
-    def _follow(self, pod_name: str) -> None:
-        with contextlib.suppress(Exception):  # the stream ends with the pod, or is closed
-            response = self._core.read_namespaced_pod_log(
-                pod_name,
-                self._namespace,
-                container=tfjob.CONTAINER,
-                follow=True,
-                _preload_content=False,
-            )
-            self._response = response
-            for chunk in response.stream(4096):
-                sys.stderr.write(chunk.decode(errors="replace"))
-                sys.stderr.flush()
-
-    def finish(self, seconds: float = 10.0) -> None:
-        """Waits a little for the rest of a finished chief's log."""
-        if self._thread is not None:
-            self._thread.join(seconds)
-
-    def stop(self) -> None:
-        if self._response is not None:
-            with contextlib.suppress(Exception):
-                self._response.close()
-        if self._thread is not None:
-            self._thread.join(1.0)

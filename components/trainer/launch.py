@@ -16,7 +16,15 @@ LAUNCHER_ENV = "IMGPIPE_TRAINER_LAUNCHER"
 PROCESSES = "processes"
 # A Training Operator TFJob of the Trainer's own cluster (kubernetes_workers.py).
 KUBERNETES = "kubernetes"
-LAUNCHERS = (PROCESSES, KUBERNETES)
+# Containers of the Trainer's own image on this machine's Docker engine, which the
+# Trainer's container reaches through the engine's socket (docker_workers.py): the
+# stand-in for a TFJob under `imgpipe kfp run-local`.
+DOCKER = "docker"
+LAUNCHERS = (PROCESSES, KUBERNETES, DOCKER)
+# The Docker network the worker containers join (it must exist; the launcher makes none).
+DOCKER_NETWORK_ENV = "IMGPIPE_TRAINER_DOCKER_NETWORK"
+# Where the Trainer's container finds the engine's socket.
+DOCKER_SOCKET = "/run/docker.sock"
 
 # The Trainer pod's name and namespace (the Kubernetes downward API, which the compiled
 # package asks for): the TFJob is made from that pod, and owned by it.

@@ -2,7 +2,8 @@
 interface, two launchers, chosen by launch.LAUNCHER_ENV (which a compiled Kubeflow
 package sets on its Trainer step):
 - worker processes of this machine (workers.py), the default;
-- a TFJob of the Trainer pod's cluster (kubernetes_workers.py).
+- a TFJob of the Trainer pod's cluster (kubernetes_workers.py);
+- containers of the Trainer's image on this machine's Docker engine (docker_workers.py).
 """
 
 from __future__ import annotations
@@ -56,8 +57,13 @@ def launcher(gpus: Callable[[], Sequence[str]]) -> Launcher:
     Raises:
       ValueError: an unknown launcher, or GPUs that do not divide among the workers.
     """
-    if launch.launcher_name() == launch.KUBERNETES:
+    name = launch.launcher_name()
+    if name == launch.KUBERNETES:
         from imgpipe.components.trainer import kubernetes_workers
 
         return kubernetes_workers.KubernetesWorkers()
+    if name == launch.DOCKER:
+        from imgpipe.components.trainer import docker_workers
+
+        return docker_workers.DockerWorkers()
     return LocalProcesses(gpus())

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from typing import NoReturn
 
 from imgpipe.components.common.runtime import printable
 from imgpipe.components.common.storage import fileio
@@ -186,26 +187,42 @@ def _forward(log) -> None:
         sys.stderr.flush()
 
 
-def _fail(index: int, code: int | None, addresses: Sequence[str], log_dir: str) -> None:
+def _fail(index: int, code: int | None, addresses: Sequence[str], log_dir: str) -> NoReturn:
     assert code is not None
     how = (
         f"was killed by {signal.Signals(-code).name}"
         if code < 0 and -code in signal.Signals._value2member_map_
         else f"exited with code {code}"
     )
-    line = failure_line(log_path(log_dir, index))
+    try:
+        with open(log_path(log_dir, index), errors="replace") as f:
+            text = f.read()
+    except OSError:
+        text = ""
     member = cluster.Member(tuple(addresses), index)
-    message = (
-        f"{member.name} {how}{': ' + line if line else ''}; the other workers were stopped "
-        f"and nothing was exported (logs: {log_dir}); a rerun resumes from the last "
-        "preemption backup"
-    )
+    raise_failed(member.name, how, text, len(addresses), "the other workers were stopped", log_dir)
+
+
+def raise_failed(
+    who: str, how: str, log_text: str, workers_count: int, stopped: str, log_dir: str
+) -> NoReturn:
+    """Raises the one line of a failed replica: ValueError when it refused a setting
+    (its own line), else WorkersFailed naming it, how it ended and its last error.
+
+    Args:
+      who: the replica, e.g. "trainer worker 1 of 2 (container ...)".
+      how: how it ended, e.g. "exited with code 137".
+      stopped: what became of the others, e.g. "the other workers were stopped".
+    """
+    line = failure_in(log_text)
     if line.startswith(f"{ValueError.__name__}: "):
         raise ValueError(
-            f"{member.name}: {line[len(ValueError.__name__) + 2 :]} (trainer.workers="
-            f"{len(addresses)})"
+            f"{who}: {line[len(ValueError.__name__) + 2 :]} (trainer.workers={workers_count})"
         )
-    raise WorkersFailed(message)
+    raise WorkersFailed(
+        f"{who} {how}{': ' + line if line else ''}; {stopped} and nothing was exported "
+        f"(logs: {log_dir}); a rerun resumes from the last preemption backup"
+    )
 
 
 def failure_line(log: str) -> str:

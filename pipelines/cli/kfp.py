@@ -95,6 +95,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Docker network of the steps (default: Docker's own; `none` runs them "
         "offline, for local data)",
     )
+    local.add_argument(
+        "--workers-network",
+        default=None,
+        metavar="NAME",
+        help="with trainer.workers > 1: an existing Docker network for the Trainer's worker "
+        "containers (docker network create NAME); a local stand-in for the TFJob",
+    )
     local.set_defaults(handler=run_local)
 
 
@@ -288,6 +295,7 @@ def run_local(args: argparse.Namespace) -> int:
                 # The config the package was compiled from names it (--config).
                 writable=[config.serving_dir],
                 network=args.network,
+                workers_network=args.workers_network,
             )
         except local_docker.LocalRunError as e:
             raise UserError(str(e)) from None

@@ -27,7 +27,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
@@ -103,23 +103,145 @@ def check_images(client, images: Sequence[str]) -> None:
             ) from None
 
 
-def step_environment(spec: Mapping[str, Any]) -> dict[str, str]:
-    """The container environment the package declares (kfp.local does not pass it on).
+EXECUTOR_CLASS_FLAG = "--executor_class_path"
+
+
+def step_environments(spec: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """Executor class -> the container environment the package declares for its steps
+    (kfp.local does not pass it on).
 
     Raises:
-      LocalRunError: steps declare different values for one variable (DockerRunner takes
-        one environment for all).
+      LocalRunError: two steps of one executor class declare different values for one
+        variable (kfp.local tells the steps apart by their class).
     """
-    env: dict[str, str] = {}
+    envs: dict[str, dict[str, str]] = {}
     for label, executor in sorted(spec["deploymentSpec"]["executors"].items()):
-        for item in executor.get("container", {}).get("env", []):
+        container = executor.get("container")
+        if container is None:
+            continue
+        env = envs.setdefault(executor_class(container.get("args", [])), {})
+        for item in container.get("env", []):
             name, value = item["name"], item.get("value", "")
             if env.setdefault(name, value) != value:
                 raise LocalRunError(
-                    f"{label} sets {name}={value!r}, another step {env[name]!r}; "
-                    "kfp run-local gives every step one environment"
+                    f"{label} sets {name}={value!r}, another step of its class {env[name]!r}; "
+                    "kfp run-local gives them one environment"
                 )
-    return env
+    return envs
+
+
+def executor_class(command: Sequence[str]) -> str:
+    """The executor class a step's command runs (TFX's --executor_class_path), or ""."""
+    args = list(command)
+    if EXECUTOR_CLASS_FLAG in args[:-1]:
+        return args[args.index(EXECUTOR_CLASS_FLAG) + 1]
+    return ""
+
+
+def common_environment(envs: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """The variables every step declares with the same value."""
+    tables = list(envs.values())
+    if not tables:
+        return {}
+    return {k: v for k, v in tables[0].items() if all(t.get(k) == v for t in tables[1:])}
+
+
+def trainer_workers_options(network: str) -> dict[str, Any]:
+    """The Trainer step's own run options with trainer.workers > 1: its workers run as
+    containers of its image on `network` (components/trainer/docker_workers.py), which
+    the Trainer starts through the engine's socket, mounted into its container alone, with
+    the socket's group. A stand-in for the TFJob a cluster runs, on this machine only.
+
+    Raises:
+      LocalRunError: the engine's socket is not a local file.
+    """
+    from docker.types import Mount  # type: ignore[import-untyped]
+
+    from imgpipe.components.trainer import (
+        DOCKER_LAUNCHER,
+        WORKERS_DOCKER_NETWORK_ENV,
+        WORKERS_DOCKER_SOCKET,
+        WORKERS_LAUNCHER_ENV,
+    )
+
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    path = host.removeprefix("unix://")
+    if "://" in path or not os.path.exists(path):
+        raise LocalRunError(
+            f"trainer.workers > 1 under kfp run-local starts the workers through the Docker "
+            f"engine's socket, and {host} is not a socket on this machine; unset DOCKER_HOST "
+            "(a local engine), or set trainer.workers=1"
+        )
+    return {
+        "environment": {
+            WORKERS_LAUNCHER_ENV: DOCKER_LAUNCHER,
+            WORKERS_DOCKER_NETWORK_ENV: network,
+            "DOCKER_HOST": f"unix://{WORKERS_DOCKER_SOCKET}",
+        },
+        "mounts": [Mount(target=WORKERS_DOCKER_SOCKET, source=path, type="bind")],
+        "group_add": [str(os.stat(path).st_gid)],
+    }
+
+
+def trainer_extra(
+    spec: Mapping[str, Any], envs: Mapping[str, Mapping[str, str]], workers_network: str | None
+) -> dict[str, dict[str, Any]]:
+    """The Trainer's own run options (by executor class, for per_step_options): its
+    worker containers' with trainer.workers > 1 (the package then names a launcher for
+    its workers), else none.
+
+    Raises:
+      LocalRunError: the package trains on several workers and no network is named.
+    """
+    from imgpipe.components.trainer import WORKERS_LAUNCHER_ENV
+    from imgpipe.pipelines import component_ids as ids
+
+    component = spec["root"]["dag"]["tasks"][ids.TRAINER]["componentRef"]["name"]
+    label = spec["components"][component]["executorLabel"]
+    trainer = executor_class(spec["deploymentSpec"]["executors"][label]["container"]["args"])
+    if WORKERS_LAUNCHER_ENV not in envs.get(trainer, {}):
+        return {}
+    if not workers_network:
+        raise LocalRunError(
+            "the package trains on several workers (trainer.workers > 1): kfp run-local runs "
+            "them as containers on a Docker network; create one (`docker network create "
+            "NAME`) and give --workers-network NAME, or compile with trainer.workers=1"
+        )
+    return {trainer: trainer_workers_options(workers_network)}
+
+
+@contextlib.contextmanager
+def per_step_options(
+    envs: Mapping[str, Mapping[str, str]], extra: Mapping[str, Mapping[str, Any]]
+) -> Iterator[None]:
+    """Gives each step its own environment (`envs`, by executor class) and the `extra`
+    run options of its class (an environment, mounts, groups), on top of the
+    DockerRunner's options. kfp.local's DockerRunner has one set of options for every
+    step; its task handler starts each container through
+    docker_task_handler.run_docker_container, which this wraps while the run lasts.
+    """
+    from kfp.local import docker_task_handler
+
+    original = docker_task_handler.run_docker_container
+
+    def run_step(client, image, command, volumes, **options):
+        step = executor_class(command or [])
+        options = dict(options)
+        options["environment"] = {
+            **options.get("environment", {}),
+            **envs.get(step, {}),
+            **extra.get(step, {}).get("environment", {}),
+        }
+        for key, value in extra.get(step, {}).items():
+            if key != "environment":
+                options[key] = [*options.get(key, []), *value]
+        return original(client=client, image=image, command=command, volumes=volumes, **options)
+
+    docker_task_handler.run_docker_container = run_step
+    try:
+        yield
+    finally:
+        docker_task_handler.run_docker_container = original
 
 
 def _under(path: str, root: str) -> bool:
@@ -134,7 +256,7 @@ def volume_mounts(pipeline_root: str, read_only: Sequence[str], writable: Sequen
     Object-store paths (with a scheme) and folders under the pipeline root (which
     DockerRunner mounts itself) are left out.
     """
-    from docker.types import Mount  # type: ignore[import-untyped]
+    from docker.types import Mount
 
     mounts = []
     for paths, ro in ((read_only, True), (writable, False)):
@@ -311,6 +433,7 @@ def run_package(
     read_only: Sequence[str] = (),
     writable: Sequence[str] = (),
     network: str | None = None,
+    workers_network: str | None = None,
 ) -> str:
     """Runs the compiled package under DockerRunner; returns the run's folder.
 
@@ -322,10 +445,12 @@ def run_package(
       writable: local folders the steps write (the serving directory).
       network: the steps' Docker network mode; None is Docker's default (object stores
         reachable), "none" runs them offline.
+      workers_network: with trainer.workers > 1, the Docker network of the Trainer's
+        worker containers (trainer_workers_options).
 
     Raises:
-      LocalRunError: no Docker engine, a missing image, or a step that failed (with the end
-        of its log).
+      LocalRunError: no Docker engine, a missing image, no workers_network for a package
+        with trainer.workers > 1, or a step that failed (with the end of its log).
     """
     import docker
     from kfp import components, local
@@ -338,9 +463,11 @@ def run_package(
         client.close()
     pipeline_root = os.path.abspath(pipeline_root)
     os.makedirs(pipeline_root, exist_ok=True)
+    envs = step_environments(spec)
     options = runner_options(
-        step_environment(spec), volume_mounts(pipeline_root, read_only, writable), network
+        common_environment(envs), volume_mounts(pipeline_root, read_only, writable), network
     )
+    extra = trainer_extra(spec, envs, workers_network)
     local.init(
         runner=local.DockerRunner(**options), pipeline_root=pipeline_root, raise_on_error=True
     )
@@ -348,7 +475,7 @@ def run_package(
     before = set(os.listdir(pipeline_root))
     tails = _LogTail(sys.stdout)
     failure: str | None = None
-    with contextlib.redirect_stdout(tails):
+    with contextlib.redirect_stdout(tails), per_step_options(envs, extra):
         try:
             pipeline(**dict(arguments or {}))
         except RuntimeError as e:  # kfp.local: "Task X finished with status FAILURE"
