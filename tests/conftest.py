@@ -47,6 +47,7 @@ ONE_AT_A_TIME_MODULES = (
     "test_flink_containers.py",
     "test_image.py",
     "test_kubeflow_docker.py",
+    "test_kubeflow_docker_workers.py",
     "test_object_stores.py",
     "test_resume.py",
     "test_serving_folder_stores.py",
