@@ -16,6 +16,10 @@ Local runs (imgpipe.pipelines.local_runner, beam_args):
   beam_option_parser       apache_beam's pipeline_options._BeamArgumentParser and each
                            options class's _add_argparse_args: the parser Beam itself
                            builds in PipelineOptions.get_all_options.
+  wrapped_docker_runs      kfp.local.docker_task_handler.run_docker_container (kfp 2.16.0),
+                           wrapped while a `kfp run-local` lasts: the DockerRunner has one
+                           set of container options for every step, and the Trainer of a
+                           package with trainer.workers > 1 needs its own.
 In the pod (imgpipe.pipelines.container):
   patch_tfx_entrypoint     kubeflow_v2_entrypoint_utils._retrieve_class_path and
                            compiler_utils.TITLE_TO_CLASS_PATH, for `system.*` and null
@@ -141,6 +145,21 @@ def beam_option_parser() -> Any:
 
 
 # ---- in the pod ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def wrapped_docker_runs(wrap: Any) -> Iterator[None]:
+    """kfp.local's DockerRunner starts each step's container through
+    docker_task_handler.run_docker_container(client, image, command, volumes, **options);
+    while this lasts, through `wrap(original)` instead (checked against kfp 2.16.0)."""
+    from kfp.local import docker_task_handler
+
+    original = docker_task_handler.run_docker_container
+    docker_task_handler.run_docker_container = wrap(original)
+    try:
+        yield
+    finally:
+        docker_task_handler.run_docker_container = original
 
 
 def schema_title(type_schema) -> str | None:

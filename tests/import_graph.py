@@ -231,7 +231,7 @@ PRIVATE_API_LIBRARIES = ("tfx", "kfp", "apache_beam", "xdist", "_pytest", "plugg
 PRIVATE_API_HOMES = ("pipelines/tfx_patches.py", "tests/plugin_patches.py")
 # Modules of those libraries that are private as a whole (not in tfx.v1, kfp or Beam's
 # documented API), though their names do not start with an underscore.
-PRIVATE_MODULES = ("tfx.orchestration.portable",)
+PRIVATE_MODULES = ("tfx.orchestration.portable", "kfp.local.docker_task_handler")
 
 
 def _library(module: str) -> bool:
@@ -269,11 +269,14 @@ def private_names_used(path: str) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             if not _library(node.module):
                 continue
-            if _private_module(node.module):
+            private_from = _private_module(node.module)
+            if private_from:
                 found.append(f"{node.lineno}: from {node.module}")
             for alias in node.names:
                 imported.add(alias.asname or alias.name)
-                if private(alias.name):
+                if private(alias.name) or (
+                    not private_from and _private_module(f"{node.module}.{alias.name}")
+                ):
                     found.append(f"{node.lineno}: {node.module}.{alias.name}")
     for node in ast.walk(tree):
         if (

@@ -167,12 +167,14 @@ def test_the_private_name_check_finds_each_kind_of_use(tmp_path):
         "    def _GetFnArgs(self):\n"
         "        return os._exit\n"
         "parser = pipeline_options._BeamArgumentParser()\n"
+        "from kfp.local import docker_task_handler\n"
     )
     assert import_graph.private_names_used(str(sample)) == [
         "2: from tfx.orchestration.portable",
         "4: kfp.dsl._secret",
         "7: overrides E._GetFnArgs",
         "9: pipeline_options._BeamArgumentParser",
+        "10: kfp.local.docker_task_handler",
     ]
 
 

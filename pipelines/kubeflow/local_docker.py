@@ -216,32 +216,29 @@ def per_step_options(
 ) -> Iterator[None]:
     """Gives each step its own environment (`envs`, by executor class) and the `extra`
     run options of its class (an environment, mounts, groups), on top of the
-    DockerRunner's options. kfp.local's DockerRunner has one set of options for every
-    step; its task handler starts each container through
-    docker_task_handler.run_docker_container, which this wraps while the run lasts.
+    DockerRunner's options, which are one set for every step
+    (tfx_patches.wrapped_docker_runs).
     """
-    from kfp.local import docker_task_handler
+    from imgpipe.pipelines import tfx_patches
 
-    original = docker_task_handler.run_docker_container
+    def wrap(original):
+        def run_step(client, image, command, volumes, **options):
+            step = executor_class(command or [])
+            options = dict(options)
+            options["environment"] = {
+                **options.get("environment", {}),
+                **envs.get(step, {}),
+                **extra.get(step, {}).get("environment", {}),
+            }
+            for key, value in extra.get(step, {}).items():
+                if key != "environment":
+                    options[key] = [*options.get(key, []), *value]
+            return original(client=client, image=image, command=command, volumes=volumes, **options)
 
-    def run_step(client, image, command, volumes, **options):
-        step = executor_class(command or [])
-        options = dict(options)
-        options["environment"] = {
-            **options.get("environment", {}),
-            **envs.get(step, {}),
-            **extra.get(step, {}).get("environment", {}),
-        }
-        for key, value in extra.get(step, {}).items():
-            if key != "environment":
-                options[key] = [*options.get(key, []), *value]
-        return original(client=client, image=image, command=command, volumes=volumes, **options)
+        return run_step
 
-    docker_task_handler.run_docker_container = run_step
-    try:
+    with tfx_patches.wrapped_docker_runs(wrap):
         yield
-    finally:
-        docker_task_handler.run_docker_container = original
 
 
 def _under(path: str, root: str) -> bool:
