@@ -30,14 +30,4 @@ __all__ = [
 ]
 # mypy reads the names above; a misspelt one fails the type check.
 if not TYPE_CHECKING:
-    __getattr__ = front_door.lazy(
-        __name__,
-        {
-            "PipelineConfig": "config",
-            "load_config": "config:load",
-            "create_pipeline": "pipeline",
-            "create_components": "pipeline",
-            "run_locally": "local_runner:run",
-            "compile_to_file": "kubeflow.compiler",
-        },
-    )
+    __getattr__ = front_door.lazy(__name__)

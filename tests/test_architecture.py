@@ -149,6 +149,53 @@ def test_each_component_package_is_its_own_front_door_and_loads_tfx_only_when_as
     assert result.stdout.split() == ["[]", "True", "resolved"], result.stderr
 
 
+def test_a_front_door_loads_what_it_imports_for_the_type_checker_and_nothing_else(tmp_path):
+    """The names a door serves are its `if TYPE_CHECKING:` imports, each from its own
+    modules; an unknown name is an AttributeError, an import from elsewhere an ImportError."""
+    door = tmp_path / "door_sample"
+    door.mkdir()
+    (door / "inner.py").write_text("VALUE = 7\n")
+    head = (
+        "from typing import TYPE_CHECKING\n"
+        "from imgpipe.components.common.runtime import front_door\n"
+        "if TYPE_CHECKING:\n"
+    )
+    (door / "__init__.py").write_text(
+        f"{head}    from door_sample.inner import VALUE as SEVEN\n"
+        "if not TYPE_CHECKING:\n"
+        "    __getattr__ = front_door.lazy(__name__)\n"
+    )
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import door_sample\n"
+        "loaded = lambda: 'door_sample.inner' in sys.modules\n"
+        "print(loaded(), door_sample.SEVEN, loaded())\n"
+        "try:\n"
+        "    door_sample.VALUE\n"
+        "except AttributeError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.splitlines() == [
+        "False 7 True",
+        "module 'door_sample' has no attribute 'VALUE'",
+    ], result.stderr
+    (door / "__init__.py").write_text(
+        f"{head}    from os import sep\n"
+        "if not TYPE_CHECKING:\n"
+        "    __getattr__ = front_door.lazy(__name__)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code.replace("door_sample.SEVEN", "0")],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        "a front door imports only its own modules under TYPE_CHECKING, not 'from os import sep'"
+        in (result.stderr)
+    )
+
+
 def test_private_library_names_live_in_their_one_home():
     """TFX, KFP, Beam and the pytest plugins' private names are used in
     pipelines/tfx_patches.py (and tests/plugin_patches.py) alone, each with its reason."""

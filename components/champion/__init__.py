@@ -16,4 +16,4 @@ if TYPE_CHECKING:
 __all__ = ["ChampionResolver"]
 # mypy reads the names above; a misspelt one fails the type check.
 if not TYPE_CHECKING:
-    __getattr__ = front_door.lazy(__name__, {"ChampionResolver": "component"})
+    __getattr__ = front_door.lazy(__name__)

@@ -19,11 +19,4 @@ if TYPE_CHECKING:
 __all__ = ["EvaluatorConfig", "ImageEvaluator", "read_evaluation"]
 # mypy reads the names above; a misspelt one fails the type check.
 if not TYPE_CHECKING:
-    __getattr__ = front_door.lazy(
-        __name__,
-        {
-            "ImageEvaluator": "component",
-            "EvaluatorConfig": "config",
-            "read_evaluation": "evaluation:read_if_present",
-        },
-    )
+    __getattr__ = front_door.lazy(__name__)

@@ -52,23 +52,4 @@ __all__ = [
 ]
 # mypy reads the names above; a misspelt one fails the type check.
 if not TYPE_CHECKING:
-    __getattr__ = front_door.lazy(
-        __name__,
-        {
-            "ImageExampleGen": "component",
-            "ExampleGenConfig": "options",
-            "ImageOptions": "options",
-            "OutputOptions": "options",
-            "LAYOUT_SPLIT": "options",
-            "ON_ERROR_SKIP": "options",
-            "eval_fraction": "options",
-            "flat_splits": "options",
-            "run_conversion": "convert",
-            "is_conversion_file": "publishing",
-            "ImageConversionError": "transforms",
-            "resolve_input_root": "driver",
-            "list_images": "listing",
-            "MIN_CLASSES": "data_warnings",
-            "too_few_classes_message": "data_warnings",
-        },
-    )
+    __getattr__ = front_door.lazy(__name__)

@@ -49,22 +49,4 @@ __all__ = [
 ]
 # mypy reads the names above; a misspelt one fails the type check.
 if not TYPE_CHECKING:
-    __getattr__ = front_door.lazy(
-        __name__,
-        {
-            "ImageStatistics": "component",
-            "StatisticsConfig": "config",
-            "DRIFT": "anomalies",
-            "LABEL_ISSUES": "anomalies",
-            "LEAKAGE": "anomalies",
-            "AnomaliesFoundError": "anomalies",
-            "drift_fix": "anomalies",
-            "label_issues_fix": "anomalies",
-            "blocking_anomalies": "anomalies:blocking",
-            "read_baseline": "baseline:from_path",
-            "analysis_options": "executor",
-            "produce_statistics": "produce:produce",
-            "validate_geometry": "spec",
-            "image_stats_options": "tfdv_options",
-        },
-    )
+    __getattr__ = front_door.lazy(__name__)

@@ -18,11 +18,4 @@ if TYPE_CHECKING:
 __all__ = ["SERVING_CONFIG_KEY", "ImagePusher", "ServingConfig"]
 # mypy reads the names above; a misspelt one fails the type check.
 if not TYPE_CHECKING:
-    __getattr__ = front_door.lazy(
-        __name__,
-        {
-            "ImagePusher": "component",
-            "ServingConfig": "serving_files",
-            "SERVING_CONFIG_KEY": "serving_files",
-        },
-    )
+    __getattr__ = front_door.lazy(__name__)

@@ -41,20 +41,4 @@ __all__ = [
 ]
 # mypy reads the names above; a misspelt one fails the type check.
 if not TYPE_CHECKING:
-    __getattr__ = front_door.lazy(
-        __name__,
-        {
-            "ImageTrainer": "component",
-            "TrainerConfig": "config",
-            "KUBERNETES_LAUNCHER": "launch:KUBERNETES",
-            "DOCKER_LAUNCHER": "launch:DOCKER",
-            "WORKERS_DOCKER_NETWORK_ENV": "launch:DOCKER_NETWORK_ENV",
-            "WORKERS_DOCKER_SOCKET": "launch:DOCKER_SOCKET",
-            "WORKERS_LAUNCHER_ENV": "launch:LAUNCHER_ENV",
-            "TRAINER_POD_FIELDS": "launch:POD_FIELDS",
-            "read_training_summary": "summary:read_if_present",
-            "TRAINING_RESUMED": "summary:RESUMED",
-            "WARM_START_FULL": "warm_start:FULL",
-            "WARM_START_BACKBONE_ONLY": "warm_start:BACKBONE_ONLY",
-        },
-    )
+    __getattr__ = front_door.lazy(__name__)
