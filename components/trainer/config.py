@@ -161,6 +161,13 @@ class TrainerConfig:
             raise ValueError(
                 f"spans must be 0 (every admitted span) or a count of spans, got {self.spans}"
             )
+        self._validate_backbone()
+        self._validate_training()
+        self._validate_resources()
+        self._validate_input()
+
+    def _validate_backbone(self) -> None:
+        """The backbone, its weights and the options that apply to it."""
         if self.backbone != AUTO and self.backbone not in BACKBONE_NAMES:
             raise ValueError(
                 f"backbone {self.backbone!r} is unknown; choose auto or one of "
@@ -185,6 +192,9 @@ class TrainerConfig:
                 f"model's first layer gives {backbone.name} the pixels its weights expect; "
                 "remove normalize_on_host"
             )
+
+    def _validate_training(self) -> None:
+        """The batch, the epochs, the steps and the schedule."""
         for name in ("batch_size", "epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -213,6 +223,9 @@ class TrainerConfig:
             raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def _validate_resources(self) -> None:
+        """The GPUs, the workers, the precision and the memory the training uses."""
         if self.num_gpus is not None and self.num_gpus < 0:
             raise ValueError(f"num_gpus must be None (all), 0 or more, got {self.num_gpus}")
         if self.workers < 1:
@@ -230,6 +243,9 @@ class TrainerConfig:
             raise ValueError(f"ram_budget_mb must be positive, got {self.ram_budget_mb}")
         if self.shuffle_buffer is not None and self.shuffle_buffer < 1:
             raise ValueError(f"shuffle_buffer must be at least 1, got {self.shuffle_buffer}")
+
+    def _validate_input(self) -> None:
+        """How the examples are read and normalized."""
         if self.key_map not in features.KEY_MAPS:
             raise ValueError(
                 f"key_map {self.key_map!r} is unknown; choose one of {sorted(features.KEY_MAPS)}"

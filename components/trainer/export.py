@@ -65,6 +65,21 @@ def export_serving_model(
       training: what it was trained on (served_models.TRAINING_FILE: the digest from
         resume.training_digest, the spans, the main settings).
     """
+    _write_signatures(model, export_dir, labels, model_input, key_map, limits)
+    _write_assets_extra(model, export_dir, labels, statistics_uri, training)
+    return export_dir
+
+
+def _write_signatures(
+    model: keras.Model,
+    export_dir: str,
+    labels: Sequence[str],
+    model_input: ModelInput,
+    key_map: FeatureKeyMap,
+    limits: ServingLimits,
+) -> None:
+    """The SavedModel: serving_default on encoded images (checked against `limits`)
+    and serving_examples on tf.Examples, both decoding as the eval input does."""
     class_names = tf.constant(list(labels), tf.string)
     image_size, crop_fraction = model_input.image_size, model_input.crop_fraction
     host_normalization = model_input.host_normalization
@@ -103,6 +118,17 @@ def export_serving_model(
         input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)],
     )
     archive.write_out(export_dir, verbose=False)
+
+
+def _write_assets_extra(
+    model: keras.Model,
+    export_dir: str,
+    labels: Sequence[str],
+    statistics_uri: str | None,
+    training: Mapping[str, Any] | None,
+) -> None:
+    """served_models.py's assets.extra/ beside the SavedModel: the labels, the weight
+    shapes and weights, what it was trained on and the training data's image_stats.json."""
     extra = os.path.join(export_dir, served_models.ASSETS_EXTRA_DIR)
     fileio.makedirs(extra)
     label_map.write(extra, list(labels))
@@ -125,4 +151,3 @@ def export_serving_model(
             os.path.join(extra, layout.IMAGE_STATS_FILE),
             overwrite=True,
         )
-    return export_dir

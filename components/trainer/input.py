@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -317,6 +317,31 @@ def make_dataset(
     if training and memory.decoded:
         raise ValueError("TRAIN images are augmented each pass: their decode cannot be cached")
     repeat = training if repeat is None else repeat
+    records = _undecoded_records(source, mode, memory, repeat, seed, shard)
+    parse_and_decode = _parse_and_decode(
+        source, mode, image_size, crop_fraction, key_map, normalization
+    )
+    dataset = records.batch(batch_size, drop_remainder=training).map(
+        parse_and_decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training
+    )
+    if memory.decoded:
+        dataset = dataset.cache()
+        if repeat:
+            dataset = dataset.repeat()
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(_options(training, memory))
+
+
+def _undecoded_records(
+    source: SplitSource,
+    mode: str,
+    memory: MemoryPlan,
+    repeat: bool,
+    seed: int,
+    shard: Shard | None,
+) -> tf.data.Dataset:
+    """The serialized records make_dataset batches: cached and repeated here unless the
+    plan caches the decoded batches, and shuffled in TRAIN mode."""
+    training = mode == TRAIN
     records = read_records(source, mode, seed, shard)
     if memory.cache and not memory.decoded:
         records = records.cache()
@@ -324,7 +349,19 @@ def make_dataset(
         records = records.repeat()
     if training:
         records = records.shuffle(memory.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    return records
 
+
+def _parse_and_decode(
+    source: SplitSource,
+    mode: str,
+    image_size: int,
+    crop_fraction: float,
+    key_map: FeatureKeyMap,
+    normalization: tuple[Sequence[float], Sequence[float]] | None,
+) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
+    """The map from a batch of serialized records (and, with label remaps, their files'
+    indexes) to (images, labels)."""
     remaps = (
         tf.constant(np.asarray(source.label_remaps, np.int32))
         if source.label_remaps is not None
@@ -342,14 +379,12 @@ def make_dataset(
             images = normalize(images, *normalization)
         return images, labels
 
-    dataset = records.batch(batch_size, drop_remainder=training).map(
-        parse_and_decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training
-    )
-    if memory.decoded:
-        dataset = dataset.cache()
-        if repeat:
-            dataset = dataset.repeat()
-    dataset = dataset.prefetch(tf.data.AUTOTUNE)
+    return parse_and_decode
+
+
+def _options(training: bool, memory: MemoryPlan) -> tf.data.Options:
+    """Deterministic order outside TRAIN, autotune within the plan's RAM budget, and no
+    auto-sharding."""
     options = tf.data.Options()
     options.deterministic = not training
     options.autotune.enabled = True
@@ -357,7 +392,7 @@ def make_dataset(
     # The auto-shard rewrite would strip the assert_cardinality count check, and shard
     # after the decode; read_records takes a worker's share itself.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return dataset.with_options(options)
+    return options
 
 
 def count_records(path: str, compression: str) -> int:

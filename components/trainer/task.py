@@ -137,11 +137,31 @@ def run_fn(fn_args) -> None:
     labels = artifacts.load_labels(examples_uri)
     champion_uri = custom_config.get(CHAMPION_URI_KEY)
     resolved = champion_lib.read(champion_uri) if champion_uri else None
-    champion = resolved.model if resolved is not None and config.warm_start else None
     chosen = choose_window(config, resolved, custom_config.get(SPAN_KEY), labels, train_split)
+    splits = (train_split, eval_split)
+    sources = _sources(
+        fn_args, config, examples_uri, splits, statistics_uri, resolved, chosen, len(labels)
+    )
+    _train_here_or_on_workers(fn_args, config, labels, sources, splits, inputs)
+
+
+def _sources(
+    fn_args,
+    config: TrainerConfig,
+    examples_uri: str,
+    splits: tuple[str, str],
+    statistics_uri: str | None,
+    resolved: champion_lib.Resolved | None,
+    chosen: window_lib.Window,
+    classes: int,
+) -> Sources:
+    """The splits to read (train from the window of spans), and the backup folder and
+    the digest of what this training is."""
+    train_split, eval_split = splits
+    champion = resolved.model if resolved is not None and config.warm_start else None
     fingerprint = resume.fingerprint(
         examples_uri,
-        (train_split, eval_split),
+        splits,
         statistics_uri,
         config,
         (fn_args.train_steps, fn_args.eval_steps),
@@ -155,42 +175,51 @@ def run_fn(fn_args) -> None:
         [input_lib.split_source(examples_uri, train_split)]
         + [input_lib.split_source(s.examples_uri, train_split) for s, _ in chosen.earlier],
         [None] + [remap for _, remap in chosen.earlier],
-        len(labels),
+        classes,
     )
     eval_source = input_lib.split_source(examples_uri, eval_split)
+    return Sources(
+        train_source,
+        eval_source,
+        statistics_uri,
+        resolved,
+        (backups, fingerprint),
+        chosen,
+        resume.training_digest(
+            examples_uri,
+            splits,
+            config,
+            (fn_args.train_steps, fn_args.eval_steps),
+            [s.examples_uri for s, _ in chosen.earlier],
+        ),
+    )
+
+
+def _train_here_or_on_workers(
+    fn_args,
+    config: TrainerConfig,
+    labels: list[str],
+    sources: Sources,
+    splits: tuple[str, str],
+    inputs: model_input.ModelInput,
+) -> None:
+    """Trains in this process (trainer.workers=1) or on workers, with the shards and the
+    run's folder staged locally unless the workers are elsewhere."""
+    train_split, eval_split = splits
     # Workers elsewhere (a TFJob) read the shards, and write the run's files, themselves.
     elsewhere = config.workers > 1 and launch.launcher_name() != launch.PROCESSES
     with contextlib.ExitStack() as stack:
         if not elsewhere:
             train_source, eval_source = (
                 _staged(source, split, stack)
-                for source, split in ((train_source, train_split), (eval_source, eval_split))
+                for source, split in ((sources.train, train_split), (sources.eval, eval_split))
             )
+            sources = dataclasses.replace(sources, train=train_source, eval=eval_source)
         run_dir = fn_args.model_run_dir
         if not elsewhere:
             run_dir = stack.enter_context(staging.local_folder(run_dir, "imgpipe-run-"))
         train = _train if config.workers == 1 else _train_on_workers
-        train(
-            attr.evolve(fn_args, model_run_dir=run_dir),
-            config,
-            labels,
-            Sources(
-                train_source,
-                eval_source,
-                statistics_uri,
-                resolved,
-                (backups, fingerprint),
-                chosen,
-                resume.training_digest(
-                    examples_uri,
-                    (train_split, eval_split),
-                    config,
-                    (fn_args.train_steps, fn_args.eval_steps),
-                    [s.examples_uri for s, _ in chosen.earlier],
-                ),
-            ),
-            inputs,
-        )
+        train(attr.evolve(fn_args, model_run_dir=run_dir), config, labels, sources, inputs)
 
 
 def _staged(
