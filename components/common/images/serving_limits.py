@@ -90,9 +90,24 @@ def checked(encoded: tf.Tensor, limits: ServingLimits) -> tf.Tensor:
         out of bounds, with its index and the reason.
     """
     count = tf.shape(encoded, out_type=tf.int64)[0]
+    with tf.control_dependencies(_request_asserts(encoded, count, limits)):
+        facts = tf.map_fn(
+            lambda data: _image_facts(data, limits.max_scans),
+            encoded,
+            fn_output_signature=tf.TensorSpec([len(_FACTS)], tf.int64),
+            parallel_iterations=16,
+        )
+    with tf.control_dependencies(_image_asserts(facts, count, limits)):
+        return tf.identity(encoded)
+
+
+def _request_asserts(
+    encoded: tf.Tensor, count: tf.Tensor, limits: ServingLimits
+) -> list[tf.Operation]:
+    """The request has images, and no more images or bytes than `limits` allow."""
     sizes = tf.cast(tf.strings.length(encoded), tf.int64)
     total_bytes = tf.reduce_sum(sizes)
-    request_asserts = [
+    return [
         _assert(count > 0, "the request has no images: send at least one"),
         _assert(
             count <= limits.max_request_images,
@@ -106,13 +121,11 @@ def checked(encoded: tf.Tensor, limits: ServingLimits) -> tf.Tensor:
             (total_bytes, limits.max_request_bytes),
         ),
     ]
-    with tf.control_dependencies(request_asserts):
-        facts = tf.map_fn(
-            lambda data: _image_facts(data, limits.max_scans),
-            encoded,
-            fn_output_signature=tf.TensorSpec([len(_FACTS)], tf.int64),
-            parallel_iterations=16,
-        )
+
+
+def _image_asserts(facts: tf.Tensor, count: tf.Tensor, limits: ServingLimits) -> list[tf.Operation]:
+    """Each image (by its header's `facts`) within `limits`, the first out of bounds named
+    by its index and the reason; then the pixels of the whole request."""
     kind, pixels, floor, coded_bytes, scans, markers = tf.unstack(facts, axis=1)
     index = tf.range(count)
     checks = [
@@ -158,8 +171,7 @@ def checked(encoded: tf.Tensor, limits: ServingLimits) -> tf.Tensor:
             (total, limits.max_request_pixels),
         )
     )
-    with tf.control_dependencies(asserts):
-        return tf.identity(encoded)
+    return asserts
 
 
 def _assert(ok: tf.Tensor, template: str, values: tuple = ()) -> tf.Operation:
