@@ -68,6 +68,26 @@ def conversion_warnings(
         label: sum(labels.get(label, 0) for labels in split_labels.values())
         for label in sorted(set(class_folders) | set(listed_by_label))
     }
+    found += _empty_classes(written, listed_by_label, refused_folders)
+    found += _small_classes(written, split_labels, given_splits)
+    for split, labels in split_labels.items():
+        if not sum(labels.values()):
+            found.append(ConversionWarning(EMPTY_SPLIT, f"split {split!r} has no image"))
+    classes = [label for label, count in written.items() if count]
+    if len(classes) < MIN_CLASSES:
+        found.append(ConversionWarning(FEW_CLASSES, too_few_classes_message(classes)))
+    found += _conflicts(conflicts)
+    return found
+
+
+def _empty_classes(
+    written: Mapping[str, int],
+    listed_by_label: Mapping[str, int],
+    refused_folders: Sequence[tuple[str, str]],
+) -> list[ConversionWarning]:
+    """The classes with no image written: an empty folder, every file skipped, or a
+    folder whose name cannot be a class."""
+    found = []
     for label, count in written.items():
         if count:
             continue
@@ -88,6 +108,16 @@ def conversion_warnings(
                 f"class folder {label!r} lost every file: {problem}; rename the folder",
             )
         )
+    return found
+
+
+def _small_classes(
+    written: Mapping[str, int],
+    split_labels: Mapping[str, Mapping[str, int]],
+    given_splits: bool,
+) -> list[ConversionWarning]:
+    """The classes with images that are missing from a split."""
+    found = []
     for label, count in written.items():
         missing = [split for split, labels in split_labels.items() if not labels.get(label)]
         if not count or not missing:
@@ -100,12 +130,12 @@ def conversion_warnings(
             f"({_counts(label, split_labels)})"
         )
         found.append(ConversionWarning(SMALL_CLASS, message))
-    for split, labels in split_labels.items():
-        if not sum(labels.values()):
-            found.append(ConversionWarning(EMPTY_SPLIT, f"split {split!r} has no image"))
-    classes = [label for label, count in written.items() if count]
-    if len(classes) < MIN_CLASSES:
-        found.append(ConversionWarning(FEW_CLASSES, too_few_classes_message(classes)))
+    return found
+
+
+def _conflicts(conflicts: Sequence[LabelConflict]) -> list[ConversionWarning]:
+    """The first MAX_LISTED_PATHS label conflicts, and how many more there are."""
+    found = []
     for conflict in conflicts[:MAX_LISTED_PATHS]:
         outcome = "kept in one split" if conflict.kept else "skipped"
         found.append(ConversionWarning(LABEL_CONFLICT, f"{conflict.reason} ({outcome})"))
