@@ -69,6 +69,17 @@ def check(stats: ImageStats, config: StatisticsConfig) -> list[Anomaly]:
         if stats.splits[split].images == 0:
             found.append(Anomaly(EMPTY_SPLIT, split, f"split {split!r} has no decodable image"))
     reference = _reference_split(splits)
+    found += _labels_differ(stats, splits, reference)
+    if config.verify_images:
+        found += _unusable_images(stats, splits)
+    found += _low_supported_fraction(stats, config)
+    found += _leakage(stats, splits, reference, config)
+    return found
+
+
+def _labels_differ(stats: ImageStats, splits: list[str], reference: str) -> list[Anomaly]:
+    """Each split with images whose labels differ from the reference split's."""
+    found = []
     # A class with fewer images than there are splits cannot be in every split;
     # ImageExampleGen warned about it by name, and training and evaluation cope.
     too_small = _classes_smaller_than(stats, len(splits))
@@ -89,25 +100,32 @@ def check(stats: ImageStats, config: StatisticsConfig) -> list[Anomaly]:
                     f"missing {missing or 'none'}, not in {reference!r} {extra or 'none'}",
                 )
             )
+    return found
 
-    if config.verify_images:
-        for split in splits:
-            bad = stats.splits[split].undecodable_files
-            if not bad:
-                continue
-            listed = "; ".join(f"{f.path}: {f.reason}" for f in bad[:MAX_LISTED_FILES])
-            more = (
-                f"; and {len(bad) - MAX_LISTED_FILES} more" if len(bad) > MAX_LISTED_FILES else ""
-            )
-            found.append(
-                Anomaly(
-                    UNUSABLE_IMAGES,
-                    split,
-                    f"{len(bad)} image(s) of split {split!r} are corrupt or undecodable, "
-                    f"and the Trainer would read them: {listed}{more}",
-                )
-            )
 
+def _unusable_images(stats: ImageStats, splits: list[str]) -> list[Anomaly]:
+    """Each split with corrupt or undecodable images, the first few named."""
+    found = []
+    for split in splits:
+        bad = stats.splits[split].undecodable_files
+        if not bad:
+            continue
+        listed = "; ".join(f"{f.path}: {f.reason}" for f in bad[:MAX_LISTED_FILES])
+        more = f"; and {len(bad) - MAX_LISTED_FILES} more" if len(bad) > MAX_LISTED_FILES else ""
+        found.append(
+            Anomaly(
+                UNUSABLE_IMAGES,
+                split,
+                f"{len(bad)} image(s) of split {split!r} are corrupt or undecodable, "
+                f"and the Trainer would read them: {listed}{more}",
+            )
+        )
+    return found
+
+
+def _low_supported_fraction(stats: ImageStats, config: StatisticsConfig) -> list[Anomaly]:
+    """Too few of the images usable."""
+    found = []
     source = stats.source
     if source.supported_fraction < config.min_supported_fraction:
         found.append(
@@ -120,7 +138,15 @@ def check(stats: ImageStats, config: StatisticsConfig) -> list[Anomaly]:
                 f"{source.undecodable} undecodable",
             )
         )
+    return found
 
+
+def _leakage(
+    stats: ImageStats, splits: list[str], reference: str, config: StatisticsConfig
+) -> list[Anomaly]:
+    """Each split, other than the reference, with more exact copies of images in
+    another split than the threshold allows."""
+    found = []
     leakage = stats.leakage
     for split in splits:
         fraction = leakage.fraction_by_split[split]
