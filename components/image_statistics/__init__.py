@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from imgpipe.components.image_statistics.component import ImageStatistics
     from imgpipe.components.image_statistics.config import StatisticsConfig
     from imgpipe.components.image_statistics.executor import analysis_options
+    from imgpipe.components.image_statistics.produce import Produced as ProducedStatistics
     from imgpipe.components.image_statistics.produce import produce as produce_statistics
     from imgpipe.components.image_statistics.spec import validate_geometry
     from imgpipe.components.image_statistics.tfdv_options import image_stats_options
@@ -37,6 +38,7 @@ __all__ = [
     "LEAKAGE",
     "AnomaliesFoundError",
     "ImageStatistics",
+    "ProducedStatistics",
     "StatisticsConfig",
     "analysis_options",
     "blocking_anomalies",

@@ -17,6 +17,7 @@ from imgpipe.pipelines.cli.errors import UserError
 
 if TYPE_CHECKING:  # image_stats loads TensorFlow, which `imgpipe --help` need not
     from imgpipe.components.common.formats.image_stats import ImageStats
+    from imgpipe.components.image_statistics import ProducedStatistics
 
 
 # Flags kept from an earlier release, where they differ from the field's name.
@@ -82,53 +83,66 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run, accepts_extra_args=True)
 
 
-def run(args: argparse.Namespace) -> int:
-    examples_fix = "give the output folder of `imgpipe convert` or an Examples artifact's folder"
-    no_examples = f"{args.examples_dir}: no such folder; {examples_fix}"
-    no_baseline = (
-        f"--baseline {args.baseline} does not exist: give an {layout.IMAGE_STATS_FILE}, "
+_EXAMPLES_FIX = "give the output folder of `imgpipe convert` or an Examples artifact's folder"
+
+
+def _no_baseline(baseline: str) -> str:
+    return (
+        f"--baseline {baseline} does not exist: give an {layout.IMAGE_STATS_FILE}, "
         "a folder holding one, or a serving directory"
     )
+
+
+def run(args: argparse.Namespace) -> int:
     # Local paths are checked before TensorFlow and Beam load (seconds), object stores after.
-    paths.require_local_folder(args.examples_dir, args.examples_dir, examples_fix)
+    paths.require_local_folder(args.examples_dir, args.examples_dir, _EXAMPLES_FIX)
     if args.baseline is not None:
-        paths.require_local_path(args.baseline, no_baseline)
+        paths.require_local_path(args.baseline, _no_baseline(args.baseline))
     outputs = [path for path in (args.html, args.json) if path is not None]
     for path in outputs:
         paths.refuse_local_file_on_the_way(os.path.dirname(path) or ".")
 
+    from imgpipe.components.common.storage import fileio
+    from imgpipe.components.image_statistics import blocking_anomalies, validate_geometry
+
+    if not fileio.isdir(args.examples_dir):
+        raise UserError(f"{args.examples_dir}: no such folder; {_EXAMPLES_FIX}")
+    validate_geometry(args.image_size, args.crop_fraction)
+    config = config_loader.from_dict(
+        StatisticsConfig, dataclass_flags.values(args, args.statistics_flags)
+    )
+    produced = _produce(args, config)
+    _write_outputs(args, outputs, produced)
+    print_summary(produced.stats, args.json, args.html)
+    return 1 if blocking_anomalies(produced.anomalies, config) else 0
+
+
+def _produce(args: argparse.Namespace, config: StatisticsConfig) -> ProducedStatistics:
+    """The statistics, anomalies and report of `args.examples_dir` (drift against
+    `args.baseline`), computed by a local Beam pipeline in a temporary folder."""
     import tempfile
 
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from imgpipe.components.common.formats import image_stats
     from imgpipe.components.common.storage import disk_full, fileio
     from imgpipe.components.image_statistics import (
         analysis_options,
-        blocking_anomalies,
         produce_statistics,
         read_baseline,
-        validate_geometry,
     )
     from imgpipe.pipelines.beam_args import local_beam_args
 
-    if not fileio.isdir(args.examples_dir):
-        raise UserError(no_examples)
-    validate_geometry(args.image_size, args.crop_fraction)
-    config = config_loader.from_dict(
-        StatisticsConfig, dataclass_flags.values(args, args.statistics_flags)
-    )
     drift_baseline = None
     if args.baseline is not None:
         if not fileio.exists(args.baseline):
-            raise FileNotFoundError(no_baseline)
+            raise FileNotFoundError(_no_baseline(args.baseline))
         drift_baseline = read_baseline(args.baseline)
     options = analysis_options(args.image_size, args.crop_fraction, config)
     pipeline_args = local_beam_args(args.extra_args)
     with tempfile.TemporaryDirectory(prefix="imgpipe-stats-") as work:
         try:
-            produced = produce_statistics(
+            return produce_statistics(
                 args.examples_dir,
                 None,
                 work,
@@ -141,6 +155,15 @@ def run(args: argparse.Namespace) -> int:
             if disk_full.is_out_of_space(e):
                 raise disk_full.explain(e, "imgpipe stats", f"{work} (TMPDIR)") from e
             raise
+
+
+def _write_outputs(
+    args: argparse.Namespace, outputs: list[str], produced: ProducedStatistics
+) -> None:
+    """The HTML report, then the statistics' JSON (if asked for)."""
+    from imgpipe.components.common.formats import image_stats
+    from imgpipe.components.common.storage import disk_full, fileio
+
     try:
         for path in outputs:
             if os.path.dirname(path):
@@ -153,8 +176,6 @@ def run(args: argparse.Namespace) -> int:
         if disk_full.is_out_of_space(e):
             raise disk_full.explain(e, "imgpipe stats", args.json or args.html) from e
         raise
-    print_summary(produced.stats, args.json, args.html)
-    return 1 if blocking_anomalies(produced.anomalies, config) else 0
 
 
 def print_summary(stats: ImageStats, json_path: str | None, html_path: str) -> None:
