@@ -34,6 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     kfp = subparsers.add_parser("kfp", help="compile, submit or schedule on Kubeflow Pipelines")
     commands = kfp.add_subparsers(title="commands", metavar="COMMAND")
 
+    _add_compile(commands)
+    _add_submit(commands)
+    _add_schedule(commands)
+    _add_run_local(commands)
+
+
+def _add_compile(commands: argparse._SubParsersAction) -> None:
     compile_ = commands.add_parser(
         "compile", help="compile to a KFP v2 YAML package (KubeflowV2DagRunner)"
     )
@@ -48,11 +55,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     compile_.set_defaults(handler=run_compile)
 
+
+def _add_submit(commands: argparse._SubParsersAction) -> None:
     submit = commands.add_parser("submit", help="start one run through the kfp client")
     _client_args(submit)
     submit.add_argument("--run-name", help="default: <pipeline>-<timestamp>")
     submit.set_defaults(handler=run_submit)
 
+
+def _add_schedule(commands: argparse._SubParsersAction) -> None:
     schedule = commands.add_parser(
         "schedule", help="create a recurring run (max concurrency 1, no catch-up)"
     )
@@ -66,6 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     schedule.add_argument("--job-name", help="default: <pipeline>-schedule")
     schedule.set_defaults(handler=run_schedule)
 
+
+def _add_run_local(commands: argparse._SubParsersAction) -> None:
     local = commands.add_parser(
         "run-local",
         help="run the package here, each step in its image (kfp.local DockerRunner)",
