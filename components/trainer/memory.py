@@ -107,6 +107,34 @@ def plan_memory(
         if ram_budget_bytes is not None
         else available_bytes * DEFAULT_BUDGET_FRACTION
     )
+    do_cache, cache_bytes, decoded, reason = _cache(
+        encoded_bytes, available_bytes, budget, cache, decoded_bytes
+    )
+    average = max(encoded_bytes // max(records, 1), 1)
+    if shuffle_buffer is None:
+        shuffle_buffer = int(budget * SHUFFLE_SHARE) // average
+        shuffle_buffer = max(min(shuffle_buffer, records), min_shuffle_buffer)
+    used = (cache_bytes if do_cache else 0) + shuffle_buffer * average
+    autotune = max(budget - used, MIN_AUTOTUNE_BUDGET)
+    return MemoryPlan(
+        cache=do_cache,
+        shuffle_buffer=shuffle_buffer,
+        autotune_ram_budget=autotune,
+        budget_bytes=budget,
+        reason=reason,
+        decoded=decoded,
+    )
+
+
+def _cache(
+    encoded_bytes: int,
+    available_bytes: int,
+    budget: int,
+    cache: str,
+    decoded_bytes: int | None,
+) -> tuple[bool, int, bool, str]:
+    """Whether to cache, the bytes the cache holds, whether it holds the decoded
+    split, and why (plan_memory's arguments)."""
     cache_bytes = int(encoded_bytes * CACHE_OVERHEAD)
     decoded = (
         decoded_bytes is not None and cache != CACHE_OFF and decoded_bytes <= budget * CACHE_SHARE
@@ -130,17 +158,4 @@ def plan_memory(
     else:
         do_cache = cache == CACHE_ON
         reason = f"cache {'on' if do_cache else 'off'}: set by config"
-    average = max(encoded_bytes // max(records, 1), 1)
-    if shuffle_buffer is None:
-        shuffle_buffer = int(budget * SHUFFLE_SHARE) // average
-        shuffle_buffer = max(min(shuffle_buffer, records), min_shuffle_buffer)
-    used = (cache_bytes if do_cache else 0) + shuffle_buffer * average
-    autotune = max(budget - used, MIN_AUTOTUNE_BUDGET)
-    return MemoryPlan(
-        cache=do_cache,
-        shuffle_buffer=shuffle_buffer,
-        autotune_ram_budget=autotune,
-        budget_bytes=budget,
-        reason=reason,
-        decoded=decoded,
-    )
+    return do_cache, cache_bytes, decoded, reason
