@@ -112,7 +112,11 @@ def _run(args: argparse.Namespace, selected: set[str]) -> None:
     if "distributed" in selected:
         from benchmarks import distributed_bench
 
-        results["distributed_training"] = distributed_bench.run(convert_bench_shards(photos))
+        shards = convert_bench_shards(photos)
+        results["distributed_training"] = {
+            backbone: distributed_bench.run(shards, backbone=backbone)
+            for backbone in distributed_bench.BACKBONES
+        }
     if selected & {"stats", "input", "validation"}:
         shards = convert_bench_shards(photos)
         if "stats" in selected:
