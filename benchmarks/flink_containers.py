@@ -81,7 +81,7 @@ def _build_seconds() -> float:
         shutil.rmtree(context, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=1000, help="images in the input")
     parser.add_argument("--repeats", type=int, default=2, help="runs on each cluster")
@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'imgpipe convert (best), s':28}{min(container_s):>12.1f}{min(local_s):>10.1f}")
     print(f"containers / local: {results['ratio_best']}x; outputs identical to the DirectRunner's")
     print(json.dumps(results))
+    return results
 
 
 if __name__ == "__main__":

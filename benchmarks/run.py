@@ -49,6 +49,8 @@ def main() -> None:
             "validation",
             "scale",
             "cli",
+            "startup",
+            "containers",
             "retraining",
             "distributed",
         ],
@@ -105,6 +107,20 @@ def _run(args: argparse.Namespace, selected: set[str]) -> None:
         from benchmarks import cli_start
 
         results["cli_start"] = cli_start.run()
+    if "startup" in selected:
+        from benchmarks import step_startup
+
+        results["step_startup"] = step_startup.run([step_startup.default_image()])
+    if "containers" in selected:
+        from benchmarks import container_bench, flink_containers
+
+        # The same photo count for both: DockerRunner against LocalDagRunner, then Flink
+        # in containers against the local Flink cluster.
+        per_class = max(1, args.images // len(container_bench.CLASSES))
+        results["containers"] = {
+            "docker_runner": container_bench.main(["--per-class", str(per_class)]),
+            "flink": flink_containers.main(["--images", str(args.images), "--repeats", "1"]),
+        }
     if "convert" in selected:
         from benchmarks import convert_bench
 

@@ -26,12 +26,22 @@ In the pod (imgpipe.pipelines.container):
                            schema titles from the open-source KFP v2 driver; and the
                            KubeflowV2DagRunner export that tfx.v1 drops with kfp >= 2.
   run_executor, parse_flags  kubeflow_v2_run_executor._run_executor and _parse_flags:
-                           TFX's own container entrypoint, run after the fixes.
+                           TFX's own container entrypoint, run after the fixes. Ported
+                           rather than imported: that module imports TFX's Evaluator
+                           executor (for one issubclass check), and with it TFMA, Beam,
+                           TFDV and TFT, in every step (issue 35).
+  defer_package_init       the `__init__` of tfx.components and tensorflow_model_analysis,
+                           run when one of its names is first asked for: each imports
+                           every component or evaluator, which a step needs one of.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
+import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -200,7 +210,8 @@ def patch_tfx_entrypoint() -> None:
     1. `system.*` titles map to TFX classes (SYSTEM_TITLES), custom titles to the
        loaded classes (custom_class_path).
     2. A null `instance_schema` reads as untyped instead of failing on None.get.
-    3. tfx.v1.orchestration.experimental gets KubeflowV2DagRunner(Config) back.
+    3. tfx.v1.orchestration.experimental gets KubeflowV2DagRunner(Config) back, where
+       tfx.v1 is loaded (by the step's executor, which is imported first).
     """
     from tfx.orchestration.kubeflow.v2 import compiler_utils
     from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
@@ -215,7 +226,8 @@ def patch_tfx_entrypoint() -> None:
         return custom_class_path(title) or title
 
     utils._retrieve_class_path = retrieve_class_path
-    export_kubeflow_v2_runner()
+    if "tfx.v1" in sys.modules:  # else importing tfx.v1 would load every component
+        export_kubeflow_v2_runner()
 
 
 def export_kubeflow_v2_runner() -> None:
@@ -230,14 +242,203 @@ def export_kubeflow_v2_runner() -> None:
 
 
 def parse_flags(argv: list[str]) -> Any:
-    """TFX's container entrypoint argument parser: (args, beam_args)."""
-    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
+    """TFX's container entrypoint argument parser (kubeflow_v2_run_executor._parse_flags):
+    (args, beam_args)."""
+    from absl.flags import argparse_flags
 
-    return kubeflow_v2_run_executor._parse_flags(argv)
+    parser = argparse_flags.ArgumentParser()
+    parser.add_argument("--executor_class_path", type=str, required=True)
+    parser.add_argument("--json_serialized_invocation_args", type=str, required=True)
+    parser.add_argument("--json_serialized_inputs_spec_args", type=str, required=False)
+    return parser.parse_known_args(argv)
+
+
+# Packages whose __init__ imports far more than a step uses (tfx.components: every TFX
+# component, and through the Evaluator TFMA and Beam; TFMA: every evaluator, Beam, nltk).
+DEFERRED_PACKAGES = ("tfx.components", "tensorflow_model_analysis")
+# TFX's Evaluator executor, whose blessing output the entrypoint renames, and the Beam
+# executors' base (it imports Beam), whose subclasses get a Beam context.
+TFX_EVALUATOR_EXECUTOR = "tfx.components.evaluator.executor"
+BEAM_EXECUTOR_MODULE = "tfx.dsl.components.base.base_beam_executor"
+
+
+# The TFMA config protos that tfx.components' __init__ sets on the tensorflow_model_analysis
+# package (TFX's components read tfma.EvalConfig at import); set on the deferred package
+# instead, from the one small module that defines them.
+TFMA_PROTO_ALIASES = (
+    "EvalConfig",
+    "ModelSpec",
+    "SlicingSpec",
+    "MetricsSpec",
+    "MetricConfig",
+    "MetricThreshold",
+    "GenericValueThreshold",
+    "GenericChangeThreshold",
+    "MetricDirection",
+)
+
+
+def defer_package_init(name: str) -> bool:
+    """Registers package `name` without running its `__init__`; its submodules import as
+    usual, and the `__init__` runs when a name it defines is first asked for. Does
+    nothing (False) once the package is imported, or when it is not installed."""
+    if name in sys.modules or (spec := importlib.util.find_spec(name)) is None:
+        return False
+    if spec.loader is None or spec.submodule_search_locations is None:
+        return False
+    module = importlib.util.module_from_spec(spec)
+
+    def __getattr__(attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        submodule = f"{name}.{attr}"
+        try:
+            return importlib.import_module(submodule)
+        except ModuleNotFoundError as e:
+            if e.name != submodule:
+                raise
+        del module.__dict__["__getattr__"]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        return getattr(module, attr)
+
+    module.__getattr__ = __getattr__  # type: ignore[method-assign]
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    if parent:  # as the import system binds a submodule it loads
+        setattr(importlib.import_module(parent), child, module)
+    return True
+
+
+def defer_heavy_packages() -> None:
+    """Defers DEFERRED_PACKAGES' __init__s (a step's first act, before TFX is imported)."""
+    if any(name in sys.modules for name in DEFERRED_PACKAGES):
+        return  # too late to defer either consistently
+    if defer_package_init("tensorflow_model_analysis"):
+        from tensorflow_model_analysis.proto import config_pb2
+
+        tfma = sys.modules["tensorflow_model_analysis"]
+        for name in TFMA_PROTO_ALIASES:
+            setattr(tfma, name, getattr(config_pb2, name))
+    defer_package_init("tfx.components")
+
+
+# What run_executor imports beyond the executor's own modules.
+RUN_EXECUTOR_MODULES = (
+    "kfp.pipeline_spec.pipeline_spec_pb2",
+    "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_entrypoint_utils",
+    "tfx.orchestration.portable.outputs_utils",
+    "tfx.types.standard_component_specs",
+)
+
+
+def import_run_executor_modules() -> None:
+    for name in RUN_EXECUTOR_MODULES:
+        importlib.import_module(name)
 
 
 def run_executor(args: Any, beam_args: list[str]) -> None:
-    """Runs one TFX executor exactly as TFX's container entrypoint does."""
-    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
+    """Runs one TFX executor as TFX's container entrypoint does
+    (kubeflow_v2_run_executor._run_executor, TFX 1.21), but without importing TFX's
+    Evaluator executor or the Beam executors' base for its class checks."""
+    from absl import logging
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+    from tfx.dsl.components.base import base_executor
+    from tfx.dsl.io import fileio
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as utils
+    from tfx.orchestration.portable import outputs_utils
+    from tfx.types import (
+        artifact_utils,
+        standard_artifacts,
+        standard_component_specs,
+        value_artifact,
+    )
+    from tfx.utils import import_utils
 
-    kubeflow_v2_run_executor._run_executor(args, beam_args)
+    def loaded_subclass(cls: type, module: str, name: str) -> bool:
+        """issubclass(cls, module.name) without importing `module`: a subclass of a class
+        has loaded the module that defines it."""
+        return module in sys.modules and issubclass(cls, getattr(sys.modules[module], name))
+
+    logging.set_verbosity(logging.INFO)
+    executor_input = pipeline_spec_pb2.ExecutorInput()
+    json_format.Parse(
+        args.json_serialized_invocation_args, executor_input, ignore_unknown_fields=True
+    )
+    inputs_spec = None
+    if getattr(args, "json_serialized_inputs_spec_args", None):
+        inputs_spec = pipeline_spec_pb2.ComponentInputsSpec()
+        json_format.Parse(
+            args.json_serialized_inputs_spec_args, inputs_spec, ignore_unknown_fields=True
+        )
+    parameter_values = executor_input.inputs.parameter_values
+    parameters = executor_input.inputs.parameters
+    output_file = executor_input.outputs.output_file
+    task_root = os.path.dirname(output_file)
+    if fileio.exists(output_file):  # a driver's updated exec_properties
+        with fileio.open(output_file, "rb") as f:
+            driver_output = pipeline_spec_pb2.ExecutorOutput()
+            json_format.Parse(f.read(), driver_output, ignore_unknown_fields=True)
+        for k, v in driver_output.parameter_values.items():
+            parameter_values[k].CopyFrom(v)
+        for k, v in driver_output.parameters.items():
+            parameters[k].CopyFrom(v)
+
+    name_from_id: dict = {}
+    inputs = utils.parse_raw_artifact_dict(executor_input.inputs.artifacts, name_from_id)
+    outputs = utils.parse_raw_artifact_dict(executor_input.outputs.artifacts, name_from_id)
+    exec_properties = utils.parse_execution_properties(parameter_values, parameters, inputs_spec)
+    logging.info(
+        "Executor %s do: inputs: %s, outputs: %s, exec_properties: %s",
+        args.executor_class_path,
+        inputs,
+        outputs,
+        exec_properties,
+    )
+    executor_cls = import_utils.import_class_by_path(args.executor_class_path)
+    context_args = {
+        "unique_id": os.path.basename(task_root),
+        "tmp_dir": os.path.join(task_root, ".temp"),
+    }
+    if loaded_subclass(executor_cls, BEAM_EXECUTOR_MODULE, "BaseBeamExecutor"):
+        base_beam_executor = sys.modules[BEAM_EXECUTOR_MODULE]
+        context = base_beam_executor.BaseBeamExecutor.Context(
+            beam_pipeline_args=beam_args, **context_args
+        )
+    else:
+        context = base_executor.BaseExecutor.Context(extra_flags=beam_args, **context_args)
+    executor = executor_cls(context)
+    logging.info("Starting executor")
+    executor.Do(inputs, outputs, exec_properties)
+
+    outputs_utils.tag_output_artifacts_with_version(outputs)
+    if (
+        loaded_subclass(executor_cls, TFX_EVALUATOR_EXECUTOR, "Executor")
+        and standard_component_specs.BLESSING_KEY in outputs
+    ):
+        utils.refactor_model_blessing(
+            artifact_utils.get_single_instance(outputs[standard_component_specs.BLESSING_KEY]),
+            name_from_id,
+        )
+
+    executor_output = pipeline_spec_pb2.ExecutorOutput()
+    for k, v in utils.translate_executor_output(outputs, name_from_id).items():
+        executor_output.artifacts[k].CopyFrom(v)
+    for key in executor_input.outputs.parameters.keys():
+        if key not in outputs:
+            raise ValueError("All OutputParameters must have corresponding OutputValueArtifacts.")
+        artifact = outputs[key][0]
+        if len(outputs[key]) != 1 or not isinstance(artifact, value_artifact.ValueArtifact):
+            raise ValueError("Parameter should have one corresponding ValueArtifact.")
+        value = executor_output.parameter_values[key]
+        if isinstance(artifact, standard_artifacts.String):
+            value.string_value = artifact.read()
+        elif isinstance(artifact, (standard_artifacts.Float, standard_artifacts.Integer)):
+            value.number_value = artifact.read()
+        elif isinstance(artifact, standard_artifacts.Boolean):
+            value.bool_value = artifact.read()
+        else:
+            raise ValueError("Only String, Float, Int, and Boolean ValueArtifacts are supported.")
+    fileio.makedirs(os.path.dirname(output_file))
+    with fileio.open(output_file, "wb") as f:
+        f.write(json_format.MessageToJson(executor_output))

@@ -645,3 +645,50 @@ def test_a_missing_image_is_named_with_the_build_that_makes_it():
     assert "`make image-gpu`" in message and image_names.RUNTIME_IMAGE in message
     with pytest.raises(local_docker.LocalRunError, match=r"build it \(`make image`\); or"):
         local_docker.check_images(Engine(), [image_names.RUNTIME_IMAGE])
+
+
+# A step loads what its executor needs, not every TFX component's and evaluator's libraries
+# (issue 35): these steps need no Beam, TFMA, TFDV or TFT before their work starts.
+STEPS_WITHOUT_BEAM = (
+    "imgpipe.components.champion.executor.Executor",
+    "imgpipe.components.pusher.executor.Executor",
+    "imgpipe.components.evaluator.executor.Executor",
+)
+UNUSED_BY_THEM = (
+    "apache_beam",
+    "tensorflow_model_analysis.api",
+    "tensorflow_data_validation",
+    "tensorflow_transform",
+    "nltk",
+)
+STEP_LOAD_PROBE = f"""
+import json, sys
+from imgpipe.pipelines.container import entrypoint
+loaded = {{}}
+for path in {STEPS_WITHOUT_BEAM!r}:
+    entrypoint.load_executor(path)
+    loaded[path] = [m for m in {UNUSED_BY_THEM!r} if m in sys.modules]
+import tensorflow_model_analysis as tfma
+from tensorflow_model_analysis.proto import config_pb2
+deferred_protos = tfma.EvalConfig is config_pb2.EvalConfig
+import tfx.components  # deferred: its names load the whole package on first use
+statistics_gen = tfx.components.StatisticsGen.__name__
+tfma_api = "tensorflow_model_analysis.api" in sys.modules
+print(json.dumps({{"loaded": loaded, "deferred_protos": deferred_protos,
+                   "statistics_gen": statistics_gen, "tfma_api": tfma_api}}))
+"""
+
+
+def test_steps_without_beam_start_without_the_libraries_they_do_not_use():
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", STEP_LOAD_PROBE], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert facts["loaded"] == {path: [] for path in STEPS_WITHOUT_BEAM}
+    # The deferred packages still give what their __init__ gives, once asked.
+    assert facts["deferred_protos"] and facts["statistics_gen"] == "StatisticsGen"
+    assert facts["tfma_api"]

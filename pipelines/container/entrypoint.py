@@ -208,15 +208,24 @@ def prepare(args, mode: str) -> tuple[Any, dict[str, str]]:
     return executor_input, remote_of
 
 
-def run(parsed: tuple[Any, list[str]]) -> None:
-    """Runs one TFX executor the way kubeflow_v2_run_executor does, with the fixes."""
+def load_executor(executor_class_path: str) -> type:
+    """Everything a step loads before its executor's first line of work: TFX's patched
+    entrypoint helpers and the executor's modules (with them its custom artifact
+    classes). benchmarks/step_startup.py times this in the image."""
     from tfx.utils import import_utils
 
+    tfx_patches.defer_heavy_packages()
+    executor_class = import_utils.import_class_by_path(executor_class_path)
+    tfx_patches.patch_tfx_entrypoint()
+    tfx_patches.import_run_executor_modules()
+    return executor_class
+
+
+def run(parsed: tuple[Any, list[str]]) -> None:
+    """Runs one TFX executor the way kubeflow_v2_run_executor does, with the fixes."""
     args, beam_args = parsed
     mode = os.environ.get(ARTIFACT_IO_ENV, MODE_AUTO)
-    tfx_patches.patch_tfx_entrypoint()
-    # Loads the executor's modules, and with them its custom artifact classes.
-    import_utils.import_class_by_path(args.executor_class_path)
+    load_executor(args.executor_class_path)
     executor_input, remote_of = prepare(args, mode)
     tfx_patches.run_executor(args, beam_args)
     restore_output_uris(executor_input.outputs.output_file, remote_of)
@@ -250,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             _exit_now(1)
         _exit_now(0)
 
+    tfx_patches.defer_heavy_packages()  # before anything imports TFX
     app.run(
         guarded, argv=list(argv) if argv is not None else None, flags_parser=tfx_patches.parse_flags
     )
