@@ -314,6 +314,8 @@ def defer_heavy_packages() -> None:
     if any(name in sys.modules for name in DEFERRED_PACKAGES):
         return  # too late to defer either consistently
     if defer_package_init("tensorflow_model_analysis"):
+        # config_pb2 names wrappers.proto without importing it (TFMA's __init__ had).
+        from google.protobuf import wrappers_pb2  # noqa: F401
         from tensorflow_model_analysis.proto import config_pb2
 
         tfma = sys.modules["tensorflow_model_analysis"]

@@ -663,6 +663,8 @@ UNUSED_BY_THEM = (
 )
 STEP_LOAD_PROBE = f"""
 import json, sys
+from imgpipe.pipelines import tfx_patches
+tfx_patches.defer_heavy_packages()  # first, as the entrypoint's main does
 from imgpipe.pipelines.container import entrypoint
 loaded = {{}}
 for path in {STEPS_WITHOUT_BEAM!r}:
