@@ -7,7 +7,7 @@ Runs, one after the other and each as the command users type (a fresh process):
                                             kfp.local's DockerRunner, a container a step
 and prints the wall times and their ratio as one JSON object.
 
-  bin/in-env python -m benchmarks.container_bench [--image REF] [--per-class N]
+  bin/in-env python -m benchmarks.container_bench [--image REF] [--per-class N | --data DIR]
 
 The image defaults to IMGPIPE_TEST_IMAGE, else the one `make image` tags
 (pipelines/images.py), as in the container tier.
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,14 +47,40 @@ SETTINGS = {
 }
 
 
-def _timed(args: list[str]) -> float:
+# kfp.local's log lines around each task: "HH:MM:SS.mmm - INFO - Executing task 'X'" and
+# "... Task 'X' finished with status ...", with colour codes.
+TASK_LINE = re.compile(
+    r"^(\d\d):(\d\d):(\d\d\.\d+) - \w+ - (?:Executing task '([^']+)'|Task '([^']+)' finished)"
+)
+COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def task_seconds(log: str) -> dict[str, float]:
+    """Each task's wall time, from kfp.local's log: its start to its end line."""
+    started: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    for line in COLOUR.sub("", log).splitlines():
+        found = TASK_LINE.match(line)
+        if found is None:
+            continue
+        hours, minutes, secs, begun, ended = found.groups()
+        at = int(hours) * 3600 + int(minutes) * 60 + float(secs)
+        if begun:
+            started[begun] = at
+        elif ended in started:
+            seconds[ended] = round((at - started[ended]) % 86400, 1)
+    return seconds
+
+
+def _timed(args: list[str]) -> tuple[float, str]:
     start = time.monotonic()
-    subprocess.run(
+    result = subprocess.run(
         [sys.executable, "-m", "imgpipe.pipelines.cli", *args],
         check=True,
-        stdout=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
     )
-    return time.monotonic() - start
+    return time.monotonic() - start, result.stdout + result.stderr
 
 
 def _config(folder: str, data: str, image: str) -> str:
@@ -82,18 +109,31 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--image", default=os.environ.get(IMAGE_ENV) or images.RUNTIME_IMAGE)
     parser.add_argument("--per-class", type=int, default=24)
+    parser.add_argument(
+        "--data",
+        help="an existing folder of root/<label>/<photo> to run on instead of --per-class "
+        "generated 64 px photos (make bench passes its photos)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="container-bench-") as work:
-        data = os.path.join(work, "photos")
-        counts = sample_photos.make_dataset(
-            data, per_class=args.per_class, size=64, seed=1, classes=CLASSES
-        )
+        if args.data:
+            data = args.data
+            counts = {
+                label: len(os.listdir(os.path.join(data, label)))
+                for label in os.listdir(data)
+                if os.path.isdir(os.path.join(data, label))
+            }
+        else:
+            data = os.path.join(work, "photos")
+            counts = sample_photos.make_dataset(
+                data, per_class=args.per_class, size=64, seed=1, classes=CLASSES
+            )
         local_config = _config(os.path.join(work, "local"), data, args.image)
-        local_s = _timed(["run", "local", "--data", data, "--config", local_config])
+        local_s, _ = _timed(["run", "local", "--data", data, "--config", local_config])
         docker_config = _config(os.path.join(work, "docker"), data, args.image)
         package = os.path.join(work, "pipeline.yaml")
-        compile_s = _timed(["kfp", "compile", "--config", docker_config, "-o", package])
-        docker_s = _timed(
+        compile_s, _ = _timed(["kfp", "compile", "--config", docker_config, "-o", package])
+        docker_s, docker_log = _timed(
             [
                 "kfp",
                 "run-local",
@@ -112,6 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
         "kfp_compile_s": round(compile_s, 1),
         "docker_runner_s": round(docker_s, 1),
         "docker_over_local": round(docker_s / local_s, 2),
+        "docker_step_s": task_seconds(docker_log),
         "cpus": os.cpu_count(),
         "load_average_1m": round(os.getloadavg()[0], 1),
     }

@@ -114,11 +114,10 @@ def _run(args: argparse.Namespace, selected: set[str]) -> None:
     if "containers" in selected:
         from benchmarks import container_bench, flink_containers
 
-        # The same photo count for both: DockerRunner against LocalDagRunner, then Flink
-        # in containers against the local Flink cluster.
-        per_class = max(1, args.images // len(container_bench.CLASSES))
+        # The bench's photos for both: DockerRunner against LocalDagRunner, then Flink
+        # in containers against the local Flink cluster on as many images.
         results["containers"] = {
-            "docker_runner": container_bench.main(["--per-class", str(per_class)]),
+            "docker_runner": container_bench.main(["--data", photos]),
             "flink": flink_containers.main(["--images", str(args.images), "--repeats", "1"]),
         }
     if "convert" in selected:
