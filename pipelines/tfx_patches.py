@@ -338,6 +338,24 @@ def import_run_executor_modules() -> None:
         importlib.import_module(name)
 
 
+def parsed_invocation(args: Any) -> tuple[Any, Any]:
+    """The entrypoint's (executor input, inputs spec or None) from parse_flags' args."""
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    executor_input = pipeline_spec_pb2.ExecutorInput()
+    json_format.Parse(
+        args.json_serialized_invocation_args, executor_input, ignore_unknown_fields=True
+    )
+    inputs_spec = None
+    if getattr(args, "json_serialized_inputs_spec_args", None):
+        inputs_spec = pipeline_spec_pb2.ComponentInputsSpec()
+        json_format.Parse(
+            args.json_serialized_inputs_spec_args, inputs_spec, ignore_unknown_fields=True
+        )
+    return executor_input, inputs_spec
+
+
 def run_executor(args: Any, beam_args: list[str]) -> None:
     """Runs one TFX executor as TFX's container entrypoint does
     (kubeflow_v2_run_executor._run_executor, TFX 1.21), but without importing TFX's
@@ -363,16 +381,7 @@ def run_executor(args: Any, beam_args: list[str]) -> None:
         return module in sys.modules and issubclass(cls, getattr(sys.modules[module], name))
 
     logging.set_verbosity(logging.INFO)
-    executor_input = pipeline_spec_pb2.ExecutorInput()
-    json_format.Parse(
-        args.json_serialized_invocation_args, executor_input, ignore_unknown_fields=True
-    )
-    inputs_spec = None
-    if getattr(args, "json_serialized_inputs_spec_args", None):
-        inputs_spec = pipeline_spec_pb2.ComponentInputsSpec()
-        json_format.Parse(
-            args.json_serialized_inputs_spec_args, inputs_spec, ignore_unknown_fields=True
-        )
+    executor_input, inputs_spec = parsed_invocation(args)
     parameter_values = executor_input.inputs.parameter_values
     parameters = executor_input.inputs.parameters
     output_file = executor_input.outputs.output_file

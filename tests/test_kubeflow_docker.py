@@ -20,6 +20,7 @@ import glob
 import json
 import os
 import shutil
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -143,11 +144,16 @@ def _classify(model_dir: str, folder: str) -> float:
     return float(np.mean([p.decode() == t for p, t in zip(predicted, labels, strict=True)]))
 
 
-def test_the_compiled_package_runs_in_containers_twice_and_serves(
-    project_image,
-    tmp_path,
-    capsys,
-):
+class Project(NamedTuple):
+    config: str
+    package: str
+    data: str  # span-{SPAN} folders
+    serving: str
+
+
+def compiled_project(tmp_path, image: str, settings: dict) -> Project:
+    """Span 1 of photos on a volume the steps' user may write, its config naming `image`
+    (what users do to run their own build) and its compiled package."""
     volume = str(tmp_path / "volume")
     data, serving = os.path.join(volume, "data"), os.path.join(volume, "serving")
     os.makedirs(data)
@@ -158,20 +164,27 @@ def test_the_compiled_package_runs_in_containers_twice_and_serves(
     config.write_text(
         yaml.safe_dump(
             {
-                **SETTINGS,
+                **settings,
                 "data_root": os.path.join(data, "span-{SPAN}"),
                 "pipeline_root": volume,
                 "serving_dir": serving,
-                # What users do to run their own build: name it in the config.
-                "kubeflow": {"images": {"default": project_image, ids.TRAINER: project_image}},
+                "kubeflow": {"images": {"default": image, ids.TRAINER: image}},
             }
         )
     )
     package = str(tmp_path / "pipeline.yaml")
     assert cli.main(["kfp", "compile", "--config", str(config), "-o", package]) == 0
-    with open(package) as f:
-        spec = next(d for d in yaml.safe_load_all(f) if d)
-    run = ["kfp", "run-local", "--config", str(config), "--package", package, "--network", "none"]
+    return Project(str(config), package, data, serving)
+
+
+def test_the_compiled_package_runs_in_containers_twice_and_serves(
+    project_image,
+    tmp_path,
+    capsys,
+):
+    config, package, data, serving = compiled_project(tmp_path, project_image, SETTINGS)
+    spec = local_docker.load_spec(package)
+    run = ["kfp", "run-local", "--config", config, "--package", package, "--network", "none"]
 
     first_dir = _run(run, capsys)
     first = _check_steps(spec, first_dir)

@@ -16,7 +16,6 @@ import time
 import uuid
 
 import pytest
-import yaml
 
 from imgpipe.components.common.formats import served_models
 from imgpipe.components.trainer import cluster, docker_workers, summary
@@ -66,35 +65,17 @@ def test_two_worker_containers_train_a_killed_one_fails_the_run_and_a_rerun_serv
     tmp_path, capsys, workers_network
 ):
     image = containers.runtime_image()
-    volume = str(tmp_path / "volume")
-    data, serving = os.path.join(volume, "data"), os.path.join(volume, "serving")
-    os.makedirs(data)
-    os.makedirs(serving)
-    single._photos(os.path.join(data, "span-1"), str(tmp_path / "staging"), seed=1)
-    single._open_to_the_steps_user(volume)
     # Fewer steps than the single-worker test's 40: 2 workers are slower on 2 cores.
     trainer = {**single.SETTINGS["trainer"], "workers": WORKERS, "min_train_steps": 16}
-    settings = {**single.SETTINGS, "trainer": trainer}
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                **settings,
-                "data_root": os.path.join(data, "span-{SPAN}"),
-                "pipeline_root": volume,
-                "serving_dir": serving,
-                "kubeflow": {"images": {"default": image, ids.TRAINER: image}},
-            }
-        )
+    config, package, _, serving = single.compiled_project(
+        tmp_path, image, {**single.SETTINGS, "trainer": trainer}
     )
-    package = str(tmp_path / "pipeline.yaml")
-    assert cli.main(["kfp", "compile", "--config", str(config), "-o", package]) == 0
     spec = local_docker.load_spec(package)
     run = [
         "kfp",
         "run-local",
         "--config",
-        str(config),
+        config,
         "--package",
         package,
         "--network",

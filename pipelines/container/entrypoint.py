@@ -188,18 +188,8 @@ def delete_gcs_directory_markers(
 def prepare(args, mode: str) -> tuple[Any, dict[str, str]]:
     """Fixes the serialized executor input in args in place; returns it and the URI map."""
     from google.protobuf import json_format
-    from kfp.pipeline_spec import pipeline_spec_pb2
 
-    executor_input = pipeline_spec_pb2.ExecutorInput()
-    json_format.Parse(
-        args.json_serialized_invocation_args, executor_input, ignore_unknown_fields=True
-    )
-    inputs_spec = None
-    if getattr(args, "json_serialized_inputs_spec_args", None):
-        inputs_spec = pipeline_spec_pb2.ComponentInputsSpec()
-        json_format.Parse(
-            args.json_serialized_inputs_spec_args, inputs_spec, ignore_unknown_fields=True
-        )
+    executor_input, inputs_spec = tfx_patches.parsed_invocation(args)
     changed = restore_input_types(executor_input, inputs_spec)
     if changed:
         _log.info("restored the TFX types of inputs %s", sorted(set(changed)))
