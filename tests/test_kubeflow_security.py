@@ -367,6 +367,39 @@ def test_a_step_without_complete_outputs_is_reported_with_the_end_of_its_log(tmp
 
 
 @pytest.mark.unit
+def test_a_pusher_that_pushed_nothing_is_a_run_not_pushed_not_a_failed_step(tmp_path):
+    """TFX makes no folder for a model it did not push (refused, not blessed): run-local
+    reports it as `run local` does (exit 3), not as a Pusher that left no output."""
+    import json
+
+    from imgpipe.pipelines import component_ids as ids
+
+    spec = {
+        "components": {"Pusher": {"outputDefinitions": {"artifacts": {"pushed_model": {}}}}},
+        "root": {"dag": {"tasks": {ids.PUSHER: {"componentRef": {"name": "Pusher"}}}}},
+    }
+    folder = tmp_path / local_docker.task_folders(spec)[ids.PUSHER]
+    folder.mkdir()
+
+    def pusher_wrote(metadata: dict) -> None:
+        artifact = {"uri": str(tmp_path / "pushed_model"), "metadata": metadata}
+        (folder / "executor_output.json").write_text(
+            json.dumps({"artifacts": {"pushed_model": {"artifacts": [artifact]}}})
+        )
+
+    pusher_wrote({"pushed": 0.0, "refused": "not pushed: the candidate is worse"})
+    local_docker.check_outputs(spec, str(tmp_path))
+    assert not local_docker.run_result(spec, str(tmp_path)).pushed
+    # Said pushed, and its folder is missing: a broken step.
+    pusher_wrote({"pushed": 1.0})
+    with pytest.raises(local_docker.LocalRunError, match="it left no pushed_model"):
+        local_docker.check_outputs(spec, str(tmp_path))
+    os.makedirs(tmp_path / "pushed_model")
+    local_docker.check_outputs(spec, str(tmp_path))
+    assert local_docker.run_result(spec, str(tmp_path)).pushed
+
+
+@pytest.mark.unit
 def test_the_run_folder_is_kfp_locals_not_a_serving_folder_the_run_made(tmp_path):
     """A serving directory under the pipeline root that the run's ChampionResolver made
     sorts after the run's folder; taken for it, a run that pushed was reported failed."""

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from imgpipe.components.common.runtime.printable import short, shown
-from imgpipe.pipelines.cli.errors import UserError
+from imgpipe.pipelines.cli.errors import NOT_PUSHED_EXIT_CODE, UserError
 from imgpipe.pipelines.cli.kfp_client import (
     api_errors,
     client,
@@ -82,6 +82,10 @@ def _add_run_local(commands: argparse._SubParsersAction) -> None:
     local = commands.add_parser(
         "run-local",
         help="run the package here, each step in its image (kfp.local DockerRunner)",
+        description="Runs the compiled package on this machine, each step a container of its "
+        f"image. Exits 0 when a model was pushed, {NOT_PUSHED_EXIT_CODE} when the run "
+        "finished without pushing one (refused or not blessed), 1 on an error, as "
+        "`imgpipe run local` does.",
     )
     local.add_argument("--config", metavar="FILE", help="pipeline config YAML")
     add_set_argument(local)
@@ -314,7 +318,8 @@ def run_local(args: argparse.Namespace) -> int:
             raise UserError(str(e)) from None
     from imgpipe.pipelines import local_runner
 
-    for line in local_runner.summary_lines(local_docker.run_result(spec, run_dir), config):
+    result = local_docker.run_result(spec, run_dir)
+    for line in local_runner.summary_lines(result, config):
         print(line)
     print(f"ran {spec['pipelineInfo']['name']} in containers; artifacts in {run_dir}")
-    return 0
+    return 0 if result.pushed else NOT_PUSHED_EXIT_CODE

@@ -373,13 +373,28 @@ def _output_problem(executor_output: str, declared: Mapping[str, Any]) -> str | 
     with open(executor_output) as f:
         written = json.load(f).get("artifacts", {})
     for name in sorted(declared):
-        uris = [a.get("uri", "") for a in written.get(name, {}).get("artifacts", [])]
-        if not uris:
+        artifacts = written.get(name, {}).get("artifacts", [])
+        if not artifacts:
             return f"named no {name} artifact"
-        missing = [u for u in uris if "://" not in u and not os.path.exists(u)]
+        missing = [
+            a.get("uri", "")
+            for a in artifacts
+            if "://" not in a.get("uri", "")
+            and not os.path.exists(a.get("uri", ""))
+            and not _not_pushed(a)
+        ]
         if missing:
             return f"left no {name} at {missing[0]}"
     return None
+
+
+def _not_pushed(artifact: Mapping[str, Any]) -> bool:
+    """A Pusher's output that says it pushed nothing (a refused or unblessed model), whose
+    folder TFX leaves unmade: a run's answer, not a broken step."""
+    from imgpipe.pipelines.local_runner import PUSHED
+
+    metadata = artifact.get("metadata") or {}
+    return PUSHED in metadata and not metadata[PUSHED]
 
 
 def step_failure(task: str, problem: str, tail: Sequence[str]) -> str:
