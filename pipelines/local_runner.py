@@ -124,6 +124,7 @@ def run(config: PipelineConfig) -> RunResult:
                 tfx_patches.swap_executor(component, executor)
     from tfx.dsl.compiler import compiler
 
+    tfx_patches.no_tfx_sdist()
     run_id = new_run_id()
     ir = compiler.Compiler().compile(pipeline)
     # LocalDagRunner substitutes the time only where no id is set yet.

@@ -13,6 +13,8 @@ Local runs (imgpipe.pipelines.local_runner, beam_args):
                            extra_flags and beam_pipeline_args (TFX has no public setter).
   set_pipeline_run_id      tfx.orchestration.portable.runtime_parameter_utils, which
                            LocalDagRunner uses to give a run its id (not in tfx.v1).
+  no_tfx_sdist             tfx.utils.dependency_utils.make_beam_dependency_flags, made to
+                           return the Beam args as given (also in the pod, run_executor).
   beam_option_parser       apache_beam's pipeline_options._BeamArgumentParser and each
                            options class's _add_argparse_args: the parser Beam itself
                            builds in PipelineOptions.get_all_options.
@@ -139,6 +141,26 @@ def set_pipeline_run_id(ir: Any, run_id: str) -> None:
     runtime_parameter_utils.substitute_runtime_parameter(
         ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id}
     )
+
+
+def no_tfx_sdist() -> None:
+    """Stops TFX's Beam steps from packaging TFX for their workers.
+
+    BaseBeamExecutor calls make_beam_dependency_flags whenever it has Beam args and none
+    names a package or an SDK image. It copies the installed TFX to a new temporary folder,
+    builds an sdist there (a second Python process, about 1 s), adds it as --extra_package
+    and never removes the folder: 52 MB per Beam step per run at TFX 1.21, which filled a
+    CI disk. That package would not be enough here anyway: our Beam steps need this
+    project's code on their workers, so every runner runs them where TFX is installed
+    already (in-process, a worker pool started from the project's image, or an SDK
+    container of that image: docs/object-stores-and-engines.md).
+    """
+    from tfx.utils import dependency_utils
+
+    def as_given(beam_pipeline_args: list[str]) -> list[str]:
+        return beam_pipeline_args
+
+    dependency_utils.make_beam_dependency_flags = as_given
 
 
 def beam_option_parser() -> Any:
@@ -412,6 +434,7 @@ def run_executor(args: Any, beam_args: list[str]) -> None:
         "tmp_dir": os.path.join(task_root, ".temp"),
     }
     if loaded_subclass(executor_cls, BEAM_EXECUTOR_MODULE, "BaseBeamExecutor"):
+        no_tfx_sdist()
         base_beam_executor = sys.modules[BEAM_EXECUTOR_MODULE]
         context = base_beam_executor.BaseBeamExecutor.Context(
             beam_pipeline_args=beam_args, **context_args
