@@ -31,7 +31,7 @@ from imgpipe.components.common.formats.conversion_summary import (
 )
 from imgpipe.components.common.runtime import phases
 from imgpipe.components.common.runtime.printable import printable
-from imgpipe.components.common.storage import disk_full, fileio, stage_results
+from imgpipe.components.common.storage import disk_full, fileio
 from imgpipe.components.image_example_gen import (
     data_warnings,
     free_space,
@@ -135,26 +135,21 @@ def build_pipeline(
             progress_dir,
         )
     )
-    pointers, skipped, conflicts = (
+    results_dir = _results_dir(work_dir)
+    pointers, skipped = (
         converted[transforms.RECORDS_TAG],
         converted[transforms.SKIPPED_TAG],
-    ) | "AssignSplits" >> split_assignment.AssignSplits(output_options, by_content, num_images)
-    shard_results = (pointers, skipped) | "WriteShards" >> shards.WriteShards(
+    ) | "AssignSplits" >> split_assignment.AssignSplits(
+        output_options, by_content, num_images, results_dir
+    )
+    _ = (pointers, skipped) | "WriteShards" >> shards.WriteShards(
         os.path.join(work_dir, "shards"),
+        results_dir,
         output_options.num_shards,
         output_options.shard_mb,
         output_options.gzip,
         output_options.seed,
         output_options.writes_dali_index,
-    )
-    results_dir = _results_dir(work_dir)
-    _ = (
-        shard_results
-        | "KeyShardResults" >> beam.Map(shards.keyed_result)
-        | "WriteShardResults" >> stage_results.WriteResults(results_dir, shards.SHARD_RESULTS)
-    )
-    _ = conflicts | "WriteLabelConflicts" >> stage_results.WriteResults(
-        results_dir, split_assignment.LABEL_CONFLICTS
     )
 
 

@@ -4,10 +4,10 @@ shard written in a seeded order, and its result row (ShardResult).
 Memory stays flat however large the dataset: converted records never go through a
 shuffle, only pointers to them do. The largest thing a worker holds is one shard.
 
-Each shard's task also gives the shard's result row (counts, the file's size and
-CRC-32C for the manifest, and the files skipped among those that hashed to it); the
-launcher writes the rows as stage results (SHARD_RESULTS, see
-common/storage/stage_results.py) and reads them back with `read_shard_results`.
+Each shard's task also writes the shard's result row (counts, the file's size and
+CRC-32C for the manifest, and the files skipped among those that hashed to it) as a
+stage result (SHARD_RESULTS, see common/storage/stage_results.py), which the launcher
+reads back with `read_shard_results`.
 
 Shards are written here rather than by tf.io.TFRecordWriter so that their checksum is
 computed while they are written, not by reading them again (from an object store, that
@@ -125,24 +125,29 @@ def shard_paths(
 
 
 class WriteShardFn(beam.DoFn):
-    """Writes one shard from its pointers, in seeded order, and yields its result row.
+    """Writes one shard from its pointers, in seeded order, then its result row into
+    `results_dir` (SHARD_RESULTS).
 
     A shard that only skipped files hashed to is written empty, as every shard of
     the `-of-N` set must exist. With `dali_index` (uncompressed shards only), the
-    shard's DALI index file is written too.
+    shard's DALI index file is written too. A retried task writes the same shard and
+    row again, replacing its own.
     """
 
-    def __init__(self, output_dir: str, gzip: bool, seed: int, dali_index: bool = False):
+    def __init__(
+        self, output_dir: str, results_dir: str, gzip: bool, seed: int, dali_index: bool = False
+    ):
         if gzip and dali_index:
             raise ValueError("DALI cannot index GZIP shards: write them uncompressed")
         self._output_dir = output_dir
+        self._results_dir = results_dir
         self._gzip = gzip
         self._seed = seed
         self._dali_index = dali_index
 
     def process(
         self, element: tuple[tuple[str, int, int], Iterable[list[RecordPointer] | SkippedFile]]
-    ) -> Iterator[ShardResult]:
+    ) -> None:
         (split, shard, num_shards), values = element
         pointers, skipped = [], []
         for value in values:
@@ -179,7 +184,7 @@ class WriteShardFn(beam.DoFn):
         labels: dict[str, int] = {}
         for pointer in pointers:
             labels[pointer.label] = labels.get(pointer.label, 0) + 1
-        yield ShardResult(
+        result = ShardResult(
             split,
             shard,
             num_shards,
@@ -196,10 +201,7 @@ class WriteShardFn(beam.DoFn):
             sum(p.rotated for p in pointers),
             sum(p.composited for p in pointers),
         )
-
-
-def keyed_result(result: ShardResult) -> tuple[str, ShardResult]:
-    return result.result_key, result
+        stage_results.write_result(self._results_dir, SHARD_RESULTS, result.result_key, result)
 
 
 def read_shard_results(results_dir: str) -> list[ShardResult]:
@@ -316,10 +318,10 @@ def _key_skipped(
 
 
 @beam.ptransform_fn
-@beam.typehints.with_output_types(ShardResult)
 def WriteShards(  # noqa: N802
     converted: tuple[beam.PCollection, beam.PCollection],
     output_dir: str,
+    results_dir: str,
     num_shards: int | None,
     shard_mb: float,
     gzip: bool,
@@ -327,7 +329,8 @@ def WriteShards(  # noqa: N802
     dali_index: bool = False,
 ) -> beam.PCollection:
     """Groups records into shards (a fixed count, or sized by shard_mb) and writes them,
-    each with its DALI index file if `dali_index`; gives each shard's result row.
+    each with its DALI index file if `dali_index`, and each shard's result row into
+    `results_dir` (SHARD_RESULTS; the folder must exist).
 
     Takes ConvertImages' two outputs: the lists of RecordPointer, and the SkippedFiles,
     which go to the result row of the shard their path hashes to.
@@ -355,5 +358,5 @@ def WriteShards(  # noqa: N802
         (keyed, keyed_skipped)
         | "PointersAndSkipped" >> beam.Flatten()
         | "GroupByShard" >> beam.GroupByKey()
-        | "WriteShard" >> beam.ParDo(WriteShardFn(output_dir, gzip, seed, dali_index))
+        | "WriteShard" >> beam.ParDo(WriteShardFn(output_dir, results_dir, gzip, seed, dali_index))
     )

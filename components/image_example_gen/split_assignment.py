@@ -7,8 +7,8 @@ ConvertImages spilled them; only small metadata moves:
 
 1. Each batch's (content hash, label, path) triples are grouped into buckets of
    content hashes, where all copies of an image meet. Byte-identical images filed
-   under different labels are label conflicts; each bucket gives its own, which the
-   launcher writes as stage results (LABEL_CONFLICTS).
+   under different labels are label conflicts; each bucket writes its own as a stage
+   result (LABEL_CONFLICTS), which the launcher reads back with `read_conflicts`.
 2. With stratify, each bucket also gives, per label, the split hashes of the distinct
    contents it ranks; grouped by label, they become the label's cut points
    (splitting.cut_points): one number per split.
@@ -51,7 +51,6 @@ LABEL_CONFLICTS: stage_results.ResultKind[tuple[LabelConflict, ...]] = stage_res
     "label_conflicts", tuple
 )
 
-_BUCKET_CONFLICTS_TAG = "bucket_conflicts"
 _CONFLICTS_TAG = "conflicts"
 _HASHES_TAG = "hashes"
 _SKIPPED_TAG = "skipped"
@@ -74,17 +73,19 @@ def _content_keys(
 
 
 class FindConflictsFn(beam.DoFn):
-    """One bucket's label conflicts, all together and each by content hash, and, to
-    rank, each label's split hashes of the contents in the bucket."""
+    """One bucket's label conflicts, written all together into `results_dir`
+    (LABEL_CONFLICTS) and yielded each by content hash, and, to rank, each label's split
+    hashes of the contents in the bucket."""
 
-    def __init__(self, on_label_conflict: str, rank: bool):
+    def __init__(self, on_label_conflict: str, rank: bool, results_dir: str):
         self._keep = on_label_conflict == LABEL_CONFLICT_KEEP
         self._fail = on_label_conflict == LABEL_CONFLICT_FAIL
         self._rank = rank
+        self._results_dir = results_dir
 
     def process(self, element: tuple[int, Iterable[list[tuple[str, str, str]]]]) -> Iterator:
-        """Yields (bucket, its LabelConflicts by first path) once, (sha256, LabelConflict)
-        and (label, split hashes), each tagged."""
+        """Writes the bucket's LabelConflicts, by first path; yields (sha256,
+        LabelConflict) and (label, split hashes), each tagged."""
         bucket, batches = element
         by_content: dict[str, list[tuple[str, str]]] = {}
         for batch in batches:
@@ -110,7 +111,7 @@ class FindConflictsFn(beam.DoFn):
                 # A kept conflict is ranked under its first label, so its copies share a split.
                 hashes_by_label.setdefault(labels[0], []).append(splitting.split_hash(sha256))
         ordered = tuple(sorted(conflicts, key=lambda c: c.paths))
-        yield beam.pvalue.TaggedOutput(_BUCKET_CONFLICTS_TAG, (bucket, ordered))
+        stage_results.write_result(self._results_dir, LABEL_CONFLICTS, bucket, ordered)
         for label_hashes in hashes_by_label.items():
             yield beam.pvalue.TaggedOutput(_HASHES_TAG, label_hashes)
 
@@ -173,8 +174,10 @@ def AssignSplits(  # noqa: N802 - Beam transforms are named like classes
     options: OutputOptions,
     by_content: bool,
     num_images: int,
-) -> tuple[beam.PCollection, beam.PCollection, beam.PCollection]:
-    """Decides the splits by content and finds label conflicts.
+    results_dir: str,
+) -> tuple[beam.PCollection, beam.PCollection]:
+    """Decides the splits by content and finds label conflicts, which it writes into
+    `results_dir` (LABEL_CONFLICTS, one record per content bucket; the folder must exist).
 
     Args:
       converted: ConvertImages' lists of RecordPointer and its SkippedFiles.
@@ -184,9 +187,8 @@ def AssignSplits(  # noqa: N802 - Beam transforms are named like classes
       num_images: the images planned, to size the conflict search.
 
     Returns:
-      The lists of RecordPointer, each with its split; every SkippedFile: those of the
-      conversion and the copies of skipped label conflicts; and each content bucket's
-      (bucket, label conflicts), the values of LABEL_CONFLICTS.
+      The lists of RecordPointer, each with its split, and every SkippedFile: those of
+      the conversion and the copies of skipped label conflicts.
     """
     pointer_lists, skipped = converted
     found = (
@@ -195,8 +197,8 @@ def AssignSplits(  # noqa: N802 - Beam transforms are named like classes
         | "GroupByContent" >> beam.GroupByKey()
         | "FindConflicts"
         >> beam.ParDo(
-            FindConflictsFn(options.on_label_conflict, by_content and options.stratify)
-        ).with_outputs(_BUCKET_CONFLICTS_TAG, _CONFLICTS_TAG, _HASHES_TAG)
+            FindConflictsFn(options.on_label_conflict, by_content and options.stratify, results_dir)
+        ).with_outputs(_CONFLICTS_TAG, _HASHES_TAG)
     )
     weights = [w for _, w in options.splits]
     cuts = (
@@ -216,4 +218,4 @@ def AssignSplits(  # noqa: N802 - Beam transforms are named like classes
         beam.pvalue.AsDict(found[_CONFLICTS_TAG]),
     ).with_outputs(_SKIPPED_TAG, main="pointers")
     all_skipped = (skipped, assigned[_SKIPPED_TAG]) | "AllSkipped" >> beam.Flatten()
-    return assigned["pointers"], all_skipped, found[_BUCKET_CONFLICTS_TAG]
+    return assigned["pointers"], all_skipped
