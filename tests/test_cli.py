@@ -452,6 +452,8 @@ def test_a_run_prints_its_summary_without_the_libraries_chatter_unless_verbose(t
     src = str(tmp_path / "src")
     imagegen.make_image_folder(src, {"a": 3, "b": 3})
     stderr = {}
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     for flags in ([], ["--verbose"]):
         result = subprocess.run(
             [
@@ -467,14 +469,45 @@ def test_a_run_prints_its_summary_without_the_libraries_chatter_unless_verbose(t
             capture_output=True,
             text=True,
             timeout=300,
+            env={**os.environ, "TMPDIR": str(temporary)},
         )
         assert result.returncode == 0, result.stderr
         assert "images written   6" in result.stdout
+        assert os.listdir(temporary) == []
         stderr[bool(flags)] = result.stderr.splitlines()
     chatty = [line for line in stderr[True] if chatter.is_chatter(line.encode())]
     assert chatty, "nothing to filter: the test shows nothing"
     assert not [line for line in stderr[False] if chatter.is_chatter(line.encode())]
     assert not [line for line in stderr[False] if not line.startswith("warning: ")]
+
+
+@pytest.mark.unit
+def test_a_commands_temporary_folder_goes_at_exit_after_the_libraries_exit_handlers(tmp_path):
+    """What a library leaves in the temporary folder goes with the command's folder when
+    the process exits, after the library's own exit handler (Beam's job server removes
+    its folder at exit) found it still there."""
+    temporary, marker = tmp_path / "tmp", tmp_path / "handler-saw"
+    temporary.mkdir()
+    library = f"""
+import atexit, os, tempfile
+from imgpipe.pipelines.cli import temporary
+with temporary.command_folder() as folder:
+    assert tempfile.gettempdir() == folder == os.environ["TMPDIR"]
+    left = tempfile.mkdtemp(prefix="beam-temp")
+    tempfile.mkstemp(dir=left)
+    atexit.register(lambda: open({str(marker)!r}, "w").write(str(os.path.isdir(left))))
+assert tempfile.gettempdir() == os.environ["TMPDIR"] == {str(temporary)!r}
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", library],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(temporary)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert marker.read_text() == "True"
+    assert os.listdir(temporary) == []
 
 
 @pytest.mark.unit

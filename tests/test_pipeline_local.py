@@ -106,9 +106,15 @@ def test_run_local_with_defaults_learns_pushes_and_a_rerun_pushes_nothing_new(
     assert "not blessed: nothing new: trained on the same data" in second
     assert served_models.latest(str(serving)) == champion
     assert not os.path.exists(os.path.join(serving, ".decision-lock.json"))
-    # Only AutoGraph's generated modules, which TensorFlow removes when the process exits
-    # (tensorflow/python/autograph/pyct/loader.py).
-    left = [name for name in os.listdir(temporary) if not name.startswith("__autograph_generated")]
+    # Each command's folder (removed when the process exits: cli/temporary.py) holds
+    # only AutoGraph's generated modules (which TensorFlow removes at exit too).
+    assert {name.split("-")[1] for name in os.listdir(temporary)} == {"run"}
+    left = [
+        os.path.relpath(os.path.join(folder, name), temporary)
+        for folder, folders, files in os.walk(temporary)
+        for name in folders + files
+        if folder != str(temporary) and not name.startswith("__autograph_generated")
+    ]
     assert left == []
 
 

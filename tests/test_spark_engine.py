@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -30,8 +31,11 @@ def image_folder(tmp_path_factory) -> str:
 
 
 def test_convert_on_spark_writes_the_direct_runners_bytes_and_leaves_no_process(
-    image_folder, tmp_path
+    image_folder, tmp_path, monkeypatch
 ):
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     convert = ["convert", image_folder, "--shards", "2", "--no-progress"]
     assert imgpipe([*convert[:2], str(tmp_path / "direct"), *convert[2:]]) == 0
 
@@ -63,6 +67,10 @@ def test_convert_on_spark_writes_the_direct_runners_bytes_and_leaves_no_process(
     assert jvms == {"job-server", "master", "worker"}
     assert procfs.living(members) == []
     assert glob.glob(str(tmp_path / "cluster" / "**" / "*.jar"), recursive=True) == []
+    # What Beam's portable runner leaves in the temporary folder (the stager's
+    # submission_environment_dependencies.txt) stays in the command's own folder, which
+    # goes when the process exits (tests/test_cli.py holds that).
+    assert [name.split("-")[:2] for name in os.listdir(temporary)] == [["imgpipe", "run"]] * 2
 
 
 def test_ctrl_c_stops_the_cluster_command_and_leaves_no_process(tmp_path):

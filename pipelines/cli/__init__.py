@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from imgpipe.pipelines import termination
-from imgpipe.pipelines.cli import arguments, chatter, errors
+from imgpipe.pipelines.cli import arguments, chatter, errors, temporary
 
 DEBUG_FLAG = "--debug"
 # What separates the options of a command from the Beam options passed through verbatim.
@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             arguments.check_paths(args, args.command_parser)
             args.extra_args = _beam_args(args, extra, after)
-            with termination.stop_on_signals():
+            with termination.stop_on_signals(), temporary.command_folder():
                 return args.handler(args)
         except termination.Terminated as e:
             print(
