@@ -73,6 +73,27 @@ def task_seconds(log: str) -> dict[str, float]:
     return seconds
 
 
+def local_step_seconds(metadata_path: str, pipeline_name: str) -> dict[str, float]:
+    """Each step's wall time in a local run, from its latest execution in TFX's MLMD:
+    registered (inputs resolved) to last updated (outputs published)."""
+    from ml_metadata.metadata_store import metadata_store
+    from ml_metadata.proto import metadata_store_pb2
+
+    connection = metadata_store_pb2.ConnectionConfig()
+    connection.sqlite.filename_uri = metadata_path
+    connection.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    store = metadata_store.MetadataStore(connection)
+    prefix = f"{pipeline_name}."
+    seconds = {}
+    for context in store.get_contexts_by_type("node"):
+        executions = store.get_executions_by_context(context.id)
+        if context.name.startswith(prefix) and executions:
+            latest = max(executions, key=lambda e: e.id)
+            elapsed = latest.last_update_time_since_epoch - latest.create_time_since_epoch
+            seconds[context.name.removeprefix(prefix)] = round(elapsed / 1000, 1)
+    return seconds
+
+
 def _timed(args: list[str]) -> tuple[float, str]:
     """The command's wall time and its output. A run whose model was not pushed (a tiny
     model on the bench's nine classes) is a whole run too."""
@@ -142,6 +163,10 @@ def main(argv: list[str] | None = None) -> dict:
         gate = ANY_MODEL_PASSES if args.data else None
         local_config = _config(os.path.join(work, "local"), data, args.image, gate)
         local_s, _ = _timed(["run", "local", "--data", data, "--config", local_config])
+        local_steps = local_step_seconds(
+            os.path.join(os.path.dirname(local_config), "metadata.sqlite"),
+            SETTINGS["pipeline_name"],
+        )
         docker_config = _config(os.path.join(work, "docker"), data, args.image, gate)
         package = os.path.join(work, "pipeline.yaml")
         compile_s, _ = _timed(["kfp", "compile", "--config", docker_config, "-o", package])
@@ -164,6 +189,7 @@ def main(argv: list[str] | None = None) -> dict:
         "kfp_compile_s": round(compile_s, 1),
         "docker_runner_s": round(docker_s, 1),
         "docker_over_local": round(docker_s / local_s, 2),
+        "local_step_s": local_steps,
         "docker_step_s": task_seconds(docker_log),
         "cpus": os.cpu_count(),
         "load_average_1m": round(os.getloadavg()[0], 1),
