@@ -61,6 +61,38 @@ def _by_index(found: list) -> dict[int, object]:
     return {int(c.labels[docker_workers.WORKER_INDEX_LABEL]): c for c in found}
 
 
+def test_a_trainer_container_killed_outright_takes_its_workers_with_it(tmp_path):
+    """No launcher is left to remove the workers after a SIGKILL: they end with the
+    Trainer's container, as a TFJob goes with its pod. The worker runs a sleep here, in
+    place of the training, made from the Trainer's container as the launcher makes it."""
+    client = containers.docker_client()
+    image = containers.runtime_image()
+    made = []
+    try:
+        trainer = client.containers.run(
+            image, ["sleep", "600"], entrypoint=[], network_mode="none", detach=True
+        )
+        made.append(trainer)
+        own = client.api.inspect_container(trainer.id)
+        member = cluster.Member(docker_workers.worker_addresses(trainer.id[:12], 1), 0)
+        spec = docker_workers.worker_spec(own, member, str(tmp_path))
+        spec.update(command=["sleep", "600"], entrypoint=[], network_mode="none")
+        worker = client.containers.create(**spec)
+        made.append(worker)
+        worker.start()
+        worker.reload()
+        assert worker.status == "running"
+
+        trainer.kill()  # SIGKILL
+        code = worker.wait(timeout=60)["StatusCode"]
+        worker.reload()
+        assert worker.status == "exited" and code == 137
+    finally:
+        for container in made:
+            container.remove(force=True)
+        client.close()
+
+
 def test_two_worker_containers_train_a_killed_one_fails_the_run_and_a_rerun_serves(
     tmp_path, capsys, workers_network
 ):

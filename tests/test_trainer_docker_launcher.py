@@ -66,6 +66,7 @@ def test_a_worker_container_is_the_trainers_without_the_socket(tmp_path):
     assert spec["name"] == spec["hostname"] == f"{job}-worker-1"
     assert spec["read_only"] and spec["cap_drop"] == ["ALL"]
     assert spec["tmpfs"] == {"/tmp": "rw,exec,mode=1777"}
+    assert spec["pid_mode"] == f"container:{own['Id']}"
     assert [(m["Target"], m["ReadOnly"]) for m in spec["mounts"]] == [
         (str(tmp_path / "root"), False),
         ("/data", True),

@@ -16,7 +16,9 @@ with TF_CONFIG naming the workers by their network aliases. Then, as with a TFJo
 - one fails: one line naming that worker's container, how it ended and its last error,
   and nothing is exported.
 Either way, each worker's log is kept in the model_run artifact and every worker
-container is removed.
+container is removed. The workers run in the Trainer container's process namespace, so
+if the Trainer's container is killed outright, its workers' processes end with it (their
+stopped containers are left, labelled with the Trainer's container).
 """
 
 from __future__ import annotations
@@ -101,6 +103,9 @@ def worker_spec(own: Mapping[str, Any], member: cluster.Member, folder: str) -> 
         "tmpfs": host.get("Tmpfs") or None,
         "cap_drop": host.get("CapDrop") or None,
         "security_opt": host.get("SecurityOpt") or None,
+        # In the Trainer's process namespace: a SIGKILLed Trainer container takes its
+        # workers with it, as a deleted pod takes its TFJob (nothing left training).
+        "pid_mode": f"container:{own['Id']}",
         "labels": {
             **tfjob.PART_OF,
             TRAINER_CONTAINER_LABEL: own["Id"],
