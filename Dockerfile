@@ -97,6 +97,9 @@ RUN set -e; test -n "$IMAGE_TAG" || { echo "IMAGE_TAG is not set: build with mak
     mkdir -p "/opt/project$site" /opt/project/opt/venv/bin; \
     cp -a "$site/imgpipe" "$site"/tfx_image_pipeline-*.dist-info "/opt/project$site/"; \
     cp -a /opt/venv/bin/imgpipe /opt/project/opt/venv/bin/
+# The legacy builder keeps this stage as an untagged image (5 GB): labelled, a build that
+# will not build again (CI) removes it and its parents by this label.
+LABEL io.github.tfx-image-pipeline.stage="build"
 
 # ---- runtime stage: the base, the venv and a non-root user; no compilers -------------
 FROM ${RUNTIME_BASE}
