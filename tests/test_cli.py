@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from imgpipe.pipelines import cli
-from imgpipe.pipelines.cli import chatter, errors
+from imgpipe.pipelines.cli import chatter, errors, temporary
 from tests import imagegen
 from tests.outputs import tree
 
@@ -100,7 +100,11 @@ def test_convert_shows_progress_and_a_summary(tmp_path, capsys, monkeypatch):
         "data_tfrecord-00000-of-00002",
         "data_tfrecord-00001-of-00002",
     ]
-    assert [name for name in os.listdir(temp) if name.startswith("imgpipe")] == []
+    # The progress bar's files went with the run; only the command's own folder waits
+    # for the process to exit (cli/temporary.py), and it holds nothing of imgpipe's.
+    (run_folder,) = os.listdir(temp)
+    assert run_folder.startswith(temporary.PREFIX)
+    assert [n for n in os.listdir(temp / run_folder) if n.startswith("imgpipe")] == []
 
 
 @pytest.mark.component
