@@ -157,6 +157,30 @@ def test_large_jpeg_is_decoded_reduced_in_the_dct_domain():
     assert full.shape[:2] == (800, 1200)
 
 
+def test_kept_jpeg_pixels_are_decoded_with_the_accurate_idct_as_opencv_does():
+    data = imagegen.jpeg_bytes(imagegen.photo_like(96, 128))
+    header = image_formats.read_header(data)
+    opencv = cv2.cvtColor(
+        cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB
+    )
+    np.testing.assert_array_equal(image_codec.decode(data, header, min_side=None), opencv)
+    fast = image_codec.decode(data, header, min_side=None, accurate=False)
+    assert not np.array_equal(fast, opencv)  # the fast IDCT is only for checks
+
+
+def test_jpeg_encode_is_opencvs_at_the_quality_asked_for():
+    pixels = imagegen.photo_like(64, 80)
+    encoded = image_codec.encode(pixels, "jpeg", 90)
+    header = image_formats.read_header(encoded)
+    assert (header.height, header.width, header.mode) == (64, 80, "rgb")
+    ok, opencv = cv2.imencode(
+        ".jpg", cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90]
+    )
+    assert ok and encoded == opencv.tobytes()
+    gray = image_codec.encode(pixels[:, :, 0], "jpeg", 90)
+    assert image_formats.read_header(gray).mode == "gray"
+
+
 def test_decompression_bomb_is_refused_from_the_header_alone():
     # A PNG header claiming 20000 x 20000 with no pixel data at all: decoding is never tried.
     bomb = bytearray(imagegen.png_bytes(np.zeros((1, 1, 3), np.uint8)))
