@@ -68,6 +68,33 @@ def test_the_seam_writes_reads_lists_moves_and_removes(store):
     fileio.remove(root)
 
 
+def test_a_whole_file_read_gets_one_version_while_another_writer_replaces_it(store):
+    """As retrains read the serving lock while another replaces it: each read is one
+    of the versions, whole (a stat then ranged reads failed on a shorter new version)."""
+    import threading
+
+    path = store.uri("replaced/lock.json")
+    versions = (b"{}", json.dumps({"holder": "x" * 2000}).encode())
+    fileio.write_atomic(path, versions[1])
+    done = threading.Event()
+
+    def replace() -> None:
+        turn = 0
+        while not done.is_set():
+            turn += 1
+            fileio.write_atomic(path, versions[turn % 2])
+
+    writer = threading.Thread(target=replace)
+    writer.start()
+    try:
+        read = [fileio.read_bytes(path) for _ in range(150)]
+    finally:
+        done.set()
+        writer.join()
+    assert set(read) <= set(versions)
+    fileio.remove(store.uri("replaced"))
+
+
 def test_a_store_that_cannot_be_reached_is_one_line_naming_its_settings(monkeypatch, capsys):
     # S3 only: google-cloud-storage retries a refused connection for two minutes.
     nowhere = f"http://{object_stores.HOST}:{object_stores.free_port()}"

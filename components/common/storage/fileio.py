@@ -61,6 +61,9 @@ def open_file(path: str, mode: str = "rb") -> IO:
 
 
 def read_bytes(path: str) -> bytes:
+    """The whole file; on an object store one version of it, read in one request."""
+    if object_store.is_object_store(path):
+        return object_store.read_bytes(path)
     with open_file(path, "rb") as f:
         return f.read()
 

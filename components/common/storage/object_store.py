@@ -138,6 +138,17 @@ def open_file(path: str, mode: str = "rb") -> IO:
     return binary if "b" in mode else io.TextIOWrapper(binary, encoding="utf-8")
 
 
+def read_bytes(path: str) -> bytes:
+    """The whole object, read in one request: a reader never mixes two versions of an
+    object that another writer replaces meanwhile (a lock, a config), as a stat then
+    ranged reads could, or fails because its length changed."""
+    store, bucket, key = store_for_path(path)
+    data = calling(path, store.read, bucket, key) if key else None
+    if data is None:
+        raise FileNotFoundError(f"{path}: no such object")
+    return data
+
+
 def _objects(path: str) -> list[tuple[str, int]]:
     """(relative path, size) of every object below a folder, folder markers left out."""
     store, bucket, key = store_for_path(path)

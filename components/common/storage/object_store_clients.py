@@ -62,6 +62,11 @@ class Store:
     def read_range(self, bucket: str, key: str, start: int, end: int) -> bytes:
         raise NotImplementedError
 
+    def read(self, bucket: str, key: str) -> bytes | None:
+        """The whole object in one request, so one version of it, even while another
+        writer replaces it; None if there is no such object."""
+        raise NotImplementedError
+
     def info(self, bucket: str, key: str) -> Stat | None:
         """The object's size and modification time; None if there is no such object."""
         raise NotImplementedError
@@ -94,6 +99,12 @@ class S3Store(Store):
     def read_range(self, bucket: str, key: str, start: int, end: int) -> bytes:
         response = self._client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")
         return response["Body"].read()
+
+    def read(self, bucket: str, key: str) -> bytes | None:
+        try:
+            return self._client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except self._client.exceptions.NoSuchKey:
+            return None
 
     def info(self, bucket: str, key: str) -> Stat | None:
         try:
@@ -150,6 +161,12 @@ class GCSStore(Store):
     def read_range(self, bucket: str, key: str, start: int, end: int) -> bytes:
         blob = self._client.bucket(bucket).blob(key)
         return blob.download_as_bytes(start=start, end=end - 1, checksum=None)
+
+    def read(self, bucket: str, key: str) -> bytes | None:
+        try:
+            return self._client.bucket(bucket).blob(key).download_as_bytes()
+        except self._not_found:
+            return None
 
     def info(self, bucket: str, key: str) -> Stat | None:
         blob = self._client.bucket(bucket).get_blob(key)
