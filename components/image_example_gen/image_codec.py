@@ -354,30 +354,27 @@ def resize_shorter_side(
 
 
 def encode(pixels: np.ndarray, fmt: str, quality: int) -> bytes:
+    """RGB, RGBA or gray pixels as a JPEG (at `quality`, 4:2:0) or a PNG, by OpenCV.
+
+    JPEGs by OpenCV rather than simplejpeg: the same libjpeg-turbo tables and 4:2:0
+    subsampling, yet 0.2 dB closer to their input at q90 for 5 us more (measured).
+    """
     if fmt == OUTPUT_JPEG:
-        # OpenCV's encoder, not simplejpeg's: the same libjpeg-turbo tables and 4:2:0
-        # subsampling, yet 0.2 dB closer to its input at q90 for 5 us more (measured).
-        if pixels.ndim == 3:
-            pixels = cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR)
-        ok, buffer = cv2.imencode(
-            ".jpg",
-            pixels,
-            [
-                cv2.IMWRITE_JPEG_QUALITY,
-                quality,
-                cv2.IMWRITE_JPEG_SAMPLING_FACTOR,
-                cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420,
-            ],
-        )
-        if not ok:
-            raise ImageDecodeError("jpeg encoding failed")
-        return buffer.tobytes()
-    if fmt == OUTPUT_PNG:
-        if pixels.ndim == 3:
-            code = cv2.COLOR_RGB2BGR if pixels.shape[2] == 3 else cv2.COLOR_RGBA2BGRA
-            pixels = cv2.cvtColor(pixels, code)
-        ok, buffer = cv2.imencode(".png", pixels)
-        if not ok:
-            raise ImageDecodeError("png encoding failed")
-        return buffer.tobytes()
-    raise ValueError(f"unknown output format {fmt!r}")
+        extension = ".jpg"
+        params = [
+            cv2.IMWRITE_JPEG_QUALITY,
+            quality,
+            cv2.IMWRITE_JPEG_SAMPLING_FACTOR,
+            cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420,
+        ]
+    elif fmt == OUTPUT_PNG:
+        extension, params = ".png", []
+    else:
+        raise ValueError(f"unknown output format {fmt!r}")
+    if pixels.ndim == 3:
+        code = cv2.COLOR_RGB2BGR if pixels.shape[2] == 3 else cv2.COLOR_RGBA2BGRA
+        pixels = cv2.cvtColor(pixels, code)
+    ok, buffer = cv2.imencode(extension, pixels, params)
+    if not ok:
+        raise ImageDecodeError(f"{fmt} encoding failed")
+    return buffer.tobytes()

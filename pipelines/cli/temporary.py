@@ -1,4 +1,4 @@
-"""One folder for a command's temporary files, removed when the command ends.
+"""One folder for a command's temporary files, removed when its process exits.
 
 The libraries under a command leave files in the temporary folder that nothing removes:
 Beam's portable runners a folder per job (the stager's submission_environment_dependencies
