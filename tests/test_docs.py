@@ -112,4 +112,9 @@ def test_the_quick_start_runs_as_written(tmp_path):
     convert, stats, run = outputs
     assert re.search(r"files seen +\d+ = written \+ skipped \+ ignored", convert)
     assert (tmp_path / "report.html").exists() and "mean" in stats
-    assert re.search(r"model \(served\) +\S+/imgpipe-[^/]+/serving/\d+", run), run
+    served = re.search(r"model \(served\) +(\S+/imgpipe-[^/]+/serving/\d+)", run)
+    assert served, run
+    # The user's work folder is under TMPDIR itself, not in the command's own temporary
+    # folder (cli/temporary.py), which went when the process exited.
+    assert os.path.dirname(os.path.dirname(os.path.dirname(served.group(1)))) == str(tmp_path)
+    assert os.path.isdir(served.group(1))
