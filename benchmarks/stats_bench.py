@@ -28,7 +28,9 @@ steadier measure on a shared machine). `check_cost` measures it on the shards at
 photos (every crop resized). The Beam runs here read shards whose conversion decoded
 every image, so they skip the check.
 The target is stats_beam / decode_only >= 0.8; the marginal rate, (images - small
-images) / (time - small time), is what a large dataset sees.
+images) / (best time - best small time), is what a large dataset sees. It is taken from
+each size's best of `BEAM_REPEATS` runs, not run by run: one pair's difference swings with
+the noise of either run (0.55-1.43 of the decode over eight runs when it was).
 
 `ratio_bound` is about the most any statistics run on Beam can reach here: Beam's fixed
 cost plus eval_decode_histograms, and nothing else.
@@ -73,6 +75,9 @@ from imgpipe.components.image_statistics.transforms import (
 )
 
 TARGET_RATIO = 0.8
+MARGINAL_TARGET_RATIO = 0.85  # issue 35
+# Beam runs per size for the marginal rate: each pair takes about 1.5 s.
+BEAM_REPEATS = 6
 
 
 def _split_records(examples_dir: str, split: str) -> list[bytes]:
@@ -275,29 +280,33 @@ def run(
         "eval_decode_histograms": [],
         "stats_core": [],
         "stats_beam": [],
-        "stats_beam_marginal": [],
     }
-    fixed_costs = []
+    beam_seconds: list[float] = []
+    small_beam_seconds: list[float] = []
     with tempfile.TemporaryDirectory() as small_dir:
         small = _one_shard_per_split(examples_dir, small_dir)
-        for _ in range(repeats):
-            rates["decode_only"].append(_rate(_decode_only, examples_dir))
-            rates["eval_decode"].append(_rate(_eval_decode, examples_dir, options, False))
-            rates["eval_decode_histograms"].append(_rate(_eval_decode, examples_dir, options, True))
-            rates["stats_core"].append(_rate(_stats_core, examples_dir, options))
+        for run_index in range(max(repeats, BEAM_REPEATS)):
+            if run_index < repeats:
+                rates["decode_only"].append(_rate(_decode_only, examples_dir))
+                rates["eval_decode"].append(_rate(_eval_decode, examples_dir, options, False))
+                rates["eval_decode_histograms"].append(
+                    _rate(_eval_decode, examples_dir, options, True)
+                )
+                rates["stats_core"].append(_rate(_stats_core, examples_dir, options))
             images, seconds = _timed(_stats_beam, examples_dir, options)
             small_images, small_seconds = _timed(_stats_beam, small, options)
             rates["stats_beam"].append(images / seconds)
-            marginal = (images - small_images) / (seconds - small_seconds)
-            rates["stats_beam_marginal"].append(marginal)
-            fixed_costs.append(max(0.0, small_seconds - small_images / marginal))
+            beam_seconds.append(seconds)
+            small_beam_seconds.append(small_seconds)
     best = {name: max(values) for name, values in rates.items()}
+    best_seconds, best_small_seconds = min(beam_seconds), min(small_beam_seconds)
+    best["stats_beam_marginal"] = (images - small_images) / (best_seconds - best_small_seconds)
+    fixed_cost = max(0.0, best_small_seconds - small_images / best["stats_beam_marginal"])
     check = {"shards_256": check_cost(examples_dir, options, repeats)}
     if passthrough_dir is not None:
         _stats_core(passthrough_dir, options)  # warm-up: page cache
         check["passthrough"] = check_cost(passthrough_dir, options, repeats)
     images = len(_records(examples_dir))
-    fixed_cost = min(fixed_costs)
     ratio_bound = (images / best["decode_only"]) / (
         fixed_cost + images / best["eval_decode_histograms"]
     )
@@ -310,6 +319,7 @@ def run(
         "stats_marginal_images_per_s": round(best["stats_beam_marginal"], 1),
         "ratio": round(best["stats_beam"] / best["decode_only"], 3),
         "marginal_ratio": round(best["stats_beam_marginal"] / best["decode_only"], 3),
+        "marginal_target_ratio": MARGINAL_TARGET_RATIO,
         "core_ratio": round(best["stats_core"] / best["decode_only"], 3),
         "target_ratio": TARGET_RATIO,
         "eval_decode_images_per_s": round(best["eval_decode"], 1),
@@ -317,6 +327,12 @@ def run(
         "beam_fixed_cost_s": round(fixed_cost, 3),
         "ratio_bound": round(ratio_bound, 3),
         "all_runs_images_per_s": {k: [round(v, 1) for v in vs] for k, vs in rates.items()},
+        "beam_seconds": {
+            "images": images,
+            "small_images": small_images,
+            "runs": [round(v, 3) for v in beam_seconds],
+            "small_runs": [round(v, 3) for v in small_beam_seconds],
+        },
         "check_cost": check,
     }
 

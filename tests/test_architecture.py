@@ -104,7 +104,8 @@ def test_the_wheel_installs_under_the_imgpipe_namespace_only(tmp_path):
     assert "imgpipe/pipelines/container/entrypoint.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert (
-        "imgpipe = imgpipe.pipelines.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+        "imgpipe = imgpipe.pipelines.cli:run_command"
+        in zipfile.ZipFile(wheel).read(entry_points).decode()
     )
 
 

@@ -313,8 +313,27 @@ def test_folders_outside_the_pipeline_root_are_mounted_at_their_own_paths(tmp_pa
         (str(serving), str(serving), False),
     ]
     assert serving.is_dir()  # made, so that Docker can bind it
-    with pytest.raises(local_docker.LocalRunError, match="no such folder"):
+    with pytest.raises(local_docker.LocalRunError, match="no such file or folder"):
         local_docker.volume_mounts(str(root), read_only=[str(tmp_path / "nowhere")], writable=[])
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("scheme", ["", "file://"])
+def test_a_local_weights_file_is_mounted_read_only_at_its_own_path(tmp_path, scheme):
+    from imgpipe.pipelines import config as pipeline_config
+
+    weights = tmp_path / "notop.weights.h5"
+    weights.write_bytes(b"weights")
+    config = pipeline_config.load(None, [f"trainer.weights={scheme}{weights}"])
+    assert config.trainer.weights_file == str(weights)
+    mounts = local_docker.volume_mounts(
+        str(tmp_path / "root"), [config.trainer.weights_file], writable=[]
+    )
+    assert [(m["Source"], m["Target"], m["ReadOnly"]) for m in mounts] == [
+        (str(weights), str(weights), True)
+    ]
+    for other in ("imagenet", "gs://bucket/notop.weights.h5", "null"):
+        assert pipeline_config.load(None, [f"trainer.weights={other}"]).trainer.weights_file is None
 
 
 def _two_step_spec() -> dict:

@@ -274,6 +274,16 @@ class TrainerConfig:
         return dataclasses.replace(self, backbone=backbone, image_size=image_size)
 
     @property
+    def weights_file(self) -> str | None:
+        """The backbone weights' local path (file:// removed) when they are a local file;
+        None for none, `imagenet` or an object store's file."""
+        from imgpipe.components.common.storage import fileio  # loads TensorFlow
+
+        if not self.weights or self.weights == IMAGENET or not fileio.is_local(self.weights):
+            return None
+        return fileio.local_path(self.weights)
+
+    @property
     def resolved_backbone(self) -> str:
         """The backbone's name, `auto` made concrete."""
         if self.backbone == AUTO:

@@ -16,12 +16,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
 from imgpipe.pipelines import termination
-from imgpipe.pipelines.cli import arguments, chatter, errors, temporary
+from imgpipe.pipelines.cli import arguments, chatter, errors, process_exit, temporary
 
 DEBUG_FLAG = "--debug"
 # What separates the options of a command from the Beam options passed through verbatim.
@@ -159,5 +161,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             return errors.exit_code(e)
 
 
+def run_command() -> NoReturn:
+    """The `imgpipe` command: main, then the process ends without the interpreter's
+    teardown (process_exit)."""
+    try:
+        code = main()
+    except SystemExit as e:  # argparse's usage errors and --help
+        code = process_exit.exit_code(e)
+    except KeyboardInterrupt:  # before or after the command's own signal handling
+        code = 128 + signal.SIGINT
+    except BaseException:  # noqa: B036 - --debug's traceback, then the process ends
+        traceback.print_exc()
+        code = 1
+    process_exit.end_process(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command()

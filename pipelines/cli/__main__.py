@@ -1,7 +1,5 @@
 """`python -m imgpipe.pipelines.cli`: the imgpipe command."""
 
-import sys
+from imgpipe.pipelines.cli import run_command
 
-from imgpipe.pipelines.cli import main
-
-sys.exit(main())
+run_command()

@@ -308,7 +308,8 @@ def run_local(args: argparse.Namespace) -> int:
                 package,
                 root,
                 params,
-                read_only=[data_root] if data_root else [],
+                # A local trainer.weights file is read at its own path too.
+                read_only=[p for p in (data_root, config.trainer.weights_file) if p],
                 # The config the package was compiled from names it (--config).
                 writable=[config.serving_dir],
                 network=args.network,

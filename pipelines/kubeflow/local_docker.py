@@ -248,9 +248,10 @@ def _under(path: str, root: str) -> bool:
 
 
 def volume_mounts(pipeline_root: str, read_only: Sequence[str], writable: Sequence[str]) -> list:
-    """docker Mounts of local folders outside the pipeline root, at their own paths.
+    """docker Mounts of local folders (and, read-only, files) outside the pipeline root,
+    at their own paths.
 
-    Object-store paths (with a scheme) and folders under the pipeline root (which
+    Object-store paths (with a scheme) and paths under the pipeline root (which
     DockerRunner mounts itself) are left out.
     """
     from docker.types import Mount
@@ -264,8 +265,8 @@ def volume_mounts(pipeline_root: str, read_only: Sequence[str], writable: Sequen
             path = os.path.abspath(path)
             if not ro:
                 os.makedirs(path, exist_ok=True)
-            elif not os.path.isdir(path):
-                raise LocalRunError(f"{path}: no such folder; the steps read their data from it")
+            elif not os.path.exists(path):
+                raise LocalRunError(f"{path}: no such file or folder; the steps read from it")
             mounts.append(Mount(target=path, source=path, type="bind", read_only=ro))
     return mounts
 
@@ -453,7 +454,8 @@ def run_package(
       package: a YAML package that `imgpipe kfp compile` wrote.
       pipeline_root: a local folder the steps' user can write (the run's volume).
       arguments: pipeline parameters.
-      read_only: local folders the steps read (the data root), mounted read-only.
+      read_only: local folders and files the steps read (the data root, a backbone
+        weights file), mounted read-only.
       writable: local folders the steps write (the serving directory).
       network: the steps' Docker network mode; None is Docker's default (object stores
         reachable), "none" runs them offline.
