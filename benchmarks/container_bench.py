@@ -51,7 +51,6 @@ PRODUCTION = "production"
 TRAINING = {"tiny": TINY_TRAINING, "default": {}, PRODUCTION: {"epochs": 5}}
 SETTINGS = {
     "pipeline_name": "container-bench",
-    "trainer": TINY_TRAINING,
     "example_gen": {"output": {"num_shards": 1, "splits": [["train", 0.75], ["eval", 0.25]]}},
     "evaluator": {"accuracy_threshold": 0.6, "significance": 0.1},
 }
@@ -123,9 +122,7 @@ def _timed(args: list[str]) -> tuple[float, str]:
 ANY_MODEL_PASSES = {"accuracy_threshold": 0.0, "significance": 0.1}
 
 
-def _config(
-    folder: str, data: str, image: str, evaluator: dict | None = None, trainer: dict | None = None
-) -> str:
+def _config(folder: str, data: str, image: str, trainer: dict, evaluator: dict | None) -> str:
     os.makedirs(folder)
     os.chmod(folder, 0o777)  # the steps' user writes the root (a claim's fsGroup)
     path = os.path.join(folder, "config.yaml")
@@ -133,7 +130,7 @@ def _config(
         yaml.safe_dump(
             {
                 **SETTINGS,
-                "trainer": SETTINGS["trainer"] if trainer is None else trainer,
+                "trainer": trainer,
                 "evaluator": evaluator or SETTINGS["evaluator"],
                 "data_root": data,
                 "pipeline_root": os.path.join(folder, "root"),
@@ -196,13 +193,13 @@ def main(argv: list[str] | None = None) -> dict:
             os.makedirs(weights_folder)
             os.chmod(weights_folder, 0o755)
             trainer["weights"] = _backbone_weights(weights_folder)
-        local_config = _config(os.path.join(work, "local"), data, args.image, gate, trainer)
+        local_config = _config(os.path.join(work, "local"), data, args.image, trainer, gate)
         local_s, local_log = _timed(["run", "local", "--data", data, "--config", local_config])
         local_steps = local_step_seconds(
             os.path.join(os.path.dirname(local_config), "metadata.sqlite"),
             SETTINGS["pipeline_name"],
         )
-        docker_config = _config(os.path.join(work, "docker"), data, args.image, gate, trainer)
+        docker_config = _config(os.path.join(work, "docker"), data, args.image, trainer, gate)
         package = os.path.join(work, "pipeline.yaml")
         compile_s, _ = _timed(["kfp", "compile", "--config", docker_config, "-o", package])
         docker_s, docker_log = _timed(

@@ -2,7 +2,7 @@
 
 A command that imported TensorFlow spends 1.3-1.4 s after its work in the interpreter's
 finalization, which frees module by module what the kernel frees at once when the process
-ends (measured: `imgpipe convert` of 10 photos, 4.7 s in all; benchmarks/cli_start.py).
+ends (measured: `imgpipe convert` of 10 photos, 4.1-4.4 s in all; benchmarks/cli_start.py).
 `end_process` does what CPython's exit does before that point, in its order, then ends the
 process: non-daemon threads are joined, the exit handlers run (last registered first, so a
 command's temporary folder still goes after its libraries' handlers), and the standard
