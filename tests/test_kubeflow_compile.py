@@ -171,6 +171,45 @@ def test_every_step_runs_as_the_images_non_root_user(compiled):
         assert (context.run_as_user, context.run_as_group) == (RUNTIME_UID, RUNTIME_GID)
 
 
+def test_no_part_of_a_kfp_2_16_package_can_set_the_steps_grace_period(compiled):
+    """The grace period between SIGTERM and SIGKILL is the cluster's to give the steps:
+    no message a package is made of has a field for it. This fails when one gains it,
+    so that the compiler then writes tfjob.TERMINATION_GRACE_PERIOD_S; until then the
+    docs give the cluster's admin that value."""
+    from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
+
+    from imgpipe.components.trainer import tfjob
+
+    def field_names(message, seen: set[str]):
+        if message.full_name in seen:
+            return
+        seen.add(message.full_name)
+        for field in message.fields:
+            yield f"{message.full_name}.{field.name}"
+            if field.message_type is not None:
+                yield from field_names(field.message_type, seen)
+
+    roots = (
+        pipeline_spec_pb2.PipelineSpec,
+        pipeline_spec_pb2.PipelineDeploymentConfig,
+        pipeline_spec_pb2.PlatformSpec,
+        k8s_pb2.KubernetesExecutorConfig,
+    )
+    seen: set[str] = set()
+    names = [name for root in roots for name in field_names(root.DESCRIPTOR, seen)]
+    assert "kfp_kubernetes.KubernetesExecutorConfig.active_deadline_seconds" in names
+    stop_fields = [n for n in names if "grace" in n.lower() or "terminat" in n.lower()]
+    assert stop_fields == [], (
+        f"KFP's messages now have {stop_fields}: make the compiler write "
+        "TERMINATION_GRACE_PERIOD_S there, and update docs/kubeflow.md"
+    )
+    _, _, text, _, _ = compiled
+    assert "grace" not in text.lower()
+    with open(os.path.join(os.path.dirname(GOLDEN), "..", "..", "docs", "kubeflow.md")) as f:
+        given = re.findall(r"terminationGracePeriodSeconds\W+(\d+)", f.read())
+    assert given and set(given) == {str(tfjob.TERMINATION_GRACE_PERIOD_S)}
+
+
 def test_images_given_by_digest_reach_their_steps():
     default = "registry.example/imgpipe@sha256:" + "1" * 64
     trainer = "registry.example/imgpipe-gpu@sha256:" + "2" * 64

@@ -221,6 +221,26 @@ def test_the_tfjob_validates_against_the_crd_and_carries_the_steps_settings(sche
         "/kfp-launcher",
     }
     assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+    # Not the step pod's (the cluster's default, which KFP 2.16 cannot change): the
+    # project's grace period between SIGTERM and SIGKILL.
+    assert pod["terminationGracePeriodSeconds"] == tfjob.TERMINATION_GRACE_PERIOD_S == 60
+
+
+def test_the_grace_period_is_a_field_the_crd_declares_as_an_integer(schema):
+    """A misspelt or mistyped grace period would be pruned or refused by the API server;
+    the CRD declares it on the replicas' pod template as an int64."""
+    pod_schema = schema["properties"]["spec"]["properties"]["tfReplicaSpecs"][
+        "additionalProperties"
+    ]["properties"]["template"]["properties"]["spec"]
+    assert pod_schema["properties"]["terminationGracePeriodSeconds"] == {
+        "format": "int64",
+        "type": "integer",
+    }
+    body = tfjob.manifest(as_served(step_pod()), 2, "/mnt/imgpipe/job")
+    template = body["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    template["terminationGracePeriodSeconds"] = "60"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(body, schema)
 
 
 def test_the_crd_check_catches_a_misspelt_and_a_mistyped_field(schema):

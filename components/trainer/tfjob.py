@@ -6,7 +6,8 @@ Each of the `workers` replicas is a pod of the step's image that runs the same c
 as a worker on one machine (`python -m imgpipe.components.trainer.worker JOB_FOLDER`),
 with the step container's resources (its GPU request), environment (the object-store
 Secret's keys), security context and volume mounts, and the step pod's node selector,
-tolerations, affinity, security context and image pull secrets. The operator gives each
+tolerations, affinity, security context and image pull secrets, and the grace period
+TERMINATION_GRACE_PERIOD_S between SIGTERM and SIGKILL. The operator gives each
 its TF_CONFIG. The replicas need no Kubernetes API: their service account token is not
 mounted. The step's pod owns the TFJob, so Kubernetes deletes it (and its pods) with
 the pod, should the Trainer be killed before it deletes the job itself.
@@ -39,6 +40,15 @@ REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 STEP_CONTAINER = "main"
 TRAINER_POD_LABEL = "imgpipe/trainer-pod"
 PART_OF = {"app.kubernetes.io/part-of": "tfx-image-pipeline"}
+# Seconds Kubernetes waits between a replica pod's SIGTERM and its SIGKILL; the cluster
+# should give the compiled steps' pods the same, which a KFP 2.16 package cannot set
+# (docs/kubeflow.md, "Between SIGTERM and SIGKILL"). A step stops within 10 s of SIGTERM
+# (pipelines/termination.py), and 60 s leaves that stop six times its bound: the same
+# work ran 5-10x slower on a loaded node than on a quiet one (docs/kubeflow.md), and
+# Kubernetes' default, 30 s, would leave it three times. A replica does not stop on SIGTERM
+# (TensorFlow's MultiWorkerMirroredStrategy takes the signal): the time lets a backup it
+# has begun finish, its manifest last, before the SIGKILL.
+TERMINATION_GRACE_PERIOD_S = 60
 # Volume kinds a replica can mount as the step does: a shared claim, and emptyDirs
 # (/tmp). Others (the service account token, KFP's own) are the step's alone.
 CARRIED_VOLUMES = ("persistentVolumeClaim", "emptyDir")
@@ -120,6 +130,7 @@ def manifest(pod: Mapping[str, Any], workers: int, job_folder: str) -> dict[str,
         "securityContext": spec.get("securityContext"),
         "imagePullSecrets": spec.get("imagePullSecrets"),
         "priorityClassName": spec.get("priorityClassName"),
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_PERIOD_S,
         "volumes": [carried[name] for name in sorted(carried)] or None,
     }
     return {
