@@ -249,8 +249,8 @@ USER_ERRORS = {
     "a span pattern that matches no folder (run local)": (
         ["run", "local", "--data", "src/span-{SPAN}"],
         1,
-        "imgpipe: error: --data src/span-{SPAN}: no folder in src matches span-{SPAN}; put "
-        "each span in a folder of src named as the pattern says (span-1, ...)",
+        "imgpipe: error: --data src/span-{SPAN}: no folder in src matches span-{SPAN} (it "
+        "holds a); put each span in a folder of src named as the pattern says (span-1, ...)",
     ),
     "no data at all (run local)": (
         ["run", "local"],

@@ -1,12 +1,18 @@
 """Retraining from the command line, exactly as docs/cli.md writes it: one config whose
-data_root is a span pattern, and `imgpipe run local --config` once per span."""
+data_root is a span pattern, and `imgpipe run local --config` once per span; and the
+check before a run reads span folders as a scheduler writes them (stray names beside
+them, zero-padded numbers)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from imgpipe.pipelines import cli
-from tests import retraining_data
+from imgpipe.pipelines import config as cfg
+from imgpipe.pipelines.cli import run
+from tests import imagegen, retraining_data
 
 # docs/cli.md's config, made small: the same keys, and tiny settings for a test.
 CONFIG = """\
@@ -41,3 +47,53 @@ def test_two_spans_two_run_local_calls_with_the_same_config(tmp_path, capsys):
     assert cli.main(argv) == 0, capsys.readouterr().err
     second = data_line(capsys.readouterr().out)
     assert second.endswith("/images/span-{SPAN} (span 2)"), second
+
+
+def spans(root, *names: str) -> str:
+    """root/<name>/{a,b}/*.jpg for each name: a span of two classes."""
+    for name in names:
+        imagegen.make_image_folder(str(root / name), {"a": 2, "b": 2})
+    return str(root)
+
+
+def check(data: str) -> str:
+    """The folder run local's check before the pipeline reads, for `--data DATA`."""
+    return run.check_data(cfg.from_dict({"data_root": data}), f"--data {data}", data)
+
+
+@pytest.mark.unit
+def test_a_stray_folder_and_a_file_beside_the_spans_are_named_in_a_warning(tmp_path, capsys):
+    root = spans(tmp_path, *(f"span-{n}" for n in range(1, 7)))
+    os.makedirs(tmp_path / "span-x")
+    (tmp_path / "notes.txt").write_text("the spans")
+    data = f"{root}/span-{{SPAN}}"
+
+    assert check(data) == os.path.join(root, "span-6")
+
+    assert capsys.readouterr().out.splitlines() == [
+        f"warning: --data {data}: ignored in {root}: notes.txt and span-x (not named as "
+        "span-{SPAN} says); span 6 is read, from span-6"
+    ]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("pattern", ["span-{SPAN}", "span-{SPAN:3}"])
+def test_zero_padded_span_folders_are_read_as_they_are_named(tmp_path, capsys, pattern):
+    root = spans(tmp_path, "span-005", "span-007")
+    assert check(f"{root}/{pattern}") == os.path.join(root, "span-007")
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.unit
+def test_a_pattern_that_matches_nothing_is_one_line_naming_the_folders(tmp_path, capsys):
+    root = spans(tmp_path, "span-1", "span-2")
+    os.makedirs(tmp_path / "span-x")
+    data = f"{root}/span-{{SPAN:3}}"
+
+    assert cli.main(["run", "local", "--data", data]) == 1
+
+    assert capsys.readouterr().err.splitlines() == [
+        f"imgpipe: error: --data {data}: no folder in {root} matches span-{{SPAN:3}} (it holds "
+        f"span-1, span-2 and span-x); put each span in a folder of {root} named as the "
+        "pattern says (span-001, ...)"
+    ]

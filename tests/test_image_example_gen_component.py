@@ -3,12 +3,14 @@ fingerprint drives caching, and {SPAN} patterns resolve on every orchestrator.""
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
+from tfx.orchestration import metadata
 from tfx.types import artifact_utils, standard_artifacts
 
 from imgpipe.components.common.formats import features as fk
@@ -115,6 +117,65 @@ def test_executor_resolves_the_latest_span_when_no_driver_ran(tmp_path):
     assert examples.get_int_custom_property("images_written") == 6
     assert "num_files:6" in examples.get_string_custom_property("input_fingerprint")
     assert examples.get_string_custom_property("payload_format") == "FORMAT_TF_EXAMPLE"
+
+
+def _span_folders(data) -> None:
+    """data/span-5, data/span-007 (the latest, of 5 images), a stray folder and a file."""
+    imagegen.make_image_folder(str(data / "span-5"), {"a": 2, "b": 2}, seed=5)
+    imagegen.make_image_folder(str(data / "span-007"), {"a": 3, "b": 2}, seed=7)
+    os.makedirs(data / "span-x")
+    (data / "notes.txt").write_text("where the spans come from")
+
+
+@pytest.mark.pipeline
+def test_the_driver_reads_a_zero_padded_span_and_ignores_a_stray_folder(tmp_path, caplog):
+    """TFX's driver, under LocalDagRunner: span-007 is span 7, read from span-007 (TFX's
+    own resolution failed on span-x, and rebuilt the folder as span-7)."""
+    _span_folders(tmp_path / "data")
+    example_gen = ImageExampleGen(
+        input_base=str(tmp_path / "data" / "span-{SPAN}"), output_options=OUTPUT_OPTIONS
+    )
+    root = str(tmp_path / "run")
+    pipeline = tfx.dsl.Pipeline(
+        pipeline_name="span-folders",
+        pipeline_root=os.path.join(root, "pipeline_root"),
+        components=[example_gen],
+        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+            os.path.join(root, "metadata.db")
+        ),
+        beam_pipeline_args=["--direct_num_workers=1"],
+    )
+
+    with caplog.at_level(logging.WARNING):
+        tfx.orchestration.LocalDagRunner().run(pipeline)
+
+    with metadata.Metadata(pipeline.metadata_connection_config) as store:
+        (examples,) = store.store.get_artifacts_by_type(standard_artifacts.Examples.TYPE_NAME)
+    assert examples.custom_properties["span"].int_value == 7
+    assert examples.custom_properties["images_written"].int_value == 5
+    fingerprint = examples.custom_properties["input_fingerprint"].string_value
+    assert fingerprint.startswith(f"images:{tmp_path}/data/span-007,num_files:5,"), fingerprint
+    assert (
+        f"ImageExampleGen: ignored in {tmp_path}/data: notes.txt and span-x (not named as "
+        "span-{SPAN} says); span 7 is read, from span-007"
+    ) in caplog.messages
+
+
+@pytest.mark.component
+def test_the_executor_reads_a_zero_padded_span_when_no_driver_ran(tmp_path):
+    _span_folders(tmp_path / "data")
+    component = ImageExampleGen(
+        input_base=str(tmp_path / "data" / "span-{SPAN:3}"), output_options=OUTPUT_OPTIONS
+    )
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path / "out")
+    exec_properties = dict(component.exec_properties)
+    exec_properties["beam_pipeline_args"] = ["--direct_num_workers=1"]
+
+    Executor().Do({}, {spec.EXAMPLES_KEY: [examples]}, exec_properties)
+
+    assert examples.span == 7
+    assert examples.get_int_custom_property("images_written") == 5
 
 
 @pytest.mark.unit

@@ -1,5 +1,9 @@
 """Resolves {SPAN}/{VERSION} in the input path and fingerprints the image tree.
 
+The span folder is found by span_folders.resolve_span_folder, here (the driver, and the
+executor where no driver runs) and in the command line's check alike: a name the pattern
+does not take is ignored with a warning, and a zero-padded folder is read as it is named.
+
 TFX's FileBasedDriver fingerprints the files a glob matches; an image folder nests
 files below label folders, so this driver fingerprints the whole tree (every file's
 path, size and mtime), walked as the listing walks it. A new, changed or removed
@@ -8,16 +12,19 @@ image changes the fingerprint, and with it TFX's cache key, so the component re-
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Iterable
 
 import tensorflow as tf
+from absl import logging
 from tfx.components.example_gen import driver as tfx_driver
 from tfx.components.example_gen import input_processor
 from tfx.proto import example_gen_pb2, range_config_pb2
 
 from imgpipe.components.common.storage import fileio
+from imgpipe.components.image_example_gen import span_folders
 from imgpipe.components.image_example_gen.walk import walk_tree
 
 
@@ -36,43 +43,44 @@ def split_input_base(input_base: str) -> tuple[str, str]:
     return path[:slash] or "/", path[slash + 1 :]
 
 
-def resolve_input_root(input_base: str) -> str:
+@dataclasses.dataclass(frozen=True)
+class InputRoot:
+    """The folder a run reads, and the warnings of its resolution (names ignored beside
+    the span folders), each one line that starts with the input path."""
+
+    path: str
+    warnings: tuple[str, ...] = ()
+
+
+def resolve_input_root(input_base: str) -> InputRoot:
     """The folder a run reads: `input_base` with {SPAN}/{VERSION} resolved to the latest
-    span (and its latest version), exactly as the driver resolves them; a path without
-    patterns is returned as given.
+    span (and its latest version), by span_folders.resolve_span_folder, as the driver
+    resolves them; a path without patterns is returned as given.
 
     Raises:
       FileNotFoundError: the folder, or the patterns' parent, does not exist, or no
-        folder matches the patterns. The message is one line that names the path.
+        folder matches the patterns. The message is one line that names the path and
+        what the parent holds.
+      ValueError: the patterns are invalid, or two folders are the same span.
     """
     base, pattern = split_input_base(input_base)
-    if "{" not in pattern:
+    if not span_folders.has_specs(pattern):
         if not fileio.isdir(input_base):
             raise FileNotFoundError(
                 f"{input_base}: no such folder; give the image folder "
                 "(root/<label>/... or root/<split>/<label>/...)"
             )
-        return input_base
-    if not fileio.isdir(base):
-        raise FileNotFoundError(
-            f"{input_base}: {base}, the folder that holds the spans, does not exist; "
-            f"create it and put each span in it ({_first(pattern)}, ...)"
-        )
-    split = example_gen_pb2.Input.Split(name="images", pattern=pattern)
-    processor = input_processor.FileBasedInputProcessor(base, [split], None)
+        return InputRoot(input_base)
     try:
-        span, version = processor.resolve_span_and_version()
+        folder = span_folders.resolve_span_folder(base, pattern)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{input_base}: {e}") from None
     except ValueError as e:
-        raise FileNotFoundError(
-            f"{input_base}: no folder in {base} matches {pattern}; put each span in a "
-            f"folder of {base} named as the pattern says ({_first(pattern)}, ...)"
-        ) from e
-    return os.path.join(base, processor.get_pattern_for_span_version(pattern, span, version))
-
-
-def _first(pattern: str) -> str:
-    """The pattern's first span: span-{SPAN}/v{VERSION} -> span-1/v1."""
-    return pattern.replace("{SPAN}", "1").replace("{VERSION}", "1")
+        raise ValueError(f"{input_base}: {e}") from None
+    warning = folder.warning(base)
+    return InputRoot(
+        os.path.join(base, folder.path), (f"{input_base}: {warning}",) if warning else ()
+    )
 
 
 def tree_fingerprint(root: str) -> str:
@@ -108,12 +116,35 @@ def _size_and_mtime(path: str) -> tuple[int, int]:
 
 
 class ImageFolderInputProcessor(input_processor.FileBasedInputProcessor):
+    """TFX's file-based processor, with the span folder found by span_folders (stray
+    names ignored with a warning, a padded folder read as it is named) and the whole
+    image tree fingerprinted. TFX's driver and our executor ask for the pattern of the
+    span and version resolved here: that is the folder found, not one rebuilt from the
+    numbers (span-007, not span-7)."""
+
+    _resolved: tuple[str, span_folders.SpanFolder] | None = None
+
     def resolve_span_and_version(self) -> tuple[int, int | None]:
-        span, version = super().resolve_span_and_version()
         (split,) = self._splits
-        pattern = self.get_pattern_for_span_version(split.pattern, span, version)
-        self._fingerprint = tree_fingerprint(os.path.join(self._input_base_uri, pattern))
-        return span, version
+        static_span = None
+        if self._range_config and self._range_config.HasField("static_range"):
+            static_span = self._range_config.static_range.start_span_number
+        folder = span_folders.resolve_span_folder(
+            self._input_base_uri, split.pattern, span=static_span
+        )
+        warning = folder.warning(self._input_base_uri)
+        if warning:
+            logging.warning("ImageExampleGen: %s", warning)
+        self._resolved = (split.pattern, folder)
+        self._fingerprint = tree_fingerprint(os.path.join(self._input_base_uri, folder.path))
+        return folder.span, folder.version
+
+    def get_pattern_for_span_version(self, pattern: str, span: int, version: int | None) -> str:
+        if self._resolved is not None:
+            resolved_pattern, folder = self._resolved
+            if (pattern, span, version) == (resolved_pattern, folder.span, folder.version):
+                return folder.path
+        return super().get_pattern_for_span_version(pattern, span, version)
 
 
 class ImageFolderDriver(tfx_driver.FileBasedDriver):

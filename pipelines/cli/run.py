@@ -160,7 +160,8 @@ def require_data(config: Any, origin: str, data_root: str) -> str:
 def check_data(config: Any, origin: str, data_root: str) -> str:
     """Checks what a run will read before the pipeline starts: the folder (the latest
     span of a {SPAN}/{VERSION} pattern, resolved as ImageExampleGen's driver resolves
-    it) exists and holds images of at least two classes. Returns that folder.
+    it) exists and holds images of at least two classes. Returns that folder, and prints
+    a warning line for the names beside the spans that the pattern does not take.
 
     Args:
       config: the run's config.
@@ -179,9 +180,12 @@ def check_data(config: Any, origin: str, data_root: str) -> str:
     )
 
     try:
-        folder = resolve_input_root(data_root)
-    except FileNotFoundError as e:
+        root = resolve_input_root(data_root)
+    except (FileNotFoundError, ValueError) as e:
         raise UserError(f"{origin}{str(e).removeprefix(data_root)}") from None
+    for warning in root.warnings:  # names the pattern does not take, beside the spans
+        print(f"warning: {origin}{warning.removeprefix(data_root)}")
+    folder = root.path
     output = config.example_gen.output
     labels = list_images(folder, output.layout, output.follow_links).labels
     if len(labels) < MIN_CLASSES:
