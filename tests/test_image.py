@@ -148,39 +148,60 @@ def test_a_signal_to_the_containers_pid_1_stops_the_work_and_publishes_nothing(
     image, tmp_path, signal_name, code
 ):
     """In a pod the step is PID 1, which ignores a signal it has no handler for: the CLI
-    converts SIGTERM (the kubelet's) and SIGINT into a clean stop, exit 128+n, and the
-    output holds no manifest that a reader would accept."""
-    import os
+    converts SIGTERM (the kubelet's) and SIGINT into a clean stop, exit 128+n, within the
+    stop's bound, and the output holds no manifest that a reader would accept. The signal
+    lands at several moments (during the imports, as the output appears, and at seeded
+    moments of the conversion) while the machine is busy; a container that had finished
+    first exits 0 with its whole output."""
     import time
 
     from imgpipe.components.common.formats import layout
-    from tests import imagegen
+    from tests import imagegen, stopping
 
-    src, out = tmp_path / "src", tmp_path / "out"
-    imagegen.make_image_folder(str(src), {"a": 600, "b": 600}, size=(160, 160))
+    src = tmp_path / "src"
+    imagegen.make_image_folder(str(src), {"a": 300, "b": 300}, size=(160, 160))
     os.chmod(tmp_path, 0o777)
     client = containers.docker_client()
-    container = client.containers.create(
-        image,
-        ["convert", "/data/src", "/data/out", "--resize", "96", "--verify", "decode"],
-        network_mode="none",
-        volumes={str(tmp_path): {"bind": "/data", "mode": "rw"}},
-    )
+    took = {}
+    moments = [None, *stopping.moments(code, 2)]  # None: during the imports
     try:
-        container.start()
-        deadline = time.monotonic() + 300
-        while not out.exists() and time.monotonic() < deadline:  # the conversion has begun
-            time.sleep(0.2)
-        assert out.exists(), container.logs().decode(errors="replace")
-        container.kill(signal=signal_name)
-        status = container.wait(timeout=120)["StatusCode"]
-        logs = container.logs().decode(errors="replace")
+        with stopping.busy_machine():
+            for index, moment in enumerate(moments):
+                out = tmp_path / f"out-{index}"
+                container = client.containers.create(
+                    image,
+                    ["convert", "/data/src", f"/data/{out.name}", "--resize", "96"]
+                    + ["--verify", "decode"],
+                    network_mode="none",
+                    volumes={str(tmp_path): {"bind": "/data", "mode": "rw"}},
+                )
+                try:
+                    container.start()
+                    if moment is None:
+                        time.sleep(stopping.DURING_IMPORTS_S)
+                    else:
+                        deadline = time.monotonic() + containers.RUN_TIMEOUT_S
+                        while not out.exists() and time.monotonic() < deadline:
+                            time.sleep(0.02)
+                        assert out.exists(), container.logs().decode(errors="replace")
+                        time.sleep(moment)
+                    sent = time.monotonic()
+                    container.kill(signal=signal_name)
+                    status = container.wait(timeout=containers.RUN_TIMEOUT_S)["StatusCode"]
+                    took[moment] = time.monotonic() - sent
+                    logs = container.logs().decode(errors="replace")
+                finally:
+                    container.remove(force=True)
+                published = (out / layout.MANIFEST_FILE).exists()
+                if status == 0 and moment is not None:  # it had finished
+                    assert published, logs
+                    continue
+                assert status == code, logs
+                assert f"stopped by {signal_name}" in logs
+                assert not published
     finally:
-        container.remove(force=True)
         client.close()
-    assert status == code, logs
-    assert f"stopped by {signal_name}" in logs
-    assert not (out / layout.MANIFEST_FILE).exists()
+    assert max(took.values()) <= stopping.STOP_BOUND_S, took
 
 
 def test_a_steps_imports_load_from_bytecode_as_fast_as_in_the_development_environment(image):

@@ -163,12 +163,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_command() -> NoReturn:
     """The `imgpipe` command: main, then the process ends without the interpreter's
-    teardown (process_exit)."""
+    teardown (process_exit). SIGTERM and SIGINT stop it at any moment, within
+    termination.STOP_DEADLINE_S."""
+    termination.install()
     try:
         code = main()
     except SystemExit as e:  # argparse's usage errors and --help
         code = process_exit.exit_code(e)
-    except KeyboardInterrupt:  # before or after the command's own signal handling
+    except termination.Terminated as e:  # before main's own handling began
+        code = e.exit_code
+    except KeyboardInterrupt:
         code = 128 + signal.SIGINT
     except BaseException:  # noqa: B036 - --debug's traceback, then the process ends
         traceback.print_exc()

@@ -6,7 +6,8 @@ ends (measured: `imgpipe convert` of 10 photos, 4.1-4.4 s in all; benchmarks/cli
 `end_process` does what CPython's exit does before that point, in its order, then ends the
 process: non-daemon threads are joined, the exit handlers run (last registered first, so a
 command's temporary folder still goes after its libraries' handlers), and the standard
-streams are flushed.
+streams are flushed. After a stop signal (pipelines/termination.py) the threads of the
+abandoned work are not waited for: a library thread the stop cut off may never end.
 
 Two private names of the standard library, checked against CPython 3.13: the functions
 Py_FinalizeEx calls for the first two steps.
@@ -20,9 +21,14 @@ import sys
 import threading
 from typing import NoReturn
 
+from imgpipe.pipelines import termination
+
 
 def end_process(code: int) -> NoReturn:
-    threading._shutdown()  # type: ignore[attr-defined]  # waits for non-daemon threads
+    termination.ending(code)
+    if termination.received() is None:
+        with termination.joining():  # a signal now cuts the wait short
+            threading._shutdown()  # type: ignore[attr-defined]  # waits for non-daemon threads
     atexit._run_exitfuncs()  # runs the handlers and clears them: they run once
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -235,6 +235,7 @@ def _exit_now(code: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Parses TFX's arguments, runs the executor, and ends the process at once (5)."""
+    termination.install()  # first: a stop during the imports ends the step too
     from absl import app
 
     def guarded(parsed: tuple[Any, list[str]]) -> None:
@@ -249,10 +250,16 @@ def main(argv: Sequence[str] | None = None) -> None:
             _exit_now(1)
         _exit_now(0)
 
-    tfx_patches.defer_heavy_packages()  # before anything imports TFX
-    app.run(
-        guarded, argv=list(argv) if argv is not None else None, flags_parser=tfx_patches.parse_flags
-    )
+    try:
+        tfx_patches.defer_heavy_packages()  # before anything imports TFX
+        app.run(
+            guarded,
+            argv=list(argv) if argv is not None else None,
+            flags_parser=tfx_patches.parse_flags,
+        )
+    except termination.Terminated as e:  # before guarded began
+        _log.error("stopped by %s before the step began; KFP may retry the step", e.signal_name)
+        _exit_now(e.exit_code)
 
 
 if __name__ == "__main__":
