@@ -82,6 +82,7 @@ class _Process:
     interruptible: bool = False  # the ending phase waits where a signal may cut it short
     exit_code: int | None = None  # the command's own code, once its work is done
     deadline_armed: bool = False
+    generation: int = 0  # a stop handled and forgotten (_reset) disarms its deadline
 
 
 _process = _Process()
@@ -133,22 +134,28 @@ def _note(signum: int) -> bool:
             _process.signum = signum
         arm = not _process.deadline_armed
         _process.deadline_armed = True
+        generation = _process.generation
     if first:
         for pid in descendants(os.getpid()):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
     if arm:
         threading.Thread(
-            target=_end_at_deadline, args=(signum,), name="imgpipe-stop-deadline", daemon=True
+            target=_end_at_deadline,
+            args=(signum, generation),
+            name="imgpipe-stop-deadline",
+            daemon=True,
         ).start()
     return first
 
 
-def _end_at_deadline(signum: int) -> None:
+def _end_at_deadline(signum: int, generation: int) -> None:
     """Ends the process STOP_DEADLINE_S after the signal if it is still here: a clean-up
     that hangs (a library's wait, a store that does not answer) does not hold a node's
     shutdown, or a scheduler's, for longer."""
     time.sleep(STOP_DEADLINE_S)
+    if _process.generation != generation:
+        return  # the stop was handled, and the process goes on (a library caller)
     code = _process.exit_code if _process.exit_code is not None else 128 + signum
     with contextlib.suppress(OSError):
         name = signal.Signals(signum).name
@@ -226,6 +233,8 @@ def _reset() -> None:
         _process.phase = _STARTING
         _process.signum = None
         _process.raised = False
+        _process.deadline_armed = False
+        _process.generation += 1
 
 
 def ending(exit_code: int) -> None:

@@ -61,3 +61,15 @@ def test_the_signal_reaches_the_children():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_stop_handled_by_a_block_of_its_own_disarms_its_deadline(monkeypatch):
+    """A caller that did not install the process's handlers (a library, these tests) goes
+    on after the stop: the deadline that ends a stopping process must not end it."""
+    monkeypatch.setattr(termination, "STOP_DEADLINE_S", 0.2)
+    with pytest.raises(termination.Terminated):
+        with termination.stop_on_signals():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+    time.sleep(1)  # the process is still here
+    assert termination.received() is None
