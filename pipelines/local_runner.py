@@ -16,6 +16,7 @@ import dataclasses
 import datetime
 import os
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from tfx.types import standard_component_specs as keys
@@ -26,6 +27,9 @@ from imgpipe.pipelines import pipeline as pl
 from imgpipe.pipelines import tfx_patches
 from imgpipe.pipelines.beam_args import local_beam_args
 from imgpipe.pipelines.config import PipelineConfig
+
+# announce(step id, "started" | "done" | "failed", seconds or None).
+StepAnnouncer = Callable[[str, str, float | None], None]
 
 # Custom properties TFX's Pusher sets on its PushedModel output.
 PUSHED = "pushed"
@@ -92,8 +96,12 @@ def new_run_id() -> str:
     return f"{datetime.datetime.now().isoformat()}-{uuid.uuid4().hex[:8]}"
 
 
-def run(config: PipelineConfig) -> RunResult:
+def run(config: PipelineConfig, announce: StepAnnouncer | None = None) -> RunResult:
     """Runs the whole pipeline locally and returns where its outputs are.
+
+    Args:
+      config: the run's config.
+      announce: called as each step starts and ends (tfx_patches.announced_steps).
 
     Raises:
       RuntimeError: a component failed (TFX's own error is chained).
@@ -135,7 +143,8 @@ def run(config: PipelineConfig) -> RunResult:
         if node.pipeline_node.node_info.id == ids.CHAMPION:
             node.pipeline_node.execution_options.caching_options.enable_cache = False
     try:
-        LocalDagRunner().run_with_ir(ir)
+        with tfx_patches.announced_steps(announce or (lambda *_: None)):
+            LocalDagRunner().run_with_ir(ir)
     finally:
         release_lease(config, run_id)
     return latest_results(config, run_id)

@@ -40,8 +40,12 @@ def test_two_spans_two_run_local_calls_with_the_same_config(tmp_path, capsys):
 
     retraining_data.span_folder(str(tmp_path / "images"), 1, per_class=12, size=32)
     assert cli.main(argv) == 0, capsys.readouterr().err
-    first = data_line(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    first = data_line(out)
     assert first.endswith("/images/span-{SPAN} (span 1)"), first
+    steps = [line.split()[1:3] for line in out.splitlines() if line.startswith("step ")]
+    assert steps[:2] == [["ImageExampleGen", "started"], ["ImageExampleGen", "done"]], out
+    assert steps[-1] == ["Pusher", "done"] and len(steps) == 2 * len({s[0] for s in steps}), out
 
     retraining_data.span_folder(str(tmp_path / "images"), 2, per_class=12, size=32)
     assert cli.main(argv) == 0, capsys.readouterr().err

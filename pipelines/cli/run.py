@@ -193,6 +193,13 @@ def check_data(config: Any, origin: str, data_root: str) -> str:
     return folder
 
 
+def print_step(step: str, event: str, seconds: float | None) -> None:
+    """One line as each step of a local run starts and ends: a run is never silent for
+    minutes (the conversion of 50,000 photos, a long training)."""
+    took = "" if seconds is None else f" in {seconds:.1f} s"
+    print(f"step  {step:<22} {event}{took}", flush=True)
+
+
 def run_demo(args: argparse.Namespace) -> int:
 
     workdir = os.path.abspath(args.workdir)
@@ -229,7 +236,7 @@ def _run_and_report(config, not_pushed: int = 0) -> int:
     from imgpipe.pipelines import local_runner
 
     try:
-        result = local_runner.run(config)
+        result = local_runner.run(config, announce=print_step)
     except AnomaliesFoundError as e:
         codes = {a.code for a in e.anomalies}
         fixes = []
