@@ -263,6 +263,7 @@ def test_evaluator_blesses_against_the_served_champion(tmp_path):
     from imgpipe.components.pusher.executor import publish
 
     examples = _examples(tmp_path)
+    examples.set_int_custom_property("span", 3)  # as TFX's ExampleGen driver records it
     serving = str(tmp_path / "serving")
     good = _export(_trained_model(), str(tmp_path / "good" / "Format-Serving"))
     constant = _export(_constant_model(), str(tmp_path / "constant" / "Format-Serving"))
@@ -274,6 +275,8 @@ def test_evaluator_blesses_against_the_served_champion(tmp_path):
     assert result.majority_rate == pytest.approx(1 / 3)
     assert blessed.get_int_custom_property("blessed") == 1
     assert os.path.exists(os.path.join(blessed.uri, "BLESSED"))
+    # For the Pusher's record in the serving folder's history.
+    assert blessed.get_int_custom_property("span") == 3
     good_accuracy = result.candidate.accuracy
     champion_dir = publish(good, serving)
 

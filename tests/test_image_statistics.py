@@ -858,7 +858,7 @@ def test_executor_checks_drift_against_the_served_models_training_data(tmp_path)
     fail_on_drift decides between stopping and warning."""
     from tfx.types import artifact_utils, standard_artifacts
 
-    from imgpipe.components.common.formats import served_models, spans
+    from imgpipe.components.common.formats import served_models, serving_history, spans
     from imgpipe.components.common.formats.artifact_types import ImageStatisticsArtifact
     from imgpipe.components.image_statistics import drift
     from tests import imagegen
@@ -953,6 +953,15 @@ def test_executor_checks_drift_against_the_served_models_training_data(tmp_path)
     with pytest.raises(anomaly_lib.AnomaliesFoundError):
         run("span7", 24, grayscale=True, span=7)  # another champion: the change is new to it
     assert 7 not in {s.span for s in spans.admitted(str(serving))}
+
+    # Each stop is in the serving folder's history, the champion still serving.
+    stops, problems = serving_history.read(str(serving))
+    assert problems == []
+    assert [(d.kind, d.span, d.served_version) for d in stops] == [
+        (serving_history.STOPPED, None, 1700000000),
+        (serving_history.STOPPED, 7, 1700000100),
+    ]
+    assert all(d.reason.startswith("data gate: [drift] ") for d in stops)
 
 
 def test_the_strict_jpeg_check_finds_what_tensorflow_passes_over_and_can_be_turned_off():

@@ -20,6 +20,7 @@ from tfx.utils import path_utils
 
 from imgpipe.components.common.formats import champion as champion_lib
 from imgpipe.components.common.formats import manifest, reference_sets, served_models
+from imgpipe.components.common.formats.artifact_types import SPAN_PROPERTY, span_of
 from imgpipe.components.common.formats.reference_sets import ReferenceSet
 from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.storage import disk_full, fileio, serving_lock, staging
@@ -310,6 +311,9 @@ class Executor(base_executor.BaseExecutor):
             blessing_out = artifact_utils.get_single_instance(output_dict[spec.BLESSING_KEY])
             evaluation_out = artifact_utils.get_single_instance(output_dict[spec.EVALUATION_KEY])
             self._write(config, result, new_split, evaluation_out, blessing_out)
+            span = span_of(examples)
+            if span is not None:  # for the Pusher's record in the serving history
+                blessing_out.set_int_custom_property(SPAN_PROPERTY, span)
             if resolved is not None and resolved.lease_token:
                 self._hand_on_or_release(resolved, result.decision.blessed, blessing_out)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import time
 from typing import Any
 
 from absl import logging
@@ -12,8 +13,16 @@ from tfx import types
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
-from imgpipe.components.common.formats import artifacts, image_stats, layout, manifest, spans
+from imgpipe.components.common.formats import (
+    artifacts,
+    image_stats,
+    layout,
+    manifest,
+    serving_history,
+    spans,
+)
 from imgpipe.components.common.formats import champion as champion_lib
+from imgpipe.components.common.formats.artifact_types import span_of
 from imgpipe.components.common.images import label_audit
 from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.storage import disk_full, fileio, outputs
@@ -23,8 +32,6 @@ from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.produce import Produced, produce
 
-# The Examples artifact's span, as TFX's ExampleGen driver records it.
-SPAN = "span"
 # Beside the output folder: where the outputs of a run stopped by the gate stay.
 REJECTED_SUFFIX = ".rejected"
 
@@ -127,6 +134,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         # Through the gates only because an acceptance let it.
         by_acceptance = not stopping and bool(anomaly_lib.blocking(produced.anomalies, config))
         _admit_or_withdraw(resolved, span, examples.uri, not stopping, by_acceptance)
+        if stopping:
+            run_id = getattr(self._context, "pipeline_run_id", None) or ""
+            _record_stop(resolved, span, stopping, run_id)
         if produced.anomalies:
             _warn_or_stop(
                 produced,
@@ -238,6 +248,32 @@ def _admit_or_withdraw(
         spans.withdraw(resolved.serving_dir, span)
 
 
+def _record_stop(
+    resolved: champion_lib.Resolved | None,
+    span: int | None,
+    stopping: list[image_stats.Anomaly],
+    run_id: str,
+) -> None:
+    """Records in the serving folder's history (serving_history.py) that the data gate
+    stopped this run; the champion keeps serving. A failed write is logged, never
+    raised: the run stops for its anomalies, not for its history."""
+    if resolved is None or not resolved.serving_dir:
+        return
+    reason = "data gate: " + "; ".join(f"[{a.code}] {a.message}" for a in stopping)
+    decision = serving_history.Decision(
+        time=time.time(),
+        kind=serving_history.STOPPED,
+        span=span,
+        served_version=resolved.champion_version,
+        reason=serving_history.brief(reason),
+        run_id=run_id,
+    )
+    try:
+        serving_history.record(resolved.serving_dir, decision)
+    except OSError as e:
+        logging.warning("ImageStatistics: the history record was not written: %s", e)
+
+
 def _accept_drift(
     resolved: champion_lib.Resolved | None,
     span: int | None,
@@ -269,16 +305,6 @@ def accepted_for(exec_properties: dict[str, Any], key: str, span: int | None) ->
     value = exec_properties.get(key)
     accepted_span = spec.NO_SPAN if value is None else int(value)
     return accepted_span != spec.NO_SPAN and accepted_span == span
-
-
-def span_of(examples: types.Artifact) -> int | None:
-    """The span of an Examples artifact: TFX's ExampleGen driver records it as a custom
-    property; an executor may set the type's own property. None when neither is set."""
-    if examples.has_custom_property(SPAN):
-        return int(examples.get_int_custom_property(SPAN))
-    if examples.has_property(SPAN):
-        return int(examples.span)
-    return None
 
 
 def _write(folder: str, produced: Produced) -> None:

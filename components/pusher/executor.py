@@ -40,7 +40,7 @@ from tfx.utils import io_utils, proto_utils
 from imgpipe.components.common.formats import layout, manifest, reference_sets, served_models
 from imgpipe.components.common.runtime import config_loader, phases
 from imgpipe.components.common.storage import disk_full, fileio, serving_lock
-from imgpipe.components.pusher import serving_files
+from imgpipe.components.pusher import decision_record, serving_files
 
 STAGING_PREFIX = ".push-"
 # Written after PUSH_COMPLETE; each is a TF Serving ModelServerConfig naming the newest
@@ -384,6 +384,9 @@ class Executor(tfx_pusher.Executor):
             # Heartbeats while it copies: a push killed here frees the lease at once.
             with serving_lock.hold(serving_dir, token):
                 self._push(input_dict, model_push, blessing, serving_dir, exec_properties)
+                # What this run decided, in the folder's history (serving_history.py).
+                run_id = getattr(self._context, "pipeline_run_id", None) or ""
+                decision_record.write(serving_dir, blessing, model_push, run_id)
         finally:
             if token:
                 serving_lock.release(serving_dir, token)

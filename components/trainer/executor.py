@@ -11,11 +11,10 @@ from tfx.types import artifact_utils
 from tfx.utils import json_utils
 
 from imgpipe.components.common.formats import champion
+from imgpipe.components.common.formats.artifact_types import span_of
 from imgpipe.components.common.storage import disk_full
 from imgpipe.components.trainer import config as config_lib
 from imgpipe.components.trainer import spec
-
-SPAN = "span"
 
 
 class Executor(trainer_executor.GenericExecutor):
@@ -63,16 +62,7 @@ def run_fn_settings(
         settings["epochs"] = int(exec_properties[spec.EPOCHS_KEY])
     if exec_properties.get(spec.SPANS_KEY) is not None:
         settings["spans"] = int(exec_properties[spec.SPANS_KEY])
-    span = _span_of(artifact_utils.get_single_instance(input_dict[spec.EXAMPLES_KEY]))
+    span = span_of(artifact_utils.get_single_instance(input_dict[spec.EXAMPLES_KEY]))
     if span is not None:
         settings[config_lib.SPAN_KEY] = span
     return settings
-
-
-def _span_of(examples: types.Artifact) -> int | None:
-    """The span TFX's ExampleGen driver recorded on the Examples (None when unset)."""
-    if examples.has_custom_property(SPAN):
-        return int(examples.get_int_custom_property(SPAN))
-    if examples.has_property(SPAN):
-        return int(examples.span)
-    return None

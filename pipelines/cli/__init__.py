@@ -1,6 +1,6 @@
 """`imgpipe`: the one command line that fronts everything a user runs by hand.
 
-One module per command (convert, stats, run, kfp, version); each registers its parser
+One module per command; each registers its parser
 and imports its heavy dependencies lazily, so `imgpipe --help` is quick. Flag defaults
 come from the components' own option types, never from literals here.
 
@@ -38,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from imgpipe.pipelines.cli import convert, engine, kfp, run, stats, version
+    from imgpipe.pipelines.cli import convert, engine, history, kfp, run, stats, version
 
     parser = _Parser(
         prog="imgpipe",
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"or {chatter.VERBOSE_ENV}=1)",
     )
     subparsers = parser.add_subparsers(title="subcommands", metavar="COMMAND")
-    for module in (version, convert, run, kfp, stats, engine):
+    for module in (version, convert, run, kfp, stats, engine, history):
         module.register(subparsers)
     _remember_command_parsers(parser)
     return parser

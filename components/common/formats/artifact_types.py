@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from tfx.types import artifact
 
+# The span of an Examples artifact, as TFX's ExampleGen driver records it; the Evaluator
+# carries it on the blessing, for the Pusher's history record.
+SPAN_PROPERTY = "span"
+
 
 class ImageStatisticsArtifact(artifact.Artifact):
     """Output of the ImageStatistics component: image_stats.json (schema in
@@ -22,3 +26,14 @@ class ChampionArtifact(artifact.Artifact):
     against, resolved once (components/common/formats/champion.py)."""
 
     TYPE_NAME = "ServedChampion"
+
+
+def span_of(examples: artifact.Artifact) -> int | None:
+    """The span of an artifact: TFX's ExampleGen driver records it as a custom property
+    (and the Evaluator on its blessing); an executor may set the type's own property.
+    None when neither is set."""
+    if examples.has_custom_property(SPAN_PROPERTY):
+        return int(examples.get_int_custom_property(SPAN_PROPERTY))
+    if examples.has_property(SPAN_PROPERTY):
+        return int(getattr(examples, SPAN_PROPERTY))
+    return None

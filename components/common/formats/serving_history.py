@@ -1,0 +1,141 @@
+"""What each run decided about the serving folder: one small record per decision.
+
+Every retrain ends in one decision, recorded beside the champion so that `imgpipe
+history` can say, span by span, what serves and why:
+
+  <serving_dir>/.history/<time in ns, 20 digits>-<kind>.json
+    {"version": 1, "time": 1764000000.5, "kind": "pushed", "span": 7,
+     "model_version": 1764000000, "served_version": 1764000000,
+     "reference_accuracy": 0.91, "reason": "blessed: ...", "run_id": "..."}
+
+The kinds: PUSHED (the Pusher published a model), REFUSED (the Evaluator did not bless
+it, or the Pusher's compare-and-swap found a newer push), STOPPED (ImageStatistics'
+data gate stopped the run before training) and ROLLBACK (an operator served an earlier
+version again). A record is written once and never changed; names sort by time. The
+folder starts with a dot: model servers and served_models.complete_versions never see
+it. A history write is a report, not a step: the components catch its OSError and log
+one line, so it never fails a push or a retrain, and `read` names a damaged record
+instead of stopping. No TensorFlow here beyond the file seam.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import re
+
+from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.storage import fileio
+
+HISTORY_DIR = ".history"
+VERSION = 1
+# The kinds of decision.
+PUSHED = "pushed"
+REFUSED = "refused"
+STOPPED = "stopped"  # the data gate stopped the run
+ROLLBACK = "rollback"
+KINDS = (PUSHED, REFUSED, STOPPED, ROLLBACK)
+
+_SUFFIX = ".json"
+# Enough digits for nanoseconds since the epoch until the year 5138: names sort by time.
+_TIME_DIGITS = 20
+# A reason as a record keeps it: the words, not the figures in brackets.
+_REASON_CHARS = 160
+_BRACKETED = re.compile(r"\s*\([^()]*\)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """One run's decision about the serving folder.
+
+    Attributes:
+      time: when it was decided, seconds since the epoch.
+      kind: PUSHED, REFUSED, STOPPED or ROLLBACK.
+      span: the span the run read (None when its Examples carry none).
+      model_version: the version pushed, or rolled back to; None otherwise.
+      served_version: the version that serves after the decision, when known.
+      reference_accuracy: that served model's accuracy on the reference set (the
+        champion's reference set, else the new eval split), when this run measured it.
+      reason: the decision's reason in a few words (`brief`).
+      run_id: the pipeline run that decided ("" when unknown).
+      version: the record's schema version (VERSION), as every record in the serving
+        folder has.
+    """
+
+    time: float
+    kind: str
+    span: int | None = None
+    model_version: int | None = None
+    served_version: int | None = None
+    reference_accuracy: float | None = None
+    reason: str = ""
+    run_id: str = ""
+    version: int = VERSION
+
+
+def record(serving_dir: str, decision: Decision) -> str:
+    """Writes the decision (atomically, on any filesystem) and returns its file.
+
+    Raises:
+      ValueError: the decision's kind is not one of KINDS.
+      OSError: the record could not be written; a component logs it in one line and goes
+        on, since a history write never fails a push or a retrain.
+    """
+    if decision.kind not in KINDS:
+        raise ValueError(f"decision kind {decision.kind!r} is not one of {list(KINDS)}")
+    folder = posixpath.join(serving_dir, HISTORY_DIR)
+    fileio.makedirs(folder)
+    stamp = str(round(decision.time * 1e9)).zfill(_TIME_DIGITS)
+    path = posixpath.join(folder, f"{stamp}-{decision.kind}{_SUFFIX}")
+    fileio.write_atomic(path, config_loader.to_document(decision).encode())
+    return path
+
+
+def read(serving_dir: str) -> tuple[list[Decision], list[str]]:
+    """Every decision recorded in the serving folder, oldest first, and one line per
+    record that could not be read, naming the file and why (never raised).
+
+    Example:
+      decisions, problems = read("/srv/serving")
+      # problems: ['/srv/serving/.history/...-pushed.json is not JSON: ...']
+    """
+    folder = posixpath.join(serving_dir, HISTORY_DIR)
+    decisions: list[Decision] = []
+    problems: list[str] = []
+    if not fileio.isdir(folder):
+        return decisions, problems
+    for name in sorted(fileio.list_dir(folder)):
+        if not name.endswith(_SUFFIX):  # a write in progress (fileio.ATOMIC_TEMP_SUFFIX)
+            continue
+        path = posixpath.join(folder, name)
+        try:
+            text = fileio.read_bytes(path).decode()
+            decision = config_loader.from_document(Decision, text, path, VERSION)
+        except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
+            problems.append(f"{path}: passed over, unreadable: {e}")
+            continue
+        if decision.kind not in KINDS:
+            problems.append(f"{path}: passed over, unknown decision kind {decision.kind!r}")
+            continue
+        decisions.append(decision)
+    return sorted(decisions, key=lambda d: d.time), problems
+
+
+def brief(reason: str) -> str:
+    """A decision's reason in a few words: what is in brackets left out, one line, at
+    most _REASON_CHARS characters.
+
+    Example:
+      brief("blessed: accuracy 0.9 vs floor 0.5 (threshold 0.5; ...); not worse than "
+            "champion 7 on new_split")
+      # 'blessed: accuracy 0.9 vs floor 0.5; not worse than champion 7 on new_split'
+    """
+    text = " ".join(reason.split())
+    while True:
+        shorter = _BRACKETED.sub("", text)
+        if shorter == text:
+            break
+        text = shorter
+    if len(text) > _REASON_CHARS:
+        text = text[: _REASON_CHARS - 3].rstrip() + "..."
+    return text
