@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from imgpipe.components.common.formats import label_map, served_models
+from imgpipe.components.common.formats import label_map, model_config, served_models
 from imgpipe.components.common.storage import fileio, serving_lock
 from imgpipe.components.pusher import executor as pusher
 
@@ -59,12 +59,12 @@ def test_a_push_carries_a_manifest_of_every_file_and_names_itself_to_model_serve
     assert found.model == served_models.ServedModel(pushed, 100, ("a", "b"))
     assert (found.passed, found.note, found.head) == ((), "", 100)
     for name, base in (
-        (pusher.MODEL_CONFIG_FILE, serving),
-        (pusher.KSERVE_CONFIG_FILE, "/mnt/models"),
+        (model_config.MODEL_CONFIG_FILE, serving),
+        (model_config.KSERVE_CONFIG_FILE, "/mnt/models"),
     ):
         text = open(os.path.join(serving, name)).read()
         assert f'base_path: "{base}"' in text and 'name: "serving"' in text
-        assert pusher.config_version(text) == 100
+        assert model_config.config_version(text) == 100
 
 
 @pytest.mark.unit

@@ -102,6 +102,7 @@ def test_the_evaluator_and_drift_pass_over_a_push_whose_graph_is_truncated(tmp_p
     assert result.champion.note.startswith(line) and result.champion.note.endswith("; using 100")
     assert f"not worse than champion 100 ({line}" in result.decision.reason
     assert blessed.get_int_custom_property(serving_lock.SERVING_HEAD_PROPERTY) == 200
+    assert blessed.get_int_custom_property(serving_lock.SERVED_PROPERTY) == 200
 
     found = baseline.from_serving_dir(serving)
     assert found.uri == os.path.join(older, "assets.extra", "image_stats.json")

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from imgpipe.components.common.formats import served_models
+from imgpipe.components.common.formats import model_config, served_models
 from imgpipe.components.common.runtime import phases
 from imgpipe.components.common.storage import fileio, serving_lock
 from imgpipe.components.pusher import executor as pusher
@@ -111,10 +111,10 @@ class Watcher(threading.Thread):
         self.partial_listed = False  # a numeric folder without PUSH_COMPLETE was listed
 
     def look(self) -> None:
-        config = f"{self.serving}/{pusher.MODEL_CONFIG_FILE}"
+        config = f"{self.serving}/{model_config.MODEL_CONFIG_FILE}"
         if not fileio.exists(config):
             return
-        version = pusher.config_version(fileio.read_bytes(config).decode())
+        version = model_config.config_version(fileio.read_bytes(config).decode())
         assert version is not None
         folder = f"{self.serving}/{version}"
         problem = None

@@ -374,10 +374,15 @@ class Executor(base_executor.BaseExecutor):
         self, resolved: champion_lib.Resolved, blessed: bool, blessing_out: types.Artifact
     ) -> None:
         """The Pusher's compare-and-swap: the head the run resolved must still be the
-        newest push; the lease goes to the Pusher with a blessing, else back."""
+        newest push, and the served version still the one models.config names; the
+        lease goes to the Pusher with a blessing, else back."""
         blessing_out.set_int_custom_property(
             serving_lock.SERVING_HEAD_PROPERTY,
             serving_lock.NO_HEAD if resolved.head is None else resolved.head,
+        )
+        blessing_out.set_int_custom_property(
+            serving_lock.SERVED_PROPERTY,
+            serving_lock.NO_HEAD if resolved.served is None else resolved.served,
         )
         if blessed:
             blessing_out.set_string_custom_property(

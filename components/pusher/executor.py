@@ -7,13 +7,14 @@ Here (served_models.py has the contract):
 - A local push is copied to a hidden staging folder and renamed into place; on object
   stores, which cannot rename, the version folder is written in place.
 - Every push ends with manifest.json (each file's size and CRC-32C), then PUSH_COMPLETE,
-  then the model-server pointers (MODEL_CONFIG_FILES: TF Serving model config files
-  naming this version alone). A server pointed at a pointer loads only whole versions,
-  on every filesystem; docs/serving-folder.md says how to point TF Serving and KServe.
+  then the model-server pointers (model_config.py: TF Serving model config files naming
+  this version alone). A server pointed at a pointer loads only whole versions, on every
+  filesystem; docs/serving-folder.md says how to point TF Serving and KServe.
 - The push happens only if the newest complete push is still the one the Evaluator saw
-  (the blessing's `serving_head`); otherwise it is refused in one line and nothing is
-  pushed. The run's serving lease (serving_lock.py) is held while it copies and given
-  back either way.
+  (the blessing's `serving_head`) and models.config still names the version it named
+  then (`served_version`: no rollback since); otherwise it is refused in one line and
+  nothing is served. The run's serving lease (serving_lock.py) is held while it copies
+  and given back either way.
 - Versions always increase, even two pushes in one second, and a retried push of the
   same model reuses the version it already published.
 """
@@ -37,61 +38,30 @@ from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
-from imgpipe.components.common.formats import layout, manifest, reference_sets, served_models
+from imgpipe.components.common.formats import (
+    layout,
+    manifest,
+    model_config,
+    reference_sets,
+    served_models,
+)
 from imgpipe.components.common.runtime import config_loader, phases
 from imgpipe.components.common.storage import disk_full, fileio, serving_lock
 from imgpipe.components.pusher import decision_record, serving_files
 
 STAGING_PREFIX = ".push-"
-# Written after PUSH_COMPLETE; each is a TF Serving ModelServerConfig naming the newest
-# whole version: one with the serving directory's own URI as base path, for a server
-# reading it directly, one with KServe's local copy (/mnt/models).
-MODEL_CONFIG_FILE = "models.config"
-KSERVE_CONFIG_FILE = serving_files.KSERVE_CONFIG_FILE
-KSERVE_MODEL_DIR = serving_files.KSERVE_MODEL_DIR
 # The SavedModel's graph, copied last: a model server takes it as a version's sign.
 _GRAPH_FILE = "saved_model.pb"
 
 
 class ServingHeadMovedError(RuntimeError):
-    """Another push became the newest after the Evaluator judged; nothing was pushed."""
+    """Another push became the newest, or models.config was pointed at another version
+    (a rollback), after the Evaluator judged; nothing was served."""
 
 
 def _pushed_from(version_dir: str) -> str | None:
     marker = posixpath.join(version_dir, served_models.PUSH_COMPLETE_FILE)
     return fileio.read_bytes(marker).decode() if fileio.exists(marker) else None
-
-
-def model_config(serving_dir: str, base_path: str, version: int) -> str:
-    """A TF Serving model config file serving `version` alone, named after the folder."""
-    name = posixpath.basename(serving_dir.rstrip("/")) or "model"
-    return (
-        "model_config_list {\n"
-        "  config {\n"
-        f'    name: "{name}"\n'
-        f'    base_path: "{base_path}"\n'
-        '    model_platform: "tensorflow"\n'
-        f"    model_version_policy {{ specific {{ versions: {version} }} }}\n"
-        "  }\n"
-        "}\n"
-    )
-
-
-def config_version(text: str) -> int | None:
-    """The version a model config file written by `model_config` names."""
-    marker = "versions:"
-    if marker not in text:
-        return None
-    return int(text.split(marker, 1)[1].split("}", 1)[0].strip())
-
-
-def _write_pointers(serving_dir: str, version: int) -> None:
-    base = serving_dir.rstrip("/")
-    for name, base_path in ((MODEL_CONFIG_FILE, base), (KSERVE_CONFIG_FILE, KSERVE_MODEL_DIR)):
-        fileio.write_atomic(
-            posixpath.join(serving_dir, name),
-            model_config(serving_dir, base_path, version).encode(),
-        )
 
 
 def _copy_files(files: Mapping[str, str], target: str) -> None:
@@ -111,6 +81,7 @@ def publish(
     serving_dir: str,
     now: float | None = None,
     expected_head: int | None = None,
+    expected_served: int | None = None,
     extras: Mapping[str, str] | None = None,
     generated: Callable[[int, str], Mapping[str, bytes]] | None = None,
 ) -> str:
@@ -126,12 +97,17 @@ def publish(
       now: the version to use if it is newer than every push (tests); default the time.
       expected_head: the newest complete version the Evaluator saw (serving_lock.NO_HEAD: none);
         None pushes whatever the head.
+      expected_served: the version models.config named when the Evaluator judged
+        (serving_lock.NO_HEAD: none); None: the version it names when the push begins.
+        It must still name it before the push starts and before the push is pointed at.
       extras: more files to publish with the push, {relpath in the version: source}.
       generated: fn(version, version folder) -> {relpath in the version: bytes}, files
         that say which version they belong to (serving_files.py), published the same way.
 
     Raises:
-      ServingHeadMovedError: the newest complete push is not `expected_head`.
+      ServingHeadMovedError: the newest complete push is not `expected_head`, or
+        models.config names another version than `expected_served`; a push found so
+        after its copy stays complete but not served (served_models.NOT_SERVED).
     """
     fileio.makedirs(serving_dir)
     versions = served_models.complete_versions(serving_dir)
@@ -139,6 +115,9 @@ def publish(
     if earlier is not None:
         return earlier
     _check_head(serving_dir, versions, expected_head)
+    if expected_served is None:
+        expected_served = _served_or_none(serving_dir)
+    _check_served(serving_dir, expected_served)
     numbered = _clear_killed_pushes(serving_dir, versions)
     # Above every version folder there was: an interrupted one's number is never reused.
     version = max(int(time.time() if now is None else now), max(numbered, default=-1) + 1)
@@ -157,7 +136,9 @@ def publish(
         _write_version(files, target, model_dir)
     if local:
         fileio.rename(target, final)
-    _write_pointers(serving_dir, version)
+    # A rollback while it copied: the operator's choice stands.
+    _check_served(serving_dir, expected_served)
+    model_config.write(serving_dir, version)
     return final
 
 
@@ -169,7 +150,7 @@ def _earlier_push(model_dir: str, serving_dir: str, versions: list[int]) -> str 
         if _pushed_from(path) == model_dir:
             logging.info("%s was already pushed to %s", model_dir, path)
             if version == versions[0]:  # killed before the pointers were written
-                _write_pointers(serving_dir, version)
+                model_config.write(serving_dir, version)
             return path
     return None
 
@@ -188,6 +169,37 @@ def _check_head(serving_dir: str, versions: list[int], expected_head: int | None
             f"not pushed: {serving_dir}/{head} was pushed after this model was judged against "
             f"{seen}; the next retrain will be judged against it"
         )
+
+
+def _served_or_none(serving_dir: str) -> int:
+    """The version models.config names; serving_lock.NO_HEAD when none, or unreadable."""
+    try:
+        served = model_config.served_version(serving_dir)
+    except (OSError, ValueError):
+        return serving_lock.NO_HEAD
+    return serving_lock.NO_HEAD if served is None else served
+
+
+def _check_served(serving_dir: str, expected_served: int) -> None:
+    """Raises ServingHeadMovedError if models.config no longer names `expected_served`
+    (serving_lock.NO_HEAD: none): it was rolled back since."""
+    served = _served_or_none(serving_dir)
+    if served == expected_served:
+        return
+    seen = (
+        f"the newest push (no {model_config.MODEL_CONFIG_FILE})"
+        if expected_served == serving_lock.NO_HEAD
+        else f"{expected_served}"
+    )
+    now = (
+        f"{serving_dir}/{model_config.MODEL_CONFIG_FILE} was removed"
+        if served == serving_lock.NO_HEAD
+        else f"{serving_dir} was rolled back to {served}"
+    )
+    raise ServingHeadMovedError(
+        f"not pushed: {now} after this model was judged against {seen}; the next retrain "
+        "will be judged against it"
+    )
 
 
 def _clear_killed_pushes(serving_dir: str, versions: list[int]) -> list[int]:
@@ -402,15 +414,18 @@ class Executor(tfx_pusher.Executor):
         if not self.CheckBlessing(input_dict):
             self._MarkNotPushed(model_push)
             return
-        expected_head = None
+        expected_head = expected_served = None
         if blessing.has_custom_property(serving_lock.SERVING_HEAD_PROPERTY):
             expected_head = blessing.get_int_custom_property(serving_lock.SERVING_HEAD_PROPERTY)
+        if blessing.has_custom_property(serving_lock.SERVED_PROPERTY):
+            expected_served = blessing.get_int_custom_property(serving_lock.SERVED_PROPERTY)
         model_dir = self.GetModelPath(input_dict)
         try:
             pushed = publish(
                 model_dir,
                 serving_dir,
                 expected_head=expected_head,
+                expected_served=expected_served,
                 extras=extra_files(input_dict),
                 generated=serving_files_for(model_dir, blessing, serving_dir, exec_properties),
             )

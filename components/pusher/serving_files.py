@@ -15,10 +15,11 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from imgpipe.components.common.formats import serving
+from imgpipe.components.common.formats import model_config, serving
 
 INFERENCE_SERVICE_FILE = "inference_service.yaml"
 MODEL_CARD_JSON_FILE = "model_card.json"
@@ -30,10 +31,6 @@ SERVING_CONFIG_KEY = "serving"
 
 # KServe's API and its name for the TensorFlow Serving runtime's model format.
 KSERVE_API_VERSION = "serving.kserve.io/v1beta1"
-# KServe's storage initializer copies storageUri here; the Pusher writes, beside the
-# versions, a TF Serving model config file naming the newest whole version with this base.
-KSERVE_MODEL_DIR = "/mnt/models"
-KSERVE_CONFIG_FILE = "kserve-models.config"
 # TensorFlow Serving, pinned: the predictor runs it on that config file, never on the
 # folder's highest numbered subfolder, which may be a push still being copied.
 SERVING_IMAGE = "tensorflow/serving:2.18.0"
@@ -107,8 +104,9 @@ def inference_service(
 ) -> dict[str, Any]:
     """The KServe v1beta1 InferenceService that serves the serving folder `storage_uri`.
 
-    KServe's storage initializer copies the folder to KSERVE_MODEL_DIR when a predictor
-    pod starts, and TensorFlow Serving then loads the version KSERVE_CONFIG_FILE names:
+    KServe's storage initializer copies the folder to model_config.KSERVE_MODEL_DIR when
+    a predictor pod starts, and TensorFlow Serving then loads the version
+    model_config.KSERVE_CONFIG_FILE names:
     the newest *whole* push when the copy was made (docs/serving-folder.md). KServe's
     built-in `tensorflow` format would serve the highest numbered subfolder instead, which
     can be a push half copied. The push's version is in the annotations.
@@ -140,9 +138,12 @@ def inference_service(
                         "args": [
                             f"--port={GRPC_PORT}",
                             f"--rest_api_port={REST_PORT}",
-                            f"--model_config_file={KSERVE_MODEL_DIR}/{KSERVE_CONFIG_FILE}",
+                            "--model_config_file="
+                            + posixpath.join(
+                                model_config.KSERVE_MODEL_DIR, model_config.KSERVE_CONFIG_FILE
+                            ),
                         ],
-                        # The storage initializer copies it to KSERVE_MODEL_DIR.
+                        # The storage initializer copies it to model_config.KSERVE_MODEL_DIR.
                         "env": [{"name": "STORAGE_URI", "value": storage_uri}],
                         "ports": [{"containerPort": REST_PORT, "protocol": "TCP"}],
                         "resources": {"requests": requests, "limits": limits},

@@ -6,11 +6,12 @@ the checks its strictest reader needs (served_models.find, every byte checksumme
 writes what it found here. ImageStatistics (drift and the label audit), the Trainer (the
 warm start) and the Evaluator (the comparison) read this record, never the serving
 directory: one run sees one champion, and the lineage records which. The Pusher still
-checks that the serving head is the one recorded here before it pushes.
+checks that the serving head and the served version (models.config) are the ones
+recorded here before it pushes.
 
   {"version": 1, "serving_dir": ..., "status": "found", "champion_version": 1700000000,
    "path": ".../1700000000", "labels": [...], "head": 1700000000, "note": "",
-   "passed": [...], "lease_token": "..."}
+   "passed": [...], "lease_token": "...", "served": 1700000000, "served_note": ""}
 
 No TensorFlow here beyond the file seam.
 """
@@ -50,6 +51,9 @@ class Resolved:
       note: damaged pushes passed over, or a legacy champion (served_models.Lookup.note).
       passed: those pushes, one entry each.
       lease_token: the serving lease this run holds ("" when none was taken).
+      served: the version models.config named (None: none, or unreadable); the Pusher
+        pushes only while it still names it, so a rollback during the run refuses it.
+      served_note: why models.config was not followed (served_models.Lookup).
     """
 
     serving_dir: str
@@ -62,6 +66,8 @@ class Resolved:
     note: str = ""
     passed: tuple[served_models.Passed, ...] = ()
     lease_token: str = ""
+    served: int | None = None
+    served_note: str = ""
     version: int = VERSION
 
     @property
@@ -72,7 +78,9 @@ class Resolved:
 
     def lookup(self) -> served_models.Lookup:
         """The same, as served_models.find returns it."""
-        return served_models.Lookup(self.model, self.passed, self.head, self.serving_dir)
+        return served_models.Lookup(
+            self.model, self.passed, self.head, self.serving_dir, self.served, self.served_note
+        )
 
     def describe(self) -> str:
         """One line for a summary: the champion, and what was passed over."""
@@ -115,6 +123,8 @@ def resolve(serving_dir: str, lease_token: str = "", checksums: bool = True) -> 
             note=lookup.note,
             passed=lookup.passed,
             lease_token=lease_token,
+            served=lookup.served,
+            served_note=lookup.served_note,
         )
     return Resolved(
         serving_dir,
@@ -127,6 +137,8 @@ def resolve(serving_dir: str, lease_token: str = "", checksums: bool = True) -> 
         lookup.note,
         lookup.passed,
         lease_token,
+        lookup.served,
+        lookup.served_note,
     )
 
 

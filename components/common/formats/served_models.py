@@ -5,7 +5,9 @@ an integer (seconds since the epoch), then writes manifest.json (every file's si
 CRC-32C, manifest.py's format) and PUSH_COMPLETE_FILE last. A version folder without
 PUSH_COMPLETE is an interrupted push and is never read.
 
-`find` is the one way to the champion: the newest *sound* push. The model a new
+`find` is the one way to the champion: the newest *sound* push at or below the version
+the model server is pointed at (models.config, model_config.py), which is the newest
+push unless `imgpipe rollback` pointed it back. The model a new
 candidate must not be worse than (the Evaluator), the weights a warm start begins from
 (the Trainer), the data the next run's statistics are compared with (drift), the labels
 the label audit reads: each calls `find` and puts `Lookup.note` in its summary line, so
@@ -13,7 +15,12 @@ damage degrades the same way everywhere. A push whose files differ from its mani
 or whose labels cannot be read, is damaged: it is named in one line
 (`serving/123: damaged (saved_model.pb: size 10 != 12345); using 122`) and passed over
 for the next older sound push. A complete push without a manifest comes from a release
-before manifests: it is a legacy push, used when its labels read, and said so.
+before manifests: it is a legacy push, used when its labels read, and said so. A push
+newer than the served version is not served (rolled back from, or its push was stopped
+before models.config named it): it is named and passed over the same way. Without
+models.config (pushes of a release before it, or made by hand) the newest sound push is
+the champion, as a server on the folder's highest version serves; when models.config
+cannot be read or names no complete push, so is it, and the note says why.
 
 What is checked: always every file's presence and size, and the CRC-32C of the small
 files (up to manifest.CHECKSUMMED_ON_READ_BYTES: labels, statistics, weight shapes),
@@ -44,7 +51,7 @@ import dataclasses
 import json
 import posixpath
 
-from imgpipe.components.common.formats import label_map, layout, manifest
+from imgpipe.components.common.formats import label_map, layout, manifest, model_config
 from imgpipe.components.common.storage import fileio
 
 ASSETS_EXTRA_DIR = "assets.extra"
@@ -59,6 +66,7 @@ MANIFEST_FILE = layout.MANIFEST_FILE
 # Statuses of a push that `find` passed over or took with a caveat.
 DAMAGED = "damaged"
 LEGACY = "legacy"
+NOT_SERVED = "not served"  # newer than the version models.config names
 # Below a push: its reference evaluation set (components/common/formats/reference_sets.py).
 REFERENCE_ASSET = posixpath.join(ASSETS_EXTRA_DIR, "reference")
 
@@ -110,7 +118,8 @@ class ServedModel:
 
 @dataclasses.dataclass(frozen=True)
 class Passed:
-    """A complete push `find` passed over (DAMAGED) or took unverified (LEGACY)."""
+    """A complete push `find` passed over (DAMAGED, NOT_SERVED) or took unverified
+    (LEGACY)."""
 
     path: str
     version: int
@@ -128,23 +137,30 @@ class Lookup:
       head: the newest complete version (sound or not), None when nothing was pushed:
         the Pusher pushes only while it is still the one the Evaluator saw.
       serving_dir: where it looked.
+      served: the version models.config names (model_config.served_version), None
+        when there is none or it cannot be read: the Pusher pushes only while it still
+        names it (a rollback during a run refuses the run's push).
+      served_note: why models.config was not followed ("" when it was, or is absent).
     """
 
     model: ServedModel | None
     passed: tuple[Passed, ...] = ()
     head: int | None = None
     serving_dir: str = ""
+    served: int | None = None
+    served_note: str = ""
 
     @property
     def note(self) -> str:
-        """One line for a summary: each push passed over, and what is used instead;
-        "" when the newest push was sound and verified."""
-        if not self.passed:
+        """One line for a summary: why models.config was not followed, each push passed
+        over, and what is used instead; "" when the served push was sound and verified."""
+        parts = [self.served_note] if self.served_note else []
+        parts += [f"{p.path}: {p.status} ({p.reason})" for p in self.passed]
+        if not parts:
             return ""
-        parts = [f"{p.path}: {p.status} ({p.reason})" for p in self.passed]
         if self.model is None:
             parts.append("no sound push left")
-        elif any(p.status == DAMAGED for p in self.passed):
+        elif self.served_note or any(p.status != LEGACY for p in self.passed):
             parts.append(f"using {self.model.version}")
         return "; ".join(parts)
 
@@ -209,7 +225,15 @@ def damage(version_dir: str, checksums: bool = False) -> str | None:
 _DAMAGE_ERRORS = (OSError, ValueError, KeyError)
 
 
-def _inspect(path: str, version: int, checksums: bool) -> tuple[ServedModel | None, Passed | None]:
+def inspect(path: str, version: int, checksums: bool) -> tuple[ServedModel | None, Passed | None]:
+    """One complete push: (the model, None) when sound; (the model, its LEGACY entry)
+    when it has no manifest but its labels read; (None, its DAMAGED entry) otherwise.
+
+    Args:
+      path: the version folder.
+      version: its number.
+      checksums: checksum every byte, not only the small files.
+    """
     legacy = not fileio.exists(posixpath.join(path, MANIFEST_FILE))
     try:
         problem = None if legacy else damage(path, checksums)
@@ -224,8 +248,34 @@ def _inspect(path: str, version: int, checksums: bool) -> tuple[ServedModel | No
     return None, Passed(path, version, DAMAGED, problem)
 
 
+def served(serving_dir: str, versions: list[int]) -> tuple[int | None, str]:
+    """The version models.config names, and why it is not followed ("" when it is, or
+    when there is no models.config).
+
+    Args:
+      serving_dir: the serving directory.
+      versions: its complete versions (`complete_versions`).
+
+    Returns:
+      (the version named, None when none is or the file cannot be read; the reason).
+    """
+    path = posixpath.join(serving_dir, model_config.MODEL_CONFIG_FILE)
+    try:
+        version = model_config.served_version(serving_dir)
+    except (OSError, ValueError) as e:
+        reason = " ".join(str(e).split()) or type(e).__name__
+        return None, f"{path}: unreadable ({reason}), so the newest sound push is the champion"
+    if version is not None and version not in versions:
+        return version, (
+            f"{path}: names {version}, which is not a complete push, so the newest sound "
+            "push is the champion"
+        )
+    return version, ""
+
+
 def find(serving_dir: str | None, checksums: bool = False) -> Lookup:
-    """The newest sound push in serving_dir, and the damaged ones passed over.
+    """The newest sound push in serving_dir at or below the served version, and the
+    pushes passed over: damaged ones, and newer ones that are not served.
 
     Args:
       serving_dir: the serving directory; None or "" for none.
@@ -237,15 +287,22 @@ def find(serving_dir: str | None, checksums: bool = False) -> Lookup:
     if not serving_dir:
         return Lookup(None)
     versions = complete_versions(serving_dir)
+    named, served_note = served(serving_dir, versions)
+    followed = named if named is not None and not served_note else None
+    head = versions[0] if versions else None
     passed: list[Passed] = []
     for version in versions:
         path = posixpath.join(serving_dir, str(version))
-        model, problem = _inspect(path, version, checksums)
+        if followed is not None and version > followed:
+            reason = f"{model_config.MODEL_CONFIG_FILE} names {followed}"
+            passed.append(Passed(path, version, NOT_SERVED, reason))
+            continue
+        model, problem = inspect(path, version, checksums)
         if problem is not None:
             passed.append(problem)
         if model is not None:
-            return Lookup(model, tuple(passed), versions[0], serving_dir)
-    return Lookup(None, tuple(passed), versions[0] if versions else None, serving_dir)
+            return Lookup(model, tuple(passed), head, serving_dir, named, served_note)
+    return Lookup(None, tuple(passed), head, serving_dir, named, served_note)
 
 
 def latest(serving_dir: str | None) -> ServedModel | None:

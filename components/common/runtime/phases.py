@@ -1,4 +1,5 @@
-"""The phases of a conversion, and the one test seam that stops a process in one.
+"""The phases of a conversion (and of pointing a model server at a version), and the one
+test seam that stops a process in one.
 
 With IMGPIPE_STOP_AT=<phase> set (or <phase>:<SIGNAL>, e.g. writing:TERM), the process
 sends itself the signal, SIGKILL by default, when it first reaches that phase. The kill
@@ -19,6 +20,12 @@ WRITING = "writing"  # shards are written into the work folder
 PUBLISHING = "publishing"  # shards and the metadata files are moving into place
 PUBLISHED = "published"  # everything is in place but the manifest, written last
 PHASES = (LISTING, CONVERTING, WRITING, PUBLISHING, PUBLISHED)
+# Pointing a model server at a version (formats/model_config.py): by a push, after its
+# files, or by `imgpipe rollback` (formats/rollback.py).
+ROLLING_BACK = "rolling-back"  # the rollback's version is verified; nothing written yet
+POINTING = "pointing"  # kserve-models.config is written; models.config, the record, next
+POINTED = "pointed"  # models.config names the version; a rollback's history record next
+POINTER_PHASES = (ROLLING_BACK, POINTING, POINTED)
 
 _stopped = False
 

@@ -54,10 +54,12 @@ LEASE_SECONDS = 3600.0
 # before the holder counts as gone.
 BEAT_SECONDS = 20.0
 STALE_SECONDS = 120.0
-# On the Evaluator's blessing, for the Pusher: the lease's token, and the newest complete
-# version when the champion was picked (-1: none), which must still be the newest.
+# On the Evaluator's blessing, for the Pusher: the lease's token, the newest complete
+# version when the champion was picked (-1: none), which must still be the newest, and
+# the version models.config named then (-1: none), which it must still name.
 LEASE_PROPERTY = "serving_lease"
 SERVING_HEAD_PROPERTY = "serving_head"
+SERVED_PROPERTY = "served_version"
 NO_HEAD = -1
 # On the Pusher's PushedModel when it refused: the one line saying why.
 REFUSED_PROPERTY = "refused"
