@@ -186,3 +186,32 @@ def test_a_model_server_sees_only_whole_versions_while_a_push_is_killed(store, t
     # What a server listing the version folders (--model_base_path) would have loaded.
     assert watcher.partial_listed
     fileio.remove(store.uri("watched"))
+
+
+def test_a_rollback_on_each_store_is_atomic_and_followed(store, tmp_path):
+    """`imgpipe rollback` on an object store: killed between its two writes it leaves
+    models.config naming a whole version; run again it serves the previous one, which the
+    next retrain's champion follows; the history records it."""
+    from imgpipe.components.common.formats import rollback, serving_history
+
+    serving = store.uri("rollback", "serving")
+    for version in (100, 200):
+        pusher.publish(fake_model(str(tmp_path / f"m{version}")), serving, now=version)
+    env = {**os.environ, phases.STOP_AT_ENV: phases.POINTING}
+    code = "import sys; from imgpipe.components.common.formats import rollback; "
+    code += "rollback.rollback(sys.argv[1])"
+    assert subprocess.run([sys.executable, "-c", code, serving], env=env).returncode == -9
+    assert model_config.served_version(serving) == 200
+    assert served_models.find(serving, checksums=True).model.version == 200
+
+    done = rollback.rollback(serving)
+    assert (done.version, done.was, done.warning) == (100, 200, "")
+    for name in (model_config.MODEL_CONFIG_FILE, model_config.KSERVE_CONFIG_FILE):
+        text = fileio.read_bytes(f"{serving}/{name}").decode()
+        assert model_config.config_version(text) == 100
+    found = served_models.find(serving, checksums=True)
+    assert (found.model.version, found.head, found.served) == (100, 200, 100)
+    assert [p.status for p in found.passed] == [served_models.NOT_SERVED]
+    decisions, _ = serving_history.read(serving)
+    assert [(d.kind, d.model_version) for d in decisions] == [(serving_history.ROLLBACK, 100)]
+    fileio.remove(store.uri("rollback"))
