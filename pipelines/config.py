@@ -10,6 +10,7 @@ default, is defined once, by the component that reads it:
   serving       ImagePusher        components/pusher/serving_files.py (each push's
                                    KServe InferenceService)
   kubeflow      the KFP compiler   pipelines/kubeflow/config.py
+  retention     what a run keeps   pipelines/retention.py (imgpipe gc, each local run's end)
 
 Example YAML (every key optional; unknown keys are errors that list the allowed ones):
 
@@ -54,6 +55,7 @@ from imgpipe.components.pusher import ServingConfig
 from imgpipe.components.trainer import TrainerConfig
 from imgpipe.pipelines import credentials
 from imgpipe.pipelines.kubeflow.config import KubeflowConfig
+from imgpipe.pipelines.retention import RetentionConfig
 
 # Keys of the first release's config, and where each went.
 
@@ -94,6 +96,9 @@ class PipelineConfig:
       serving_dir: where Pusher copies a blessed model.
       metadata_path: the local runner's SQLite MLMD file; default under pipeline_root.
       enable_cache: reuse results of unchanged inputs.
+      span: the one span of a {SPAN} pattern this run reads (TFX's static range); None
+        reads the newest (`imgpipe run local` runs each span landed since the last run
+        it saw in turn, docs/retraining.md).
       beam_args: Beam pipeline args (e.g. Dataflow or Flink); empty runs Beam locally.
       example_gen: ImageExampleGen's image and output options.
       statistics: ImageStatistics' report settings, thresholds and gate.
@@ -102,6 +107,7 @@ class PipelineConfig:
       evaluator: the blessing rules.
       serving: how a pushed model is served: the InferenceService each push carries.
       kubeflow: images, resources, GPU scheduling and volumes on Kubeflow.
+      retention: what the serving folder and the pipeline root keep.
     """
 
     pipeline_name: str = dataclasses.field(
@@ -112,6 +118,7 @@ class PipelineConfig:
     serving_dir: str = os.path.join(DEFAULT_WORK_DIR, "serving")
     metadata_path: str | None = None
     enable_cache: bool = True
+    span: int | None = None
     beam_args: tuple[str, ...] = dataclasses.field(
         default=(), metadata=config_loader.flag(kind=config_loader.TEXT)
     )
@@ -121,6 +128,7 @@ class PipelineConfig:
     evaluator: EvaluatorConfig = dataclasses.field(default_factory=EvaluatorConfig)
     serving: ServingConfig = dataclasses.field(default_factory=ServingConfig)
     kubeflow: KubeflowConfig = dataclasses.field(default_factory=KubeflowConfig)
+    retention: RetentionConfig = dataclasses.field(default_factory=RetentionConfig)
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting, in any section.
@@ -145,6 +153,7 @@ class PipelineConfig:
             ("evaluator", self.evaluator),
             ("serving", self.serving),
             ("kubeflow", self.kubeflow),
+            ("retention", self.retention),
         ):
             try:
                 section.validate()

@@ -61,6 +61,7 @@ class RunResult:
     metadata_path: str
     nodes: dict[str, NodeResult]
     run_id: str | None = None
+    retention: str = ""  # what the collection at the run's end did (collect.Collected)
 
     def artifact(self, component_id: str, key: str) -> OutputArtifact | None:
         node = self.nodes.get(component_id)
@@ -147,7 +148,21 @@ def run(config: PipelineConfig, announce: StepAnnouncer | None = None) -> RunRes
             LocalDagRunner().run_with_ir(ir)
     finally:
         release_lease(config, run_id)
-    return latest_results(config, run_id)
+    result = latest_results(config, run_id)
+    return dataclasses.replace(result, retention=collect_after(config, run_id))
+
+
+def collect_after(config: PipelineConfig, run_id: str) -> str:
+    """The collection that ends every run (pipelines/retention.py), as one line; a
+    collection that fails is named and never fails the run."""
+    if not config.retention.enabled:
+        return "off (retention.enabled is false)"
+    from imgpipe.pipelines.collect import collect
+
+    try:
+        return collect(config, owner=f"retention after {run_id}", strict=False).summary()
+    except (OSError, ValueError) as e:
+        return f"failed: {' '.join(str(e).split())[:300]}; run imgpipe gc to retry"
 
 
 def release_lease(config: PipelineConfig, run_id: str) -> None:
@@ -252,7 +267,9 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         *drift_lines(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)),
         *label_audit_lines(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)),
         *training_lines(result.uri(ids.TRAINER, keys.MODEL_RUN_KEY)),
-        *evaluation_lines(result.uri(ids.EVALUATOR, keys.EVALUATION_KEY)),
+        *evaluation_lines(
+            result.uri(ids.EVALUATOR, keys.EVALUATION_KEY), config.evaluator.paired_significance
+        ),
         f"model (served)       {pushed_to or not_pushed}",
         f"image report         {report_in(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY))}",
         f"statistics (TFDV)    {result.uri(ids.STATISTICS_GEN, keys.STATISTICS_KEY)}",
@@ -260,6 +277,8 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         f"anomalies            {result.uri(ids.EXAMPLE_VALIDATOR, keys.ANOMALIES_KEY)}",
         f"metadata (SQLite)    {result.metadata_path}",
     ]
+    if result.retention:
+        lines.append(f"retention            {result.retention}")
     states = sorted({n.state for n in result.nodes.values()})
     lines.append(
         f"executions           {', '.join(states)}"
@@ -353,8 +372,9 @@ def champion_lines(champion_uri: str | None) -> list[str]:
     return [f"champion             {resolved.describe()}"]
 
 
-def evaluation_lines(evaluation_uri: str | None) -> list[str]:
-    """Both models' eval accuracy and the blessing decision, from evaluation.json."""
+def evaluation_lines(evaluation_uri: str | None, significance: float) -> list[str]:
+    """Both models' eval accuracy and the blessing decision, from evaluation.json; each
+    set's evidence at the paired test's `significance`."""
     from imgpipe.components.evaluator import read_evaluation
 
     result = read_evaluation(evaluation_uri)
@@ -374,7 +394,7 @@ def evaluation_lines(evaluation_uri: str | None) -> list[str]:
     if champion.note and champion.metrics is not None:
         lines.append(f"classes              {champion.note}")
     for comparison in result.comparisons:
-        lines.append(f"{comparison.name:<20} {comparison_text(comparison)}")
+        lines.append(f"{comparison.name:<20} {comparison_text(comparison, significance)}")
     return [
         *lines,
         f"blessing             {result.decision.reason}",
@@ -397,7 +417,7 @@ def label_audit_lines(statistics_uri: str | None) -> list[str]:
     return [] if audited is None else [f"label audit          {label_audit.describe(audited)}"]
 
 
-def comparison_text(comparison: Any) -> str:
+def comparison_text(comparison: Any, significance: float) -> str:
     """Both models' accuracy on one evaluation set, or why they were not compared."""
     scores = []
     if comparison.candidate is not None:
@@ -410,7 +430,19 @@ def comparison_text(comparison: Any) -> str:
             f"{', '.join(scores)} on {comparison.candidate.examples} images of "
             f"{len(comparison.classes)} classes ({comparison.uri})"
         )
-    return "; ".join(filter(None, [text, comparison.note]))
+    return "; ".join(filter(None, [text, evidence_text(comparison, significance), comparison.note]))
+
+
+def evidence_text(comparison: Any, significance: float) -> str:
+    """The smallest drop the paired test at `significance` could see on the set, at
+    paired.POWER ("" when the models were not compared image by image)."""
+    from imgpipe.components.evaluator import POWER
+
+    paired = comparison.paired
+    visible = paired.smallest_visible_drop(significance) if paired is not None else None
+    if visible is None or comparison.p_value is None:
+        return ""
+    return f"a drop of {visible * 100:.1f} points or more would show ({POWER:.0%} power)"
 
 
 def drift_lines(statistics_uri: str | None) -> list[str]:

@@ -38,7 +38,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from imgpipe.pipelines.cli import convert, engine, history, kfp, rollback, run, stats, version
+    from imgpipe.pipelines.cli import (
+        convert,
+        engine,
+        gc,
+        history,
+        kfp,
+        rollback,
+        run,
+        stats,
+        version,
+    )
 
     parser = _Parser(
         prog="imgpipe",
@@ -57,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"or {chatter.VERBOSE_ENV}=1)",
     )
     subparsers = parser.add_subparsers(title="subcommands", metavar="COMMAND")
-    for module in (version, convert, run, kfp, stats, engine, history, rollback):
+    for module in (version, convert, run, kfp, stats, engine, rollback, history, gc):
         module.register(subparsers)
     _remember_command_parsers(parser)
     return parser

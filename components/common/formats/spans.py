@@ -46,7 +46,8 @@ class AdmittedSpan:
     version: int = VERSION
 
 
-def _path(serving_dir: str, span: int) -> str:
+def record_path(serving_dir: str, span: int) -> str:
+    """Where span `span`'s admission is recorded."""
     return posixpath.join(serving_dir, SPANS_DIR, f"span-{span}.json")
 
 
@@ -59,7 +60,7 @@ def admit(
 ) -> str:
     """Records the span (a rerun of it replaces the record); returns the file."""
     fileio.makedirs(posixpath.join(serving_dir, SPANS_DIR))
-    path = _path(serving_dir, span)
+    path = record_path(serving_dir, span)
     record = AdmittedSpan(span, examples_uri, tuple(labels), accepted)
     fileio.write_atomic(path, config_loader.to_document(record).encode())
     return path
@@ -67,16 +68,17 @@ def admit(
 
 def withdraw(serving_dir: str, span: int) -> None:
     """A rerun of the span stopped at a gate: it is no longer admitted."""
-    path = _path(serving_dir, span)
+    path = record_path(serving_dir, span)
     if fileio.exists(path):
         fileio.remove(path)
 
 
-def admitted(serving_dir: str) -> list[AdmittedSpan]:
-    """Every admitted span, newest first; unreadable records are passed over."""
+def admitted(serving_dir: str, problems: list[str] | None = None) -> list[AdmittedSpan]:
+    """Every admitted span, newest first; unreadable records are passed over, and named
+    in `problems` when it is given."""
     if not serving_dir:
         return []
     found = record_folders.read_records(
-        posixpath.join(serving_dir, SPANS_DIR), AdmittedSpan, VERSION, "span-"
+        posixpath.join(serving_dir, SPANS_DIR), AdmittedSpan, VERSION, "span-", problems
     )
     return sorted(found, key=lambda s: s.span, reverse=True)

@@ -1,0 +1,98 @@
+"""Retention in the pipeline root of local runs: which artifacts TFX's metadata store
+(SQLite MLMD) says no one needs, and their deletion, marked in MLMD (pipelines/retention.py
+has the rules and the order that survives a crash)."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Collection
+
+from imgpipe.pipelines.retention import Plan, Removal
+
+# MLMD's execution states whose outputs are final (the others: a run in progress).
+_FINISHED = ("COMPLETE", "CACHED", "FAILED", "CANCELED")
+
+
+def _store(metadata_path: str):
+    from ml_metadata.metadata_store import metadata_store
+    from tfx.orchestration import metadata
+
+    return metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(metadata_path))
+
+
+def _under(uri: str, root: str) -> bool:
+    root = root.rstrip("/") + "/"
+    return uri.startswith(root)
+
+
+def pipeline_root_plan(
+    metadata_path: str, pipeline_root: str, pipeline_name: str, window_examples: Collection[str]
+) -> Plan:
+    """What goes from the pipeline root: every artifact under it that is not an input or
+    output of a step's latest finished execution, of an execution still running, or the
+    Examples of a span in the window (`window_examples`, their URIs); and every one a
+    collection marked and did not finish."""
+    from ml_metadata.proto import metadata_store_pb2
+
+    store = _store(metadata_path)
+    state_names = {v: k for k, v in metadata_store_pb2.Execution.State.items()}
+    keep = {uri.rstrip("/") for uri in window_examples}
+    kept = [f"{uri}: a span of the window" for uri in sorted(keep)]
+    keep_ids: set[int] = set()
+    prefix = f"{pipeline_name}."
+    for context in store.get_contexts_by_type("node"):
+        if not context.name.startswith(prefix):
+            continue
+        executions = store.get_executions_by_context(context.id)
+        finished = [e for e in executions if state_names[e.last_known_state] in _FINISHED]
+        running = [e for e in executions if state_names[e.last_known_state] not in _FINISHED]
+        latest = [max(finished, key=lambda e: e.id)] if finished else []
+        held = latest + running
+        events = store.get_events_by_execution_ids([e.id for e in held]) if held else []
+        keep_ids.update(event.artifact_id for event in events)
+    removals = []
+    marked = metadata_store_pb2.Artifact.MARKED_FOR_DELETION
+    for artifact in store.get_artifacts():
+        uri = artifact.uri.rstrip("/")
+        if not uri or not _under(uri, pipeline_root):
+            continue
+        if artifact.state == metadata_store_pb2.Artifact.DELETED:
+            continue
+        if artifact.state != marked and (artifact.id in keep_ids or uri in keep):
+            continue
+        reason = (
+            "marked by a collection that did not finish"
+            if artifact.state == marked
+            else f"{posixpath.basename(posixpath.dirname(posixpath.dirname(uri)))} output "
+            "of an earlier run, outside the window and TFX's cache"
+        )
+        removals.append(Removal(uri, reason, artifact_id=artifact.id))
+    return Plan(tuple(removals), tuple(kept))
+
+
+def apply_pipeline_root(plan: Plan, metadata_path: str) -> list[str]:
+    """Marks, deletes, then marks deleted; returns one line per failure."""
+    from ml_metadata.proto import metadata_store_pb2
+
+    from imgpipe.components.common.storage import fileio
+
+    store = _store(metadata_path)
+    by_id = {r.artifact_id: r for r in plan.removals if r.artifact_id is not None}
+    artifacts = store.get_artifacts_by_id(list(by_id)) if by_id else []
+    for artifact in artifacts:
+        artifact.state = metadata_store_pb2.Artifact.MARKED_FOR_DELETION
+    if artifacts:
+        store.put_artifacts(artifacts)
+    problems, done = [], []
+    for artifact in artifacts:
+        removal = by_id[artifact.id]
+        try:
+            fileio.remove(removal.path)
+        except OSError as e:
+            problems.append(f"{removal.path}: not deleted ({e})")
+            continue
+        artifact.state = metadata_store_pb2.Artifact.DELETED
+        done.append(artifact)
+    if done:
+        store.put_artifacts(done)
+    return problems
