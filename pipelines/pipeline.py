@@ -130,6 +130,7 @@ def _data_steps(config: PipelineConfig, parameters: dict[str, Any]) -> list[base
         input_base=parameters.get(DATA_ROOT_PARAMETER, config.data_root),
         image_options=config.example_gen.image,
         output_options=config.example_gen.output,
+        range_config=None if config.span is None else static_span(config.span),
     ).with_id(ids.EXAMPLE_GEN)
     statistics_gen = tfx.components.StatisticsGen(
         examples=example_gen.outputs[keys.EXAMPLES_KEY],
@@ -190,6 +191,15 @@ def _model_steps(
         custom_config={SERVING_CONFIG_KEY: config_loader.to_dict(config.serving)},
     ).with_id(ids.PUSHER)
     return [trainer, evaluator, pusher]
+
+
+def static_span(span: int) -> Any:
+    """TFX's RangeConfig that reads `span` alone."""
+    from tfx.proto import range_config_pb2
+
+    return range_config_pb2.RangeConfig(
+        static_range=range_config_pb2.StaticRange(start_span_number=span, end_span_number=span)
+    )
 
 
 def create_pipeline(

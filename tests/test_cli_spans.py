@@ -47,10 +47,17 @@ def test_two_spans_two_run_local_calls_with_the_same_config(tmp_path, capsys):
     assert steps[:2] == [["ImageExampleGen", "started"], ["ImageExampleGen", "done"]], out
     assert steps[-1] == ["Pusher", "done"] and len(steps) == 2 * len({s[0] for s in steps}), out
 
+    first_model = next(line for line in out.splitlines() if line.startswith("model (trained)"))
     retraining_data.span_folder(str(tmp_path / "images"), 2, per_class=12, size=32)
     assert cli.main(argv) == 0, capsys.readouterr().err
-    second = data_line(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    second = data_line(out)
     assert second.endswith("/images/span-{SPAN} (span 2)"), second
+    # The end of the run collected the first run's model (a push holds it), not span 1's
+    # Examples, which the window trains on.
+    assert "retention            deleted " in out, out
+    assert not os.path.exists(first_model.split()[-1])
+    assert "spans trained        spans 2, 1" in out, out
 
 
 def spans(root, *names: str) -> str:

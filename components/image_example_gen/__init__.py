@@ -19,7 +19,7 @@ if TYPE_CHECKING:
         MIN_CLASSES,
         too_few_classes_message,
     )
-    from imgpipe.components.image_example_gen.driver import resolve_input_root
+    from imgpipe.components.image_example_gen.driver import resolve_input_root, split_input_base
     from imgpipe.components.image_example_gen.listing import list_images
     from imgpipe.components.image_example_gen.options import (
         LAYOUT_SPLIT,
@@ -31,9 +31,12 @@ if TYPE_CHECKING:
         flat_splits,
     )
     from imgpipe.components.image_example_gen.publishing import is_conversion_file
+    from imgpipe.components.image_example_gen.span_folders import landed_spans
     from imgpipe.components.image_example_gen.transforms import ImageConversionError
 
 __all__ = [
+    "split_input_base",
+    "landed_spans",
     "LAYOUT_SPLIT",
     "MIN_CLASSES",
     "ON_ERROR_SKIP",

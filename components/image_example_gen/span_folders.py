@@ -270,3 +270,15 @@ def _names(paths: Sequence[str]) -> str:
     if rest:
         return f"{', '.join(shown)} and {rest} more"
     return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
+
+
+def landed_spans(base: str, pattern: str) -> list[int]:
+    """Every span number a folder of `base` holds under `pattern`, ascending; none when
+    the pattern has no specs or `base` does not exist."""
+    levels = _levels(pattern)
+    if not any(level.specs for level in levels) or not fileio.isdir(base):
+        return []
+    candidates, _, _ = _walk(base, levels)
+    return sorted(
+        {number for path, number, _ in candidates if fileio.isdir(os.path.join(base, path))}
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from typing import Any
 
@@ -65,6 +66,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "labels are right and the served model has not seen data like it); accepting "
         "drift does not do this (statistics.accept_label_issues_span)",
     )
+    local.add_argument(
+        "--span",
+        type=int,
+        metavar="SPAN",
+        help="read span SPAN of the --data pattern, and no other (a span an earlier run "
+        "left); without it the run reads every span landed since the last one it saw, in "
+        "turn",
+    )
     local.set_defaults(handler=run_local)
 
     demo = subparsers.add_parser(
@@ -119,7 +128,24 @@ def run_local(args: argparse.Namespace) -> int:
     )
     check_data(config, origin, data_root)
     check_serving_dir(config.serving_dir)
-    return _run_and_report(config, not_pushed=NOT_PUSHED_EXIT_CODE)
+    return _run_spans(config, args.span)
+
+
+def _run_spans(config: Any, asked: int | None) -> int:
+    """Runs each span the catch-up plan names, oldest first, until one fails; 0 when any
+    was pushed."""
+    from imgpipe.pipelines.cli import catch_up
+
+    span_plan = catch_up.plan(config.data_root, config.serving_dir, asked)
+    for note in span_plan.notes:
+        print(f"spans                {note}", flush=True)
+    codes = []
+    for span in span_plan.spans:
+        if len(span_plan.spans) > 1:
+            print(f"span {span}", flush=True)
+        run_config = config if span is None else dataclasses.replace(config, span=span)
+        codes.append(_run_and_report(run_config, not_pushed=NOT_PUSHED_EXIT_CODE))
+    return 0 if 0 in codes else NOT_PUSHED_EXIT_CODE
 
 
 def check_serving_dir(serving_dir: str) -> None:

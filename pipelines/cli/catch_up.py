@@ -1,0 +1,76 @@
+"""Which spans `imgpipe run local` runs: every span that landed since the last one a run
+of this serving folder saw, oldest first, so a scheduler that was down for two days loses
+no data; the spans it leaves, and the numbers missing, are named with the flag that takes
+one in."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class SpanPlan:
+    """What a run reads.
+
+    Attributes:
+      spans: the spans to run in turn, oldest first; [None] reads the newest as TFX does.
+      notes: one line each: the spans caught up, left, and missing.
+    """
+
+    spans: tuple[int | None, ...]
+    notes: tuple[str, ...] = ()
+
+
+def seen_spans(serving_dir: str) -> set[int]:
+    """The spans an earlier run decided on: admitted, pushed, refused or stopped at a gate
+    (the serving folder's span records and history)."""
+    from imgpipe.components.common.formats import serving_history, spans
+
+    if not serving_dir:
+        return set()
+    seen = {s.span for s in spans.admitted(serving_dir)}
+    decisions, _ = serving_history.read(serving_dir)
+    seen.update(d.span for d in decisions if d.span is not None)
+    return seen
+
+
+def plan(data_root: str, serving_dir: str, asked: int | None) -> SpanPlan:
+    """The spans of `data_root`'s {SPAN} pattern this run reads.
+
+    Args:
+      data_root: the image folder, perhaps with a span pattern.
+      serving_dir: where earlier runs recorded what they saw.
+      asked: the one span the user asked for (--span), if any.
+    """
+    if asked is not None:
+        return SpanPlan((asked,))
+    if "{" not in data_root:
+        return SpanPlan((None,))
+    from imgpipe.components.image_example_gen import landed_spans, split_input_base
+
+    landed = landed_spans(*split_input_base(data_root))
+    seen = seen_spans(serving_dir)
+    if not landed or not seen:
+        return SpanPlan((None,))
+    newest_seen = max(seen)
+    new = [s for s in landed if s > newest_seen]
+    notes = []
+    if len(new) > 1:
+        notes.append(
+            f"spans landed since span {newest_seen}, the last a run saw: "
+            f"{', '.join(map(str, new))}; each is run in turn"
+        )
+    left = [s for s in landed if s < newest_seen and s not in seen]
+    for span in left:
+        notes.append(
+            f"span {span} landed after span {newest_seen} was run and is not read; take it "
+            f"in with: imgpipe run local --span {span} ..."
+        )
+    known = set(landed) | seen
+    missing = [s for s in range(min(known), max(known)) if s not in known]
+    if missing:
+        notes.append(
+            f"span{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
+            "missing: no folder holds it"
+        )
+    return SpanPlan(tuple(new) if new else (None,), tuple(notes))

@@ -1,0 +1,71 @@
+"""Every span that lands is used (pipelines/cli/catch_up.py): a run reads each span landed
+since the last one a run of the serving folder saw, oldest first, names a span it leaves
+with the flag that takes it in, and names the span numbers missing."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from imgpipe.components.common.formats import serving_history, spans
+from imgpipe.pipelines import config as cfg
+from imgpipe.pipelines import pipeline as pl
+from imgpipe.pipelines.cli import catch_up
+
+pytestmark = pytest.mark.unit
+
+
+def landed(tmp_path, *numbers: int) -> str:
+    for number in numbers:
+        os.makedirs(tmp_path / "data" / f"span-{number}" / "a")
+    os.makedirs(tmp_path / "data" / "span-x")  # a stray folder is no span
+    return str(tmp_path / "data" / "span-{SPAN}")
+
+
+def seen(tmp_path, admitted=(), stopped=()) -> str:
+    serving = str(tmp_path / "serving")
+    for span in admitted:
+        spans.admit(serving, span, f"/root/examples/{span}", ("a", "b"))
+    for span in stopped:
+        serving_history.record(
+            serving, serving_history.Decision(time=span, kind=serving_history.STOPPED, span=span)
+        )
+    return serving
+
+
+def test_spans_that_landed_together_are_each_run_in_turn(tmp_path):
+    plan = catch_up.plan(landed(tmp_path, 1, 2, 3, 4), seen(tmp_path, admitted=[1]), None)
+    assert plan.spans == (2, 3, 4)
+    assert plan.notes == (
+        "spans landed since span 1, the last a run saw: 2, 3, 4; each is run in turn",
+    )
+
+
+def test_a_span_stopped_at_a_gate_counts_as_seen_and_the_next_run_goes_on(tmp_path):
+    plan = catch_up.plan(landed(tmp_path, 1, 2, 3), seen(tmp_path, admitted=[1], stopped=[2]), None)
+    assert plan.spans == (3,) and plan.notes == ()
+
+
+def test_a_missing_span_number_and_a_span_left_behind_are_named(tmp_path):
+    plan = catch_up.plan(landed(tmp_path, 1, 2, 3, 4, 6), seen(tmp_path, admitted=[1, 3, 4]), None)
+    assert plan.spans == (6,)
+    assert plan.notes == (
+        "span 2 landed after span 4 was run and is not read; take it in with: "
+        "imgpipe run local --span 2 ...",
+        "span 5 missing: no folder holds it",
+    )
+
+
+def test_a_first_run_reads_the_newest_and_a_named_span_is_read_alone(tmp_path):
+    data = landed(tmp_path, 1, 2, 3)
+    assert catch_up.plan(data, seen(tmp_path), None) == catch_up.SpanPlan((None,))
+    assert catch_up.plan(data, seen(tmp_path, admitted=[3]), 2).spans == (2,)
+    assert catch_up.plan(str(tmp_path / "data"), "", None).spans == (None,)
+
+
+def test_a_span_becomes_tfxs_static_range_of_the_conversion(tmp_path):
+    config = cfg.from_dict({"data_root": str(tmp_path / "span-{SPAN}"), "span": 7})
+    [example_gen] = [c for c in pl.create_components(config) if c.id == "ImageExampleGen"]
+    assert '"start_span_number": 7' in example_gen.exec_properties["range_config"]
+    assert '"end_span_number": 7' in example_gen.exec_properties["range_config"]
