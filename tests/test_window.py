@@ -34,6 +34,15 @@ def test_the_window_is_the_newest_admitted_spans_before_this_one():
 
 
 @pytest.mark.unit
+def test_a_span_left_out_is_replaced_by_an_older_one_so_the_window_keeps_its_size():
+    found = [admitted(1), admitted(2), admitted(3), admitted(4)]
+    gone = {"/examples/3": "its examples /examples/3 are gone (deleted)"}
+    chosen = window.choose(found, 5, ["a", "b"], 3, lambda uri: gone.get(uri, ""))
+    assert chosen.spans == (5, 4, 2)
+    assert chosen.note == "left out span 3: its examples /examples/3 are gone (deleted)"
+
+
+@pytest.mark.unit
 def test_earlier_spans_are_mapped_by_class_name_or_left_out_with_why():
     found = [admitted(1, ("a", "c")), admitted(2, ("a", "x")), admitted(3, ("a", "b", "c"))]
     gone = {"/examples/3": "its examples /examples/3 cannot be read (no manifest)"}
@@ -119,3 +128,15 @@ def test_a_span_let_through_by_an_acceptance_waits_for_a_push_trained_on_it():
         2,
         1,
     )
+
+
+@pytest.mark.unit
+def test_a_damaged_span_record_admits_nothing_and_is_named(tmp_path):
+    serving = str(tmp_path / "serving")
+    spans.admit(serving, 1, "/examples/1", ("a", "b"))
+    record = spans.admit(serving, 2, "/examples/2", ("a", "b"))
+    with open(record, "r+b") as f:  # truncated to half, as a full disk leaves it
+        f.truncate(os.path.getsize(record) // 2)
+    problems: list[str] = []
+    assert [s.span for s in spans.admitted(serving, problems)] == [1]
+    assert len(problems) == 1 and problems[0].startswith(f"{record}: ")

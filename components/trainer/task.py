@@ -243,9 +243,12 @@ def choose_window(
 ) -> window_lib.Window:
     """The spans to train on (window.py), from the spans admitted beside the champion."""
     serving_dir = resolved.serving_dir if resolved is not None else ""
-    admitted = spans_lib.admitted(serving_dir) if serving_dir else []
+    damaged: list[str] = []
+    admitted = spans_lib.admitted(serving_dir, damaged) if serving_dir else []
 
     def missing(examples_uri: str) -> str:
+        if not fileio.exists(examples_uri):
+            return f"its examples {examples_uri} are gone (deleted)"
         try:
             manifest.verify(examples_uri)
             input_lib.split_source(examples_uri, train_split)
@@ -256,6 +259,11 @@ def choose_window(
     champion = resolved.model if resolved is not None else None
     served = champion.training().get("spans", []) if champion is not None else []
     chosen = window_lib.choose(admitted, span, labels, config.spans, missing, served)
+    if damaged:  # a damaged record admits nothing, and says so
+        unread = "span records not read: " + "; ".join(damaged)
+        chosen = dataclasses.replace(
+            chosen, note=f"{chosen.note}; {unread}" if chosen.note else unread
+        )
     logging.info("Trainer: trains on %s", window_lib.describe(chosen))
     return chosen
 

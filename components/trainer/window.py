@@ -58,11 +58,11 @@ def choose(
     if span is None or size == 1:
         return Window((span,))
     earlier = sorted((s for s in admitted if s.span < span), key=lambda s: -s.span)
-    if size:
-        earlier = earlier[: size - 1]
     taken: list[tuple[AdmittedSpan, tuple[int, ...] | None]] = []
     left_out = []
-    for candidate in earlier:
+    for candidate in earlier:  # newest first; one left out is replaced by an older one
+        if size and len(taken) >= size - 1:
+            break
         extra = [name for name in candidate.labels if name not in labels]
         why = missing(candidate.examples_uri)
         if candidate.accepted and candidate.span not in served:

@@ -14,9 +14,12 @@ from imgpipe.components.common.storage import fileio
 T = TypeVar("T")
 
 
-def read_records(folder: str, cls: type[T], version: int, prefix: str) -> list[T]:
+def read_records(
+    folder: str, cls: type[T], version: int, prefix: str, problems: list[str] | None = None
+) -> list[T]:
     """Every `<prefix>*.json` record in `folder` that reads as `cls` at `version`, in
-    name order; none when the folder does not exist."""
+    name order; none when the folder does not exist. Each record that cannot be read is
+    named in `problems` ("<path>: <why>"), when given."""
     if not folder or not fileio.isdir(folder):
         return []
     found = []
@@ -27,6 +30,8 @@ def read_records(folder: str, cls: type[T], version: int, prefix: str) -> list[T
         try:
             text = fileio.read_bytes(path).decode()
             found.append(config_loader.from_document(cls, text, path, version))
-        except (OSError, ValueError):
+        except (OSError, ValueError) as e:
+            if problems is not None:
+                problems.append(f"{path}: {' '.join(str(e).split())[:200]}")
             continue
     return found
