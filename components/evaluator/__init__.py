@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from imgpipe.components.evaluator.component import ImageEvaluator
     from imgpipe.components.evaluator.config import EvaluatorConfig
     from imgpipe.components.evaluator.evaluation import read_if_present as read_evaluation
+    from imgpipe.components.evaluator.paired import POWER
 
-__all__ = ["EvaluatorConfig", "ImageEvaluator", "read_evaluation"]
+__all__ = ["POWER", "EvaluatorConfig", "ImageEvaluator", "read_evaluation"]
 # mypy reads the names above; a misspelt one fails the type check.
 if not TYPE_CHECKING:
     __getattr__ = front_door.lazy(__name__)

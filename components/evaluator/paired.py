@@ -26,6 +26,20 @@ import dataclasses
 import math
 
 TEST_NAME = "McNemar exact, one-sided"
+# The power at which a decision states the smallest drop it could have seen.
+POWER = 0.8
+
+
+def _normal_quantile(p: float) -> float:
+    """The standard normal's p-quantile, by bisection on erfc (no SciPy here)."""
+    low, high = -10.0, 10.0
+    for _ in range(100):
+        middle = (low + high) / 2
+        if 0.5 * math.erfc(-middle / math.sqrt(2.0)) < p:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +77,22 @@ class Paired:
         b, c, n = self.candidate_only, self.champion_only, self.images
         error = math.sqrt(max(b + c - (c - b) ** 2 / n, 1.0)) / n
         return 0.5 * math.erfc((self.drop - margin) / error / math.sqrt(2.0))
+
+    def smallest_visible_drop(self, significance: float, power: float = POWER) -> float | None:
+        """The smallest drop in accuracy the McNemar test at `significance` finds with
+        probability `power` on these images: the evidence a decision rests on.
+
+        A paired test sees only discordant images, so the drop it can see is
+        (z_{1-significance} + z_power) * sqrt(d / n) for a discordant share d; a drop of
+        delta also makes at least delta of the images discordant, so it is never below
+        (z_{1-significance} + z_power)^2 / n (on 30 images, 21 points; on 3,000, 0.2).
+        None when no image was scored.
+        """
+        if not self.images:
+            return None
+        z = _normal_quantile(1.0 - significance) + _normal_quantile(power)
+        share = self.discordant / self.images
+        return max(z * math.sqrt(share / self.images), z * z / self.images)
 
     def __add__(self, other: Paired) -> Paired:
         return Paired(
