@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from imgpipe.components.common.formats import reference_sets, served_models
+from imgpipe.components.common.formats import model_config, reference_sets, served_models
 from imgpipe.components.common.formats import serving_history as history
 from imgpipe.components.common.storage import serving_lock
 from imgpipe.components.evaluator import evaluation as ev
@@ -107,7 +107,7 @@ def write_evaluation(
 
 
 @pytest.mark.unit
-def test_the_pusher_records_a_refusal_a_push_and_a_compare_and_swap_refusal(tmp_path):
+def test_the_pusher_records_a_refusal_a_push_and_the_compare_and_swap_refusals(tmp_path):
     serving = str(tmp_path / "serving")
     first = int(os.path.basename(pusher.publish(fake_model(str(tmp_path / "c" / "m")), serving)))
     fake_model(str(tmp_path / "m" / "Format-Serving"))
@@ -149,6 +149,18 @@ def test_the_pusher_records_a_refusal_a_push_and_a_compare_and_swap_refusal(tmp_
     )
     assert decision.reason.startswith(f"not pushed: {serving}/{version} was pushed after")
     assert served_models.complete_versions(serving)[0] == version
+
+    # Rolled back to `first` after this model was judged against `version`: refused, and
+    # `first` serves.
+    model_config.write(serving, first)
+    lease = serving_lock.acquire(serving, "run-4")
+    fake_model(str(tmp_path / "m4" / "Format-Serving"))
+    judged = blessing_for(tmp_path, True, version, lease.token)
+    judged.set_int_custom_property(serving_lock.SERVED_PROPERTY, version)
+    run_pusher(str(tmp_path / "m4"), judged, serving)
+    decision = history.read(serving)[0][-1]
+    assert (decision.kind, decision.served_version) == (history.REFUSED, first)
+    assert decision.reason.startswith(f"not pushed: {serving} was rolled back to {first} ")
 
 
 @pytest.mark.unit

@@ -3,7 +3,7 @@ decided, after the push or the refusal.
 
 The Pusher runs after every Evaluator, blessed or not, locally and on Kubeflow, so it
 records both outcomes: PUSHED, or REFUSED when the Evaluator did not bless the model or
-the compare-and-swap found a newer push. The figures come from the Evaluator's
+the compare-and-swap found a newer push or a rollback. The figures come from the Evaluator's
 evaluation.json beside the blessing (read as plain JSON: the Evaluator's own reader is
 its room's), the span from the blessing (artifact_types.SPAN_PROPERTY).
 """
@@ -18,7 +18,12 @@ from typing import Any
 from absl import logging
 from tfx import types
 
-from imgpipe.components.common.formats import layout, reference_sets, served_models
+from imgpipe.components.common.formats import (
+    layout,
+    model_config,
+    reference_sets,
+    served_models,
+)
 from imgpipe.components.common.formats import serving_history as history
 from imgpipe.components.common.formats.artifact_types import span_of
 from imgpipe.components.common.storage import fileio, serving_lock
@@ -63,10 +68,10 @@ def decision(
             span=span,
         )
     if refused:
-        # The push that came first serves; this run did not measure it.
+        # What came first serves (a push, a rollback); this run did not measure it.
         return history.Decision(
             kind=history.REFUSED,
-            served_version=_newest(serving_dir),
+            served_version=_served(serving_dir),
             reason=history.brief(refused),
             run_id=run_id,
             time=when,
@@ -133,7 +138,14 @@ def _evaluation(blessing_uri: str) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def _newest(serving_dir: str) -> int | None:
-    """The newest complete push: the one the compare-and-swap found first."""
+def _served(serving_dir: str) -> int | None:
+    """The version that serves after a refused compare-and-swap: the one models.config
+    names (a newer push, or a rollback's), else the newest complete push."""
+    try:
+        served = model_config.served_version(serving_dir)
+    except (OSError, ValueError):
+        served = None
+    if served is not None:
+        return served
     versions = served_models.complete_versions(serving_dir)
     return versions[0] if versions else None
