@@ -219,6 +219,23 @@ def test_a_rollback_while_a_push_copies_wins(tmp_path):
     assert [p.status for p in served_models.find(serving).passed] == [served_models.NOT_SERVED] * 2
 
 
+@pytest.mark.unit
+def test_a_retried_push_is_pointed_at_again_unless_it_was_rolled_back_from(tmp_path):
+    serving = pushes(tmp_path, (100,))
+    model = fake_model(str(tmp_path / "m200"))
+    pushed = pusher.publish(model, serving, now=200)
+    model_config.write(serving, 100)  # as a push killed before its pointers leaves them
+    assert pusher.publish(model, serving) == pushed  # the retry points at it
+    assert pointed_at(serving) == (200, 200)
+    rollback.rollback(serving)
+    with pytest.raises(
+        pusher.ServingHeadMovedError,
+        match=rf"^not pushed: {serving} was rolled back to 100 after {pushed} was pushed; ",
+    ):
+        pusher.publish(model, serving)
+    assert pointed_at(serving) == (100, 100)
+
+
 def _blessing(tmp_path, head: int | None, served: int | None, token: str):
     from tfx.types import standard_artifacts
 

@@ -16,7 +16,8 @@ Here (served_models.py has the contract):
   nothing is served. The run's serving lease (serving_lock.py) is held while it copies
   and given back either way.
 - Versions always increase, even two pushes in one second, and a retried push of the
-  same model reuses the version it already published.
+  same model reuses the version it already published (and points the servers at it,
+  unless the serving history records a rollback since).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from imgpipe.components.common.formats import (
     model_config,
     reference_sets,
     served_models,
+    serving_history,
 )
 from imgpipe.components.common.runtime import config_loader, phases
 from imgpipe.components.common.storage import disk_full, fileio, serving_lock
@@ -144,15 +146,36 @@ def publish(
 
 def _earlier_push(model_dir: str, serving_dir: str, versions: list[int]) -> str | None:
     """The version folder of an earlier push of model_dir (a retry), its pointers
-    written if it was killed before them; None if it was not pushed."""
+    written if it was killed before them; None if it was not pushed.
+
+    Raises:
+      ServingHeadMovedError: it was pushed, then rolled back from: the rollback stands.
+    """
     for version in versions:
         path = posixpath.join(serving_dir, str(version))
         if _pushed_from(path) == model_dir:
             logging.info("%s was already pushed to %s", model_dir, path)
-            if version == versions[0]:  # killed before the pointers were written
+            served = _served_or_none(serving_dir)
+            if version == versions[0] and served != version:
+                # Killed before the pointers were written, or rolled back from since.
+                if _rolled_back_since(serving_dir, version):
+                    raise ServingHeadMovedError(
+                        f"not pushed: {serving_dir} was rolled back to {served} after {path} "
+                        "was pushed; the next retrain will be judged against it"
+                    )
                 model_config.write(serving_dir, version)
             return path
     return None
+
+
+def _rolled_back_since(serving_dir: str, version: int) -> bool:
+    """Whether the serving history records a rollback made after `version` was pushed
+    (a version is the time its push began, or later); False when it cannot be read."""
+    try:
+        decisions, _ = serving_history.read(serving_dir)
+    except OSError:
+        return False
+    return any(d.kind == serving_history.ROLLBACK and d.time >= version for d in decisions)
 
 
 def _check_head(serving_dir: str, versions: list[int], expected_head: int | None) -> None:
