@@ -31,9 +31,13 @@ import dataclasses
 import posixpath
 import time
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from imgpipe.components.common.formats import model_config, served_models, spans
-from imgpipe.components.common.storage import fileio, serving_lock
+if TYPE_CHECKING:
+    from imgpipe.components.common.formats.spans import AdmittedSpan
+
+# The config loads with PipelineConfig, which loads no TensorFlow: the file seam (and
+# TensorFlow with it) is imported by the functions that read and delete.
 
 # The serving folder's records of the data gates (components/image_statistics/acceptances.py).
 ACCEPTED_DRIFT_DIR = ".accepted-drift"
@@ -103,6 +107,9 @@ class NotAServingFolder(ValueError):
 
 def is_serving_folder(serving_dir: str) -> bool:
     """A folder a Pusher wrote: a model config file, a complete version or a span record."""
+    from imgpipe.components.common.formats import model_config, served_models, spans
+    from imgpipe.components.common.storage import fileio, serving_lock
+
     if not fileio.isdir(serving_dir):
         return False
     names = set(fileio.list_dir(serving_dir))
@@ -112,11 +119,11 @@ def is_serving_folder(serving_dir: str) -> bool:
     )
 
 
-def window_spans(
-    serving_dir: str, trainer_spans: int, spare_spans: int
-) -> list[spans.AdmittedSpan]:
+def window_spans(serving_dir: str, trainer_spans: int, spare_spans: int) -> list[AdmittedSpan]:
     """The admitted spans whose records and Examples stay, newest first: all of them when
     the window is every span (`trainer.spans` 0)."""
+    from imgpipe.components.common.formats import spans
+
     admitted = spans.admitted(serving_dir)
     if trainer_spans <= 0:
         return admitted
@@ -131,6 +138,8 @@ def serving_plan(
     Raises:
       NotAServingFolder: the folder holds none of what a Pusher writes.
     """
+    from imgpipe.components.common.formats import model_config, served_models
+
     if not is_serving_folder(serving_dir):
         raise NotAServingFolder(
             f"{serving_dir} is not a serving folder (no {model_config.MODEL_CONFIG_FILE}, no "
@@ -166,6 +175,8 @@ def serving_plan(
 
 def _leftovers(serving_dir: str, versions: Sequence[int], now: float) -> Iterable[Removal]:
     """Interrupted pushes and killed writability probes, when old enough to be no run's."""
+    from imgpipe.components.common.storage import fileio
+
     for name in sorted(fileio.list_dir(serving_dir)):
         path = posixpath.join(serving_dir, name)
         if name.isdigit() and int(name) not in versions:
@@ -177,6 +188,8 @@ def _leftovers(serving_dir: str, versions: Sequence[int], now: float) -> Iterabl
 
 def _modified(path: str, default: float) -> float:
     """Seconds since the epoch; `default` where the store gives no time (a folder)."""
+    from imgpipe.components.common.storage import fileio
+
     try:
         nanoseconds = fileio.stat(path).mtime_nsec
     except OSError:
@@ -187,6 +200,8 @@ def _modified(path: str, default: float) -> float:
 def _span_records(
     serving_dir: str, trainer_spans: int, spare_spans: int, kept: list[str]
 ) -> Iterable[Removal]:
+    from imgpipe.components.common.formats import spans
+
     reach = {s.span for s in window_spans(serving_dir, trainer_spans, spare_spans)}
     if reach:
         kept.append(f"span records {', '.join(str(s) for s in sorted(reach))}: the window")
@@ -199,6 +214,8 @@ def _span_records(
 
 
 def _acceptances(serving_dir: str, kept_versions: set[int]) -> Iterable[Removal]:
+    from imgpipe.components.common.storage import fileio
+
     folder = posixpath.join(serving_dir, ACCEPTED_DRIFT_DIR)
     if not fileio.isdir(folder):
         return
@@ -213,6 +230,9 @@ def _acceptances(serving_dir: str, kept_versions: set[int]) -> Iterable[Removal]
 
 def apply_serving(plan: Plan) -> list[str]:
     """Deletes the plan's serving-folder removals; returns one line per failure."""
+    from imgpipe.components.common.formats import served_models
+    from imgpipe.components.common.storage import fileio
+
     problems = []
     for removal in plan.removals:
         try:

@@ -26,3 +26,20 @@ def one_at_a_time_scheduler(config: Any, log: Any, together: Callable[[str], str
             return together(nodeid) or nodeid
 
     return OneAtATimeScheduling(config, log)
+
+
+def cache_hit(metadata_path: str, execution_id: int) -> Any:
+    """What TFX's cache lookup returns for a cache key whose one execution is
+    `execution_id` (None: the step runs again)."""
+    from ml_metadata.proto import metadata_store_pb2
+    from tfx.orchestration import metadata
+    from tfx.orchestration.portable import cache_utils
+    from tfx.orchestration.portable.mlmd import context_lib
+
+    with metadata.Metadata(metadata.sqlite_metadata_connection_config(metadata_path)) as handle:
+        key = context_lib.register_context_if_not_exists(
+            handle, context_lib.CONTEXT_TYPE_EXECUTION_CACHE, f"execution {execution_id}"
+        )
+        association = metadata_store_pb2.Association(context_id=key.id, execution_id=execution_id)
+        handle.store.put_attributions_and_associations([], [association])
+        return cache_utils.get_cached_outputs(handle, key)

@@ -17,6 +17,7 @@ from imgpipe.pipelines import cli as imgpipe_cli
 from imgpipe.pipelines import retention, retention_mlmd
 from imgpipe.pipelines.collect import collect
 from imgpipe.pipelines.config import PipelineConfig
+from tests import plugin_patches
 from tests.test_serving_folder import fake_model
 
 pytestmark = pytest.mark.unit
@@ -157,16 +158,13 @@ def execution_with_output(store, root: str, node: str, state: str, name: str) ->
 
 def test_the_pipeline_root_keeps_the_window_the_cache_and_runs_in_progress(tmp_path):
     from ml_metadata.proto import metadata_store_pb2 as pb
-    from tfx.orchestration import metadata
-    from tfx.orchestration.portable import cache_utils
-    from tfx.orchestration.portable.mlmd import context_lib
 
     root, db = str(tmp_path / "root"), str(tmp_path / "root" / "metadata.sqlite")
     os.makedirs(root)
     store = mlmd_store(db)
     old_span, old_uri = execution_with_output(store, root, "Gen", "COMPLETE", "1")
     _, window_uri = execution_with_output(store, root, "Gen", "COMPLETE", "2")
-    _, latest_uri = execution_with_output(store, root, "Gen", "COMPLETE", "3")
+    latest_span, latest_uri = execution_with_output(store, root, "Gen", "COMPLETE", "3")
     _, old_model = execution_with_output(store, root, "Trainer", "COMPLETE", "4")
     _, running = execution_with_output(store, root, "Trainer", "RUNNING", "5")
     _, latest_model = execution_with_output(store, root, "Trainer", "COMPLETE", "6")
@@ -182,13 +180,8 @@ def test_the_pipeline_root_keeps_the_window_the_cache_and_runs_in_progress(tmp_p
     assert states[old_uri] == states[old_model] == pb.Artifact.DELETED
     assert states[window_uri] == pb.Artifact.LIVE
     # TFX's cache never hands out what is gone: the old execution's cache key finds nothing.
-    with metadata.Metadata(metadata.sqlite_metadata_connection_config(db)) as handle:
-        cache = context_lib.register_context_if_not_exists(
-            handle, context_lib.CONTEXT_TYPE_EXECUTION_CACHE, "old span's cache key"
-        )
-        association = pb.Association(context_id=cache.id, execution_id=old_span)
-        store.put_attributions_and_associations([], [association])
-        assert cache_utils.get_cached_outputs(handle, cache) is None
+    assert plugin_patches.cache_hit(db, old_span) is None
+    assert plugin_patches.cache_hit(db, latest_span) is not None
     assert retention_mlmd.pipeline_root_plan(db, root, "p", [window_uri]).removals == ()
 
 
