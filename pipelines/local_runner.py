@@ -395,6 +395,13 @@ def evaluation_lines(evaluation_uri: str | None, significance: float) -> list[st
         lines.append(f"classes              {champion.note}")
     for comparison in result.comparisons:
         lines.append(f"{comparison.name:<20} {comparison_text(comparison, significance)}")
+    if result.record is not None:  # the best model served, when it is not the champion
+        lines.append(f"record holder        {result.record.version} ({result.record.path})")
+        for comparison in result.record_comparisons:
+            text = comparison_text(comparison, significance, "record")
+            lines.append(f"  {comparison.name:<18} {text}")
+    if result.becomes_record:
+        lines.append(f"record               once pushed, the record holder: {result.record_reason}")
     return [
         *lines,
         f"blessing             {result.decision.reason}",
@@ -417,13 +424,14 @@ def label_audit_lines(statistics_uri: str | None) -> list[str]:
     return [] if audited is None else [f"label audit          {label_audit.describe(audited)}"]
 
 
-def comparison_text(comparison: Any, significance: float) -> str:
-    """Both models' accuracy on one evaluation set, or why they were not compared."""
+def comparison_text(comparison: Any, significance: float, other: str = "champion") -> str:
+    """Both models' accuracy on one evaluation set, or why they were not compared; the
+    second model is the champion, or `other`."""
     scores = []
     if comparison.candidate is not None:
         scores.append(f"candidate {comparison.candidate.accuracy:.4f}")
     if comparison.champion is not None:
-        scores.append(f"champion {comparison.champion.accuracy:.4f}")
+        scores.append(f"{other} {comparison.champion.accuracy:.4f}")
     text = ""
     if scores and comparison.candidate is not None:
         text = (

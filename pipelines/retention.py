@@ -138,7 +138,7 @@ def serving_plan(
     Raises:
       NotAServingFolder: the folder holds none of what a Pusher writes.
     """
-    from imgpipe.components.common.formats import model_config, served_models
+    from imgpipe.components.common.formats import model_config, record_holder, served_models
 
     if not is_serving_folder(serving_dir):
         raise NotAServingFolder(
@@ -155,6 +155,10 @@ def serving_plan(
     keep: set[int] = {served} if served is not None else set()
     if served is not None:
         kept.append(f"{posixpath.join(serving_dir, str(served))}: served")
+    holder, _ = record_holder.read(serving_dir)
+    if holder is not None and holder.model_version in versions:
+        keep.add(holder.model_version)
+        kept.append(f"{posixpath.join(serving_dir, str(holder.model_version))}: record holder")
     for version in [v for v in versions if v != served][: config.keep_pushes]:
         keep.add(version)
         kept.append(f"{posixpath.join(serving_dir, str(version))}: kept for a rollback")

@@ -305,3 +305,36 @@ def test_evaluator_blesses_against_the_served_champion(tmp_path):
     assert result.champion.status == ev.LABELS_DIFFER
     assert "['x', 'y', 'z']" in result.champion.note
     assert blessed.get_int_custom_property("blessed") == 1
+
+
+@pytest.mark.component
+def test_the_candidate_is_also_held_to_the_record_holder_and_may_become_it(tmp_path):
+    """A record holder other than the champion is scored on the same images and judged
+    by the same rules; a push as good as it becomes the record holder."""
+    import shutil
+
+    from imgpipe.components.common.formats import record_holder
+    from imgpipe.components.pusher.executor import publish, record_if_best
+
+    examples = _examples(tmp_path)
+    serving = str(tmp_path / "serving")
+    good = _export(_trained_model(), str(tmp_path / "good" / "Format-Serving"))
+    twin = str(tmp_path / "twin" / "Format-Serving")
+    shutil.copytree(good, twin)
+    publish(good, serving, now=100)
+    record_holder.write(serving, record_holder.RecordHolder(100, th.CLASSES, 0.0, "first"))
+    publish(twin, serving, now=200)  # the champion: the record holder's twin
+
+    result, blessed = th.evaluate(tmp_path, "held", examples, good, serving, significance=0.05)
+    assert result.champion.version == 200 and result.record.version == 100
+    assert [c.name for c in result.record_comparisons][0] == "new_split"
+    assert result.record.metrics == result.candidate  # the same weights
+    assert "not worse than record holder 100" in result.decision.reason
+    assert result.becomes_record and blessed.get_int_custom_property("becomes_record") == 1
+
+    pushed = publish(shutil.copytree(good, str(tmp_path / "third" / "Format-Serving")), serving)
+    record_if_best(serving, pushed, blessed)
+    holder, note = record_holder.read(serving)
+    assert holder is not None and note == ""
+    assert str(holder.model_version) == os.path.basename(pushed) != "100"
+    assert "at least as good as 100" in holder.reason

@@ -5,6 +5,7 @@ added, a grey span)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -183,3 +184,47 @@ def test_a_decision_states_the_smallest_drop_it_could_have_seen():
     assert three_thousand.smallest_visible_drop(0.05) == pytest.approx(0.01436, abs=1e-4)
     assert three_thousand.smallest_visible_drop(0.01) > three_thousand.smallest_visible_drop(0.05)
     assert paired.Paired(0, 0, 0).smallest_visible_drop(0.05) is None
+
+
+def record_holder(version: int = 100) -> ev.Champion:
+    return ev.Champion(ev.COMPARED, "", f"/serving/{version}", version)
+
+
+@pytest.mark.unit
+def test_drops_within_the_margin_do_not_add_up_against_the_record_holder():
+    """Each push 4 points below the last passes the champion's 5-point margin; the
+    second one is 8 points below the record holder, beyond the margin: refused there."""
+    config = EvaluatorConfig(tolerance=0.05)
+    candidate = comparison("champion_reference", 100, {"a": (80, 6, 10), "b": (80, 6, 10)})
+    # 8 points below the record: 16 images the record alone gets right, 0 the candidate.
+    below_record = comparison("champion_reference", 100, {"a": (80, 0, 8), "b": (80, 0, 8)})
+    metrics = ev.ModelMetrics.of(
+        (ev.ClassMetrics("a", 100, 86, 100), ev.ClassMetrics("b", 100, 86, 100))
+    )
+    champion = dataclasses.replace(record_holder(200), metrics=candidate.champion)
+    decision = blessing.decide(metrics, champion, config, [candidate])
+    assert decision.blessed, decision.reason
+    decision = blessing.decide(
+        metrics, champion, config, [candidate], record_holder(100), [below_record]
+    )
+    assert not decision.blessed
+    assert "against record holder" in decision.reason
+    failed = [c.name for c in decision.checks if not c.passed]
+    assert "not_worse_than_record_holder:champion_reference" in failed
+
+
+@pytest.mark.unit
+def test_the_record_moves_to_a_push_as_good_as_it_or_with_another_class_set():
+    even = comparison("champion_reference", 50, {"a": (40, 3, 3), "b": (40, 2, 2)})
+    lower = comparison("champion_reference", 50, {"a": (40, 1, 3), "b": (40, 2, 2)})
+    champion = record_holder(200)
+    assert blessing.becomes_record(champion, record_holder(100), [lower], [even])[0]
+    moved, why = blessing.becomes_record(champion, record_holder(100), [even], [lower])
+    assert not moved and "below record 100" in why
+    # Without a separate record holder the champion is the record.
+    assert not blessing.becomes_record(champion, None, [lower], [])[0]
+    added = dataclasses.replace(record_holder(100), classes_added=("c",))
+    moved, why = blessing.becomes_record(champion, added, [lower], [lower])
+    assert moved and "class set moved" in why
+    nothing = ev.Champion(ev.NO_CHAMPION, "nothing pushed yet")
+    assert blessing.becomes_record(nothing, None, [], [])[0]

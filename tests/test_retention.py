@@ -215,3 +215,19 @@ def test_a_collection_waits_for_no_one_and_skips_while_another_run_holds_the_lea
     assert collected.summary() == f"skipped: another run (another run) holds {serving}"
     assert served_models.complete_versions(serving) == [50, 40, 30, 20, 10]
     assert collect(config).summary() == "deleted 1 item(s)"
+
+
+def test_the_record_holder_stays_and_a_gone_one_is_named_at_the_head(tmp_path):
+    from imgpipe.components.common.formats import champion, record_holder
+
+    serving = pushes(tmp_path, [10, 20, 30, 40, 50, 60])
+    record_holder.write(serving, record_holder.RecordHolder(10, ("a", "b"), 0.0))
+    plan = retention.serving_plan(serving, KEEP_THREE, trainer_spans=4)
+    assert paths(plan) == ["20"]
+    assert f"{serving}/10: record holder" in plan.kept
+    resolved = champion.resolve(serving)
+    assert (resolved.champion_version, resolved.record_version) == (60, 10)
+    record_holder.write(serving, record_holder.RecordHolder(5, ("a", "b"), 0.0))
+    resolved = champion.resolve(serving)
+    assert resolved.record_version is None
+    assert resolved.record_note == "record holder 5 is gone; the champion stands for it"

@@ -14,6 +14,10 @@ from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator import paired
 from imgpipe.components.evaluator.config import EvaluatorConfig
 
+# Whom a candidate is held against, in check names and reasons.
+CHAMPION = "champion"
+RECORD_HOLDER = "record holder"
+
 
 def majority(metrics: ev.ModelMetrics) -> tuple[str | None, float]:
     """The eval split's largest class and its share: the accuracy of always guessing it."""
@@ -77,25 +81,29 @@ def _floor_checks(metrics: ev.ModelMetrics, config: EvaluatorConfig) -> list[ev.
 
 
 def _champion_checks(
-    comparison: ev.Comparison, config: EvaluatorConfig, classes_added: bool = False
+    comparison: ev.Comparison,
+    config: EvaluatorConfig,
+    classes_added: bool = False,
+    against: str = CHAMPION,
 ) -> list[ev.Check]:
-    """Candidate against champion on one set: paired image by image when the pairs were
-    recorded, else (an evaluation of version 2) on the two accuracies."""
+    """Candidate against champion (or the record holder) on one set: paired image by
+    image when the pairs were recorded, else (an evaluation of version 2) on the two
+    accuracies."""
     if comparison.paired is not None:
-        return _paired_checks(comparison, config, classes_added)
+        return _paired_checks(comparison, config, classes_added, against)
     assert comparison.candidate is not None and comparison.champion is not None
     return _unpaired_checks(comparison.candidate, comparison.champion, config, comparison.name)
 
 
 def _paired_checks(
-    comparison: ev.Comparison, config: EvaluatorConfig, classes_added: bool
+    comparison: ev.Comparison, config: EvaluatorConfig, classes_added: bool, against: str
 ) -> list[ev.Check]:
     """The two rules of paired.py on the set and on each class. With a class added, the
     old classes are refused only when significantly worse: a new class takes some of the
     images between it and its neighbours, by design, so the margin would refuse every
     model that learns one."""
     assert comparison.paired is not None
-    on = comparison.name
+    on = comparison.name if against == CHAMPION else f"{comparison.name} against {against}"
     margin_significance = 0.0 if classes_added else config.margin_significance
     overall = paired.judge(
         comparison.paired,
@@ -105,7 +113,7 @@ def _paired_checks(
     )
     checks = [
         ev.Check(
-            f"not_worse_than_champion:{on}",
+            f"not_worse_than_{against.replace(' ', '_')}:{comparison.name}",
             not overall.worse,
             f"on {on} ({comparison.paired.images} images): {overall.detail}",
         )
@@ -121,7 +129,7 @@ def _paired_checks(
         )
         checks.append(
             ev.Check(
-                f"class_not_worse:{on}:{class_paired.label}",
+                f"class_not_worse:{on}:{class_paired.label}".replace(" ", "_"),
                 not verdict.worse,
                 f"on {on}: class {class_paired.label!r} ({class_paired.paired.images} "
                 f"images): {verdict.detail}",
@@ -217,11 +225,43 @@ def comparisons_of(
     )
 
 
+def becomes_record(
+    champion: ev.Champion,
+    record: ev.Champion | None,
+    comparisons: Sequence[ev.Comparison],
+    record_comparisons: Sequence[ev.Comparison],
+) -> tuple[bool, str]:
+    """Whether a blessed candidate becomes the record holder once pushed, and why: it is
+    the first model compared with nothing, its classes differ from the record holder's
+    (the record moves with the class set), or on today's sets it got at least as many
+    images right, image by image, as the record holder (the champion, when that is it)."""
+    held = record if record is not None and record.status == ev.COMPARED else champion
+    sets = record_comparisons if held is record else comparisons
+    if held.status != ev.COMPARED:
+        return True, "nothing to compare with: the first record"
+    if held.classes_added or held.classes_removed:
+        return True, f"the class set moved from record {held.version}'s"
+    pooled = sum(
+        (c.paired for c in sets if c.compared and c.paired is not None), paired.Paired(0, 0, 0)
+    )
+    if pooled.candidate_only >= pooled.champion_only:
+        return True, (
+            f"at least as good as {held.version} on today's sets ({pooled.candidate_only} "
+            f"images it alone got right, {pooled.champion_only} the other alone)"
+        )
+    return False, (
+        f"below record {held.version} on today's sets ({pooled.candidate_only} images it "
+        f"alone got right, {pooled.champion_only} the record alone), within the margin"
+    )
+
+
 def decide(
     candidate: ev.ModelMetrics,
     champion: ev.Champion,
     config: EvaluatorConfig,
     comparisons: Sequence[ev.Comparison] | None = None,
+    record: ev.Champion | None = None,
+    record_comparisons: Sequence[ev.Comparison] = (),
 ) -> ev.Decision:
     """Blessed when every check passes; the reason names the first that failed.
 
@@ -231,6 +271,9 @@ def decide(
       config: the rules.
       comparisons: both models on each evaluation set; default the new split alone,
         from champion.metrics (which must then be on the candidate's classes).
+      record: the record holder when it is another model than the champion: the
+        candidate is held to it by the same rules, so drops never add up.
+      record_comparisons: the candidate against it on each set.
     """
     if comparisons is None:
         comparisons = comparisons_of(champion, candidate)
@@ -250,6 +293,14 @@ def decide(
             if comparison.compared and comparison.candidate and comparison.champion:
                 checks += _champion_checks(comparison, config, bool(champion.classes_added))
         checks += _new_class_checks(candidate, champion, config)
+    held_to_record = record is not None and record.status == ev.COMPARED
+    if held_to_record:
+        assert record is not None
+        for comparison in record_comparisons:
+            if comparison.compared and comparison.candidate and comparison.champion:
+                checks += _champion_checks(
+                    comparison, config, bool(record.classes_added), RECORD_HOLDER
+                )
     failed = [c for c in checks if not c.passed]
     if failed:
         return ev.Decision(False, f"not blessed: {failed[0].detail}", tuple(checks))
@@ -269,6 +320,13 @@ def decide(
             against += f" ({', '.join(small)} too small to decide)"
         if champion.classes_added:
             against += f"; new classes {list(champion.classes_added)} above their floor"
+        if held_to_record:
+            assert record is not None
+            on_record = [c.name for c in record_comparisons if c.compared]
+            against += (
+                f"; not worse than record holder {record.version} on "
+                f"{', '.join(on_record) or 'nothing'}"
+            )
     else:
         against = f"floor alone: {champion.note}"
     floor = next(c for c in checks if c.name == "floor")

@@ -18,9 +18,10 @@ from imgpipe.components.common.storage import fileio
 from imgpipe.components.evaluator.paired import ClassPaired, Paired
 
 EVALUATION_FILE = layout.EVALUATION_FILE
-VERSION = 3
-# 1: before comparisons were recorded; 2: before they were paired image by image.
-READABLE_VERSIONS = (1, 2, 3)
+VERSION = 4
+# 1: before comparisons were recorded; 2: before they were paired image by image; 3:
+# before the record holder.
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 # Champion statuses.
 NO_CHAMPION = "none"  # nothing pushed yet: the floor alone
@@ -143,6 +144,12 @@ class Evaluation:
     champion: Champion
     decision: Decision
     comparisons: tuple[Comparison, ...] = ()
+    # The record holder (components/common/formats/record_holder.py) when it is another
+    # model than the champion, and the candidate against it on each set (version 4).
+    record: Champion | None = None
+    record_comparisons: tuple[Comparison, ...] = ()
+    becomes_record: bool = False
+    record_reason: str = ""
     version: int = VERSION
 
 

@@ -203,11 +203,28 @@ def same_training(champion: ev.Champion, candidate_dir: str) -> ev.Champion:
 
 @dataclasses.dataclass(frozen=True)
 class _Scored:
-    """Both models on every evaluation set."""
+    """The models on every evaluation set: the candidate, the champion and, when it is
+    another model, the record holder."""
 
     candidate: ev.ModelMetrics
     champion: ev.Champion
     comparisons: tuple[ev.Comparison, ...]
+    record: ev.Champion | None = None
+    record_comparisons: tuple[ev.Comparison, ...] = ()
+
+
+def record_of(
+    config: EvaluatorConfig, resolved: champion_lib.Resolved | None, labels: list[str]
+) -> tuple[ev.Champion | None, tuple[str, ...]]:
+    """The record holder the run resolved when it is another model than the champion,
+    as the evaluation records it, and its classes; (None, ()) when there is none."""
+    if resolved is None or resolved.record_version is None or resolved.record_path is None:
+        return None, ()
+    model = served_models.ServedModel(
+        resolved.record_path, resolved.record_version, resolved.record_labels
+    )
+    record, record_labels = find_champion(config, served_models.Lookup(model), labels)
+    return (record, record_labels) if record.status == ev.COMPARED else (None, ())
 
 
 # The order evaluation.json and the summary list the sets in.
@@ -221,12 +238,16 @@ def score_sets(
     candidate_dir: str,
     champion: ev.Champion,
     champion_labels: tuple[str, ...],
+    record: ev.Champion | None = None,
+    record_labels: tuple[str, ...] = (),
 ) -> _Scored:
     """Scores the candidate, and the champion when there is one, on the new split, the
     champion's reference set and the golden set; sets that cannot be read are skipped
-    comparisons that say why."""
+    comparisons that say why. The record holder, when given, is scored on the same
+    images and compared with the candidate set by set."""
     others, comparisons = other_sets(config, champion)
     scored: list[ev.Comparison] = []
+    against_record: list[ev.Comparison] = []
     with contextlib.ExitStack() as local:
         # TensorFlow reads these: object-store copies are made local first.
         staged_in = local.enter_context(tempfile.TemporaryDirectory(prefix="imgpipe-eval-"))
@@ -245,8 +266,23 @@ def score_sets(
                     champion, status=ev.UNREADABLE, note=f"the champion did not load: {e}"
                 )
         compared_labels = champion_labels if len(predictors) > 1 else None
+        if record is not None and compared_labels is not None:
+            try:
+                record_dir = local.enter_context(staging.local_copy(record.path or ""))
+                predictors.append(scoring.predictor(record_dir))
+            except READ_ERRORS as e:
+                record = dataclasses.replace(
+                    record, status=ev.UNREADABLE, note=f"the record holder did not load: {e}"
+                )
+
+        def held_to_record(reference: ReferenceSet, found: scoring.Scored) -> None:
+            if len(predictors) > 2:
+                on_pair = scoring.pair(found, 0, 2)
+                against_record.append(compare(reference, on_pair, labels, record_labels))
+
         on_split = scoring.score(staged(new_split), len(labels), predictors)
         scored.append(compare(new_split, on_split, labels, compared_labels))
+        held_to_record(new_split, on_split)
         for reference in others:
             if compared_labels is None and reference.name != reference_sets.GOLDEN:
                 continue
@@ -258,6 +294,7 @@ def score_sets(
                 )
                 continue
             scored.append(compare(reference, found, labels, compared_labels))
+            held_to_record(reference, found)
     candidate = scoring.metrics_from_confusion(labels, on_split.matrix(0, len(labels), len(labels)))
     if compared_labels is not None:
         champion = dataclasses.replace(champion, metrics=scored[0].champion)
@@ -267,7 +304,10 @@ def score_sets(
         (blessing_lib.with_tests(c, config) for c in scored + comparisons),
         key=lambda c: _SET_ORDER.index(c.name),
     )
-    return _Scored(candidate, champion, tuple(every))
+    if record is not None and against_record:
+        record = dataclasses.replace(record, metrics=against_record[0].champion)
+    tested = tuple(blessing_lib.with_tests(c, config) for c in against_record)
+    return _Scored(candidate, champion, tuple(every), record, tested)
 
 
 class Executor(base_executor.BaseExecutor):
@@ -306,7 +346,17 @@ class Executor(base_executor.BaseExecutor):
                 )
             champion, champion_labels = champion_of(config, resolved, labels)
             champion = same_training(champion, candidate_dir)
-            scored = score_sets(config, new_split, labels, candidate_dir, champion, champion_labels)
+            record, record_labels = record_of(config, resolved, labels)
+            scored = score_sets(
+                config,
+                new_split,
+                labels,
+                candidate_dir,
+                champion,
+                champion_labels,
+                record,
+                record_labels,
+            )
             result = self._decide(config, eval_split, scored)
             blessing_out = artifact_utils.get_single_instance(output_dict[spec.BLESSING_KEY])
             evaluation_out = artifact_utils.get_single_instance(output_dict[spec.EVALUATION_KEY])
@@ -319,7 +369,19 @@ class Executor(base_executor.BaseExecutor):
 
     def _decide(self, config: EvaluatorConfig, eval_split: str, scored: _Scored) -> ev.Evaluation:
         decision = blessing_lib.decide(
-            scored.candidate, scored.champion, config, scored.comparisons
+            scored.candidate,
+            scored.champion,
+            config,
+            scored.comparisons,
+            scored.record,
+            scored.record_comparisons,
+        )
+        becomes_record, record_reason = (
+            blessing_lib.becomes_record(
+                scored.champion, scored.record, scored.comparisons, scored.record_comparisons
+            )
+            if decision.blessed
+            else (False, "")
         )
         majority_label, majority_rate = blessing_lib.majority(scored.candidate)
         result = ev.Evaluation(
@@ -331,6 +393,10 @@ class Executor(base_executor.BaseExecutor):
             champion=scored.champion,
             decision=decision,
             comparisons=scored.comparisons,
+            record=scored.record,
+            record_comparisons=scored.record_comparisons,
+            becomes_record=becomes_record,
+            record_reason=record_reason,
         )
         logging.info("ImageEvaluator: %s", decision.reason)
         if scored.champion.note:
@@ -369,6 +435,9 @@ class Executor(base_executor.BaseExecutor):
         blessing_out.set_string_custom_property(spec.REASON_PROPERTY, decision.reason)
         if champion.version is not None:
             blessing_out.set_int_custom_property(spec.CHAMPION_PROPERTY, champion.version)
+        # The Pusher records the push as the record holder (record_holder.py) when this says so.
+        blessing_out.set_int_custom_property(spec.RECORD_PROPERTY, int(result.becomes_record))
+        blessing_out.set_string_custom_property(spec.RECORD_REASON_PROPERTY, result.record_reason)
 
     def _hand_on_or_release(
         self, resolved: champion_lib.Resolved, blessed: bool, blessing_out: types.Artifact

@@ -57,6 +57,11 @@ class Scored:
         return matrix
 
 
+def pair(scored: Scored, first: int, second: int) -> Scored:
+    """Two of the models scored, as models 0 and 1 (the candidate against another)."""
+    return Scored(scored.labels, (scored.predictions[first], scored.predictions[second]))
+
+
 def score(shards: Sequence[str], num_labels: int, predictors: Sequence[Predict]) -> Scored:
     """Every predictor's prediction of every record of the shards.
 

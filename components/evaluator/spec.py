@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tfx.types import component_spec, standard_artifacts, standard_component_specs
 
+from imgpipe.components.common.formats import record_holder
 from imgpipe.components.common.formats.artifact_types import ChampionArtifact
 
 EXAMPLES_KEY = standard_component_specs.EXAMPLES_KEY
@@ -23,6 +24,8 @@ CHAMPION_KEY = "champion"
 BLESSED_PROPERTY = "blessed"
 REASON_PROPERTY = "reason"
 CHAMPION_PROPERTY = "champion"
+RECORD_PROPERTY = record_holder.BLESSING_PROPERTY
+RECORD_REASON_PROPERTY = record_holder.BLESSING_REASON_PROPERTY
 # TFX's validators mark the blessing folder with one of these empty files.
 BLESSED_FILE = "BLESSED"
 NOT_BLESSED_FILE = "NOT_BLESSED"

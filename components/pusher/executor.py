@@ -43,6 +43,7 @@ from imgpipe.components.common.formats import (
     layout,
     manifest,
     model_config,
+    record_holder,
     reference_sets,
     served_models,
     serving_history,
@@ -261,6 +262,24 @@ def _write_version(files: Mapping[str, str], target: str, model_dir: str) -> Non
         raise
 
 
+def record_if_best(serving_dir: str, pushed: str, blessing: types.Artifact) -> None:
+    """Records the push as the record holder when the Evaluator said it is the best
+    served so far (record_holder.py); a record that cannot be written is one line, and
+    the next push is held to the older record."""
+    if not blessing.has_custom_property(record_holder.BLESSING_PROPERTY):
+        return
+    if not blessing.get_int_custom_property(record_holder.BLESSING_PROPERTY):
+        return
+    reason = blessing.get_string_custom_property(record_holder.BLESSING_REASON_PROPERTY)
+    try:
+        holder = record_holder.RecordHolder(
+            int(posixpath.basename(pushed)), served_models.read_labels(pushed), time.time(), reason
+        )
+        record_holder.write(serving_dir, holder)
+    except (OSError, ValueError) as e:
+        logging.warning("ImagePusher: the record holder was not recorded: %s", e)
+
+
 def extra_files(input_dict: dict[str, list[types.Artifact]]) -> dict[str, str]:
     """Files published with each push beside the model, {relpath in the version: source}:
     covered by its manifest like the model's own files. The blessing's reference
@@ -462,3 +481,4 @@ class Executor(tfx_pusher.Executor):
             model_push, pushed_destination=pushed, pushed_version=os.path.basename(pushed)
         )
         logging.info("Model pushed to %s", pushed)
+        record_if_best(serving_dir, pushed, blessing)

@@ -24,7 +24,7 @@ import posixpath
 from collections.abc import Sequence
 from typing import Any
 
-from imgpipe.components.common.formats import served_models
+from imgpipe.components.common.formats import record_holder, served_models
 from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.storage import fileio, serving_lock
 
@@ -54,6 +54,10 @@ class Resolved:
       served: the version models.config named (None: none, or unreadable); the Pusher
         pushes only while it still names it, so a rollback during the run refuses it.
       served_note: why models.config was not followed (served_models.Lookup).
+      record_version, record_path, record_labels: the record holder (record_holder.py),
+        the best model ever served, when it is another version than the champion and
+        sound; None, None, () otherwise (the champion then stands for it).
+      record_note: why the record holder is not used ("" when it is, or is the champion).
     """
 
     serving_dir: str
@@ -68,6 +72,10 @@ class Resolved:
     lease_token: str = ""
     served: int | None = None
     served_note: str = ""
+    record_version: int | None = None
+    record_path: str | None = None
+    record_labels: tuple[str, ...] = ()
+    record_note: str = ""
     version: int = VERSION
 
     @property
@@ -126,7 +134,7 @@ def resolve(serving_dir: str, lease_token: str = "", checksums: bool = True) -> 
             served=lookup.served,
             served_note=lookup.served_note,
         )
-    return Resolved(
+    found = Resolved(
         serving_dir,
         FOUND,
         "",
@@ -139,6 +147,33 @@ def resolve(serving_dir: str, lease_token: str = "", checksums: bool = True) -> 
         lease_token,
         lookup.served,
         lookup.served_note,
+    )
+    return with_record_holder(found, checksums)
+
+
+def with_record_holder(resolved: Resolved, checksums: bool = True) -> Resolved:
+    """`resolved` with the record holder, when it is a sound version other than the
+    champion; a record that names a version gone or damaged is said so, and the champion
+    stands for it."""
+    holder, note = record_holder.read(resolved.serving_dir)
+    if holder is None or holder.model_version == resolved.champion_version:
+        return dataclasses.replace(resolved, record_note=note)
+    path = posixpath.join(resolved.serving_dir, str(holder.model_version))
+    if holder.model_version not in served_models.complete_versions(resolved.serving_dir):
+        return dataclasses.replace(
+            resolved,
+            record_note=f"record holder {holder.model_version} is gone; the champion stands for it",
+        )
+    model, problem = served_models.inspect(path, holder.model_version, checksums)
+    if model is None:
+        why = problem.reason if problem is not None else "unreadable"
+        return dataclasses.replace(
+            resolved,
+            record_note=f"record holder {holder.model_version} is damaged ({why}); the "
+            "champion stands for it",
+        )
+    return dataclasses.replace(
+        resolved, record_version=model.version, record_path=model.path, record_labels=model.labels
     )
 
 
