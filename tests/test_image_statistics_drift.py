@@ -374,3 +374,36 @@ def test_the_span_is_read_where_tfxs_driver_records_it():
     assert span_of(examples) == 3
     examples.set_int_custom_property("span", 6)  # TFX's ExampleGen driver's
     assert span_of(examples) == 6
+
+
+def exposures(seed: int):
+    """Each image at its own exposure (x0.3 to x1.7), as a real camera's photos vary."""
+    rng = np.random.default_rng(seed)
+
+    def colour(rgb: np.ndarray) -> np.ndarray:
+        return np.clip(rgb.astype(np.float32) * rng.uniform(0.3, 1.7), 0, 255).astype(np.uint8)
+
+    return colour
+
+
+def test_a_clean_span_of_15_photos_a_class_is_not_stopped_by_chance_and_a_grey_one_is():
+    """The mean checks know how many images they saw (drift.noise_limit): over 30 pairs
+    of clean spans of 15 photos a class, the fixed 0.5-std limit alone stopped 3 (10%),
+    the gate none (its false alarms are held at drift_false_alarm, 5%); a grey span of
+    the same size still stops."""
+    by_fixed_limit = stopped = 0
+    for pair in range(30):
+        before = typed_stats(15, colour=exposures(2 * pair))
+        now = typed_stats(15, colour=exposures(2 * pair + 1))
+        check = checks(drift.compare(before, now, CONFIG, "champion.json"))[
+            drift.CLASS_MEAN_SHIFT
+        ]
+        stopped += check.drifted
+        by_fixed_limit += check.distance > CONFIG.drift_class_mean_shift
+        assert check.threshold == pytest.approx(drift.noise_limit(15, 15, 9, 0.05))
+    assert by_fixed_limit >= 2 and stopped <= 1
+    grey_span = typed_stats(15, colour=lambda rgb: grey(exposures(101)(rgb)))
+    result = drift.compare(typed_stats(15, colour=exposures(100)), grey_span, CONFIG, "c")
+    assert checks(result)[drift.CLASS_MEAN_SHIFT].drifted
+    # On large spans the threshold governs: sampling noise is far below it.
+    assert drift.noise_limit(2000, 2000, 9, 0.05) < CONFIG.drift_class_mean_shift / 4

@@ -35,6 +35,10 @@ class StatisticsConfig:
       drift_class_mean_shift: the same for each class's channel means (classes on both
         sides), still in units of the baseline's overall std of the channel. A colour
         change can leave the overall means in place while every class's moves.
+      drift_false_alarm: the chance that sampling alone stops a clean span at the two
+        mean checks (each, over all its channels and classes): a shift must also exceed
+        what so few images reach by chance (drift.noise_limit), so a clean span of 15
+        photos a class is not stopped, and a large span is held to the thresholds.
       drift_std_ratio: the largest tolerated ratio between a channel's std now and in
         the baseline, either way up (>= 1).
       drift_label_distance: the largest tolerated change of a class's share of the
@@ -80,6 +84,7 @@ class StatisticsConfig:
     fail_on_drift: bool = True
     drift_mean_shift: float = 0.5
     drift_class_mean_shift: float = 0.5
+    drift_false_alarm: float = 0.05
     drift_std_ratio: float = 1.5
     drift_label_distance: float = 0.1
     drift_size_distance: float = 0.25
@@ -108,6 +113,8 @@ class StatisticsConfig:
         for name in ("drift_mean_shift", "drift_class_mean_shift"):
             if getattr(self, name) <= 0.0:
                 raise ValueError(f"{name} must be > 0 (baseline std), got {getattr(self, name)}")
+        if not 0.0 < self.drift_false_alarm < 1.0:
+            raise ValueError(f"drift_false_alarm must be in (0, 1), got {self.drift_false_alarm}")
         if self.drift_std_ratio <= 1.0:
             raise ValueError(f"drift_std_ratio must be > 1, got {self.drift_std_ratio}")
         if self.label_audit_max_images < 1:

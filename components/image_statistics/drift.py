@@ -14,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -161,20 +163,38 @@ def _check(
     metric: str,
     config: StatisticsConfig,
     candidates: Sequence[tuple[str, float, float, float]],
+    noise: Sequence[float] | None = None,
 ) -> schema.DriftCheck:
-    """The candidate (subject, baseline, current, distance) with the largest distance;
-    of equal ones the first, so ties resolve in the candidates' fixed order."""
-    subject, baseline, current, distance = max(candidates, key=lambda c: c[3])
+    """The candidate (subject, baseline, current, distance) furthest beyond its limit: the
+    metric's threshold, or the candidate's `noise` bound (what sampling alone reaches on
+    so few images) where that is higher; of equal ones the first, so ties resolve in
+    the candidates' fixed order. The check records that limit as its threshold."""
     threshold = float(getattr(config, metric))
+    limits = [max(threshold, n) for n in noise] if noise else [threshold] * len(candidates)
+    index = max(range(len(candidates)), key=lambda i: candidates[i][3] / limits[i])
+    subject, baseline, current, distance = candidates[index]
     return schema.DriftCheck(
         metric=metric,
         subject=subject,
         baseline=float(baseline),
         current=float(current),
         distance=float(distance),
-        threshold=threshold,
-        drifted=bool(distance > threshold),
+        threshold=limits[index],
+        drifted=bool(distance > limits[index]),
     )
+
+
+def noise_limit(images_now: int, images_before: int, tests: int, false_alarm: float) -> float:
+    """The mean shift, in baseline std, that sampling alone exceeds on a clean span with
+    probability `false_alarm` over `tests` such shifts (Bonferroni, two-sided):
+    z * sqrt(1/n_now + 1/n_before). The spread of an image's mean is taken as the
+    pixels' std, which bounds it from above: on small spans the gate errs toward fewer
+    false alarms (15 images a class on each side, 5 classes: 1.07 std), and on large
+    ones the threshold governs."""
+    if images_now <= 0 or images_before <= 0:
+        return math.inf
+    z = statistics.NormalDist().inv_cdf(1.0 - false_alarm / (2 * max(tests, 1)))
+    return z * math.sqrt(1.0 / images_now + 1.0 / images_before)
 
 
 def _shift(before: float, after: float, std: float) -> float:
@@ -195,6 +215,10 @@ def _mean_shift(
                 _shift(base.mean[c], now.mean[c], base.std[c]),
             )
             for c, name in enumerate(CHANNEL_NAMES)
+        ],
+        [
+            noise_limit(now.images, base.images, len(CHANNEL_NAMES), config.drift_false_alarm)
+            for _ in CHANNEL_NAMES
         ],
     )
 
@@ -217,6 +241,16 @@ def _class_mean_shift(
             )
             for label in classes
             for c, name in enumerate(CHANNEL_NAMES)
+        ],
+        [
+            noise_limit(
+                now.labels.get(label, 0),
+                base.labels.get(label, 0),
+                len(classes) * len(CHANNEL_NAMES),
+                config.drift_false_alarm,
+            )
+            for label in classes
+            for _ in CHANNEL_NAMES
         ],
     )
 
