@@ -228,3 +228,30 @@ def test_the_record_moves_to_a_push_as_good_as_it_or_with_another_class_set():
     assert moved and "class set moved" in why
     nothing = ev.Champion(ev.NO_CHAMPION, "nothing pushed yet")
     assert blessing.becomes_record(nothing, None, [], [])[0]
+
+
+@pytest.mark.unit
+def test_an_eval_split_too_small_to_decide_the_floor_is_pooled_with_the_other_sets():
+    """3 eval images of 3 classes cannot tell a model from guessing: the floor asked
+    for all 3 and refused 2 of 3. With the reference set scored too, the floor is judged
+    on every unseen image, and says so."""
+    config = EvaluatorConfig()
+    three = ev.ModelMetrics.of(
+        tuple(ev.ClassMetrics(label, 1, int(label != "c"), 1) for label in ("a", "b", "c"))
+    )
+    assert not blessing.decides_floor(three, config)
+    alone = blessing.decide(three, ev.Champion(ev.NO_CHAMPION, "none"), config, [])
+    assert not alone.blessed and "vs floor 1.0000" in alone.reason
+    reference = ev.Comparison(
+        "champion_reference",
+        "/ref",
+        True,
+        "",
+        ("a", "b", "c"),
+        ev.ModelMetrics.of(tuple(ev.ClassMetrics(c, 20, 17, 20) for c in ("a", "b", "c"))),
+    )
+    pooled = blessing.decide(three, ev.Champion(ev.NO_CHAMPION, "none"), config, [reference])
+    assert pooled.blessed, pooled.reason
+    floor = next(c for c in pooled.checks if c.name == "floor")
+    assert floor.detail.startswith("accuracy 0.8413 vs floor")
+    assert "new_split and champion_reference pooled" in floor.detail

@@ -53,10 +53,52 @@ def required_accuracy(metrics: ev.ModelMetrics, config: EvaluatorConfig) -> floa
     return min(max(config.accuracy_threshold, rate + config.majority_margin, by_test_rate), 1.0)
 
 
-def _floor_checks(metrics: ev.ModelMetrics, config: EvaluatorConfig) -> list[ev.Check]:
-    label, rate = majority(metrics)
-    floor = required_accuracy(metrics, config)
+def decides_floor(metrics: ev.ModelMetrics, config: EvaluatorConfig) -> bool:
+    """Whether these images can tell a model above the floor from guessing: a perfect
+    score on them is significant at `config.significance` (on 3 images of 3 classes it
+    is not, and the floor would ask for all 3)."""
+    _, rate = majority(metrics)
+    return binomial_upper_tail_count(metrics.examples, rate, config.significance) <= max(
+        metrics.examples - 1, 0
+    )
+
+
+def floor_evidence(
+    candidate: ev.ModelMetrics, comparisons: Sequence[ev.Comparison], config: EvaluatorConfig
+) -> tuple[ev.ModelMetrics, str]:
+    """The images the floor is judged on: the new split, or, where it is too small to
+    decide (decides_floor), the new split and every other set the candidate was scored
+    on (each image unseen in training), pooled by class; and a note saying so."""
+    if decides_floor(candidate, config):
+        return candidate, ""
+    pooled = {c.label: c for c in candidate.per_class}
+    used = []
+    for comparison in comparisons:
+        if comparison.name == NEW_SPLIT or comparison.candidate is None:
+            continue
+        used.append(comparison.name)
+        for c in comparison.candidate.per_class:
+            mine = pooled.get(c.label, ev.ClassMetrics(c.label, 0, 0, 0))
+            pooled[c.label] = ev.ClassMetrics(
+                c.label,
+                mine.examples + c.examples,
+                mine.correct + c.correct,
+                mine.predicted + c.predicted,
+            )
+    if not used:
+        return candidate, ""
+    return ev.ModelMetrics.of(tuple(pooled.values())), (
+        f" on {NEW_SPLIT} and {', '.join(used)} pooled: {NEW_SPLIT}'s "
+        f"{candidate.examples} images alone cannot decide it"
+    )
+
+
+def _floor_checks(
+    metrics: ev.ModelMetrics, config: EvaluatorConfig, floor_metrics: ev.ModelMetrics, on: str = ""
+) -> list[ev.Check]:
     present = sum(1 for c in metrics.per_class if c.examples)
+    label, rate = majority(floor_metrics)
+    floor = required_accuracy(floor_metrics, config)
     return [
         ev.Check(
             "eval_examples",
@@ -66,11 +108,11 @@ def _floor_checks(metrics: ev.ModelMetrics, config: EvaluatorConfig) -> list[ev.
         ),
         ev.Check(
             "floor",
-            metrics.accuracy >= floor,
-            f"accuracy {metrics.accuracy:.4f} vs floor {floor:.4f} (threshold "
+            floor_metrics.accuracy >= floor,
+            f"accuracy {floor_metrics.accuracy:.4f} vs floor {floor:.4f} (threshold "
             f"{config.accuracy_threshold:.4f}; always answering {label!r} scores "
             f"{rate:.4f}, plus margin {config.majority_margin:.4f}; significance "
-            f"{config.significance})",
+            f"{config.significance}){on}",
         ),
         ev.Check(
             "predicts_several_classes",
@@ -277,7 +319,8 @@ def decide(
     """
     if comparisons is None:
         comparisons = comparisons_of(champion, candidate)
-    checks = _floor_checks(candidate, config)
+    floor_metrics, floor_on = floor_evidence(candidate, comparisons, config)
+    checks = _floor_checks(candidate, config, floor_metrics, floor_on)
     compared = champion.status == ev.COMPARED
     if compared and champion.same_training:
         checks.append(
