@@ -162,3 +162,24 @@ def test_the_trainers_audit_of_its_eval_split_records_the_reference(world, tmp_p
     recorded = json.load(open(path))
     assert recorded["flagged_fraction"] == result.flagged_fraction
     assert (recorded["audited"], recorded["split"]) == (result.audited, "eval")
+    assert recorded["agreement"] == result.agreement and result.agreement > 0.8
+
+
+def test_a_champion_too_weak_to_judge_labels_reports_and_does_not_gate(world, tmp_path):
+    """A champion that agreed with few of its own held-out labels flags what it does not
+    know: its audit is reported, not gated (statistics.label_audit_min_judge_accuracy)."""
+    serving = tmp_path / "serving"
+    weak = serving / os.path.basename(world["push"])
+    shutil.copytree(world["push"], weak)
+    path = weak / served_models.ASSETS_EXTRA_DIR / scoring.REFERENCE_FILE
+    recorded = json.load(open(path))
+    recorded["agreement"] = 0.16
+    path.write_text(json.dumps(recorded))
+    if (weak / served_models.MANIFEST_FILE).exists():  # hand-edited: now a legacy push
+        os.remove(weak / served_models.MANIFEST_FILE)
+    output, _, _ = run_statistics(world, "weak-judge", 0.4, serving=str(serving))
+    audited = schema.read(output).label_audit
+    assert audited.checked and not audited.exceeded
+    assert "not gated: the champion agreed with 16.0% of its own held-out labels" in (
+        audited.reason
+    )

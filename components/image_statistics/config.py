@@ -74,6 +74,10 @@ class StatisticsConfig:
         of labels moved stop.
       label_issue_reference_factor: how many times the champion's own flagged rate (the
         same audit on its held-out data, recorded in its push) a span may reach.
+      label_audit_min_judge_accuracy: the audit gates a span only when the champion
+        agreed with at least this share of its own held-out labels: a judge right on 16%
+        of its eval images flags most of a clean span, since it cannot tell a mislabelled
+        image from one it does not know (reported, not gated, below it).
     """
 
     sample_thumbnails: int = 8
@@ -93,6 +97,7 @@ class StatisticsConfig:
     label_audit_max_images: int = DEFAULT_MAX_IMAGES
     max_label_issue_fraction: float = 0.1
     label_issue_reference_factor: float = 1.5
+    label_audit_min_judge_accuracy: float = 0.5
     accept_drift_span: int | None = None
     accept_label_issues_span: int | None = None
 
@@ -129,6 +134,11 @@ class StatisticsConfig:
             raise ValueError(
                 "label_issue_reference_factor must be >= 1, got "
                 f"{self.label_issue_reference_factor}"
+            )
+        if not 0.0 <= self.label_audit_min_judge_accuracy <= 1.0:
+            raise ValueError(
+                "label_audit_min_judge_accuracy must be in [0, 1], got "
+                f"{self.label_audit_min_judge_accuracy}"
             )
         for name in ("drift_label_distance", "drift_size_distance"):
             if not 0.0 < getattr(self, name) <= 1.0:

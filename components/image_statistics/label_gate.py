@@ -64,13 +64,30 @@ def before_training(
     reference = scoring.read_reference(champion)
     reference_fraction = reference.flagged_fraction if reference else None
     threshold = gate_threshold(reference_fraction, config)
+    weak = weak_judge(reference, config)
     result = dataclasses.replace(
         audited.result,
+        reason="; ".join(filter(None, [audited.result.reason, weak])),
         reference_fraction=reference_fraction,
         threshold=threshold,
-        exceeded=audited.result.flagged_fraction > threshold,
+        exceeded=not weak and audited.result.flagged_fraction > threshold,
     )
     return scoring.Audited(result, audited.thumbnails)
+
+
+def weak_judge(reference: scoring.Reference | None, config: StatisticsConfig) -> str:
+    """Why the champion is too weak a judge to gate on ("" when it is not, or when its
+    push records no agreement)."""
+    if reference is None or reference.agreement is None:
+        return ""
+    if reference.agreement >= config.label_audit_min_judge_accuracy:
+        return ""
+    return (
+        f"not gated: the champion agreed with {reference.agreement:.1%} of its own held-out "
+        f"labels ({reference.audited} images), below statistics."
+        f"label_audit_min_judge_accuracy {config.label_audit_min_judge_accuracy:.0%}: a judge "
+        "that weak flags what it does not know, not what is mislabelled"
+    )
 
 
 def anomalies(

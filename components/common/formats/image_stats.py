@@ -284,6 +284,8 @@ class LabelAudit:
       unknown_class: images of classes the model does not know, left out.
       flagged: images confident learning flags as likely label errors.
       flagged_fraction: flagged / audited.
+      agreement: the share of audited images whose given label is the model's top class:
+        how good a judge it is here (None in documents before it).
       reference_fraction: the same audit's rate on the model's own (held-out) data,
         recorded when it was trained; None when the push carries none.
       threshold: the gate, max(statistics.max_label_issue_fraction,
@@ -304,6 +306,7 @@ class LabelAudit:
     unknown_class: int = 0
     flagged: int = 0
     flagged_fraction: float = 0.0
+    agreement: float | None = None
     reference_fraction: float | None = None
     threshold: float = 0.0
     exceeded: bool = False

@@ -54,6 +54,7 @@ class Reference:
     flagged: int
     audited: int
     split: str
+    agreement: float | None = None  # the model's top class is the label (None: older push)
     version: int = REFERENCE_VERSION
 
 
@@ -147,6 +148,12 @@ def _thumbnail(serialized: bytes) -> bytes:
     return data.tobytes() if ok else b""
 
 
+def agreement(suggested: Sequence[str], given: Sequence[str]) -> float | None:
+    """The share of images of known classes whose given label is the model's top class."""
+    known = [(s, g) for s, g in zip(suggested, given, strict=True) if s]
+    return round(sum(s == g for s, g in known) / len(known), 6) if known else None
+
+
 def run(
     model_dir: str,
     model_classes: Sequence[str],
@@ -192,6 +199,7 @@ def run(
         unknown_class=found.unknown_class,
         flagged=len(found.flagged),
         flagged_fraction=round(found.flagged_fraction, 6),
+        agreement=agreement(found.suggested, [r.label for r in records]),
         issues=listed,
     )
     thumbnails = tuple(
@@ -214,7 +222,9 @@ def read_reference(model: served_models.ServedModel) -> Reference | None:
 
 def write_reference(model_dir: str, audited: schema.LabelAudit, split: str) -> None:
     """Records a checked audit of the model's own held-out split in its assets.extra/."""
-    reference = Reference(audited.flagged_fraction, audited.flagged, audited.audited, split)
+    reference = Reference(
+        audited.flagged_fraction, audited.flagged, audited.audited, split, audited.agreement
+    )
     fileio.write_text(
         posixpath.join(model_dir, served_models.ASSETS_EXTRA_DIR, REFERENCE_FILE),
         config_loader.to_document(reference),
