@@ -169,15 +169,8 @@ def release_lease(config: PipelineConfig, run_id: str) -> None:
     """Gives back the serving lease this run still holds: a run whose last step was
     served from the cache, or that stopped at a step that is not ours (StatisticsGen)."""
     from imgpipe.components.common.formats import champion
-    from imgpipe.components.common.storage import serving_lock
 
-    try:
-        uri = latest_results(config, run_id).uri(ids.CHAMPION, pl.CHAMPION_KEY)
-        resolved = champion.read(uri) if uri else None
-    except (OSError, ValueError):  # the resolver did not finish: it took nothing
-        return
-    if resolved is not None and resolved.lease_token:
-        serving_lock.release(resolved.serving_dir, resolved.lease_token)
+    champion.release_run_lease(latest_results(config, run_id).uri(ids.CHAMPION, pl.CHAMPION_KEY))
 
 
 def latest_results(config: PipelineConfig, run_id: str | None = None) -> RunResult:

@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 # The config loads with PipelineConfig, which loads no TensorFlow: the file seam (and
 # TensorFlow with it) is imported by the functions that read and delete.
 
-# The serving folder's records of the data gates (components/image_statistics/acceptances.py).
-ACCEPTED_DRIFT_DIR = ".accepted-drift"
 # Left by a push killed mid-copy (components/pusher/executor.py STAGING_PREFIX) and by a
 # writability probe killed between its write and its removal (serving_lock).
 STAGING_PREFIX = ".push-"
@@ -218,9 +216,10 @@ def _span_records(
 
 
 def _acceptances(serving_dir: str, kept_versions: set[int]) -> Iterable[Removal]:
+    from imgpipe.components.common.formats import acceptances
     from imgpipe.components.common.storage import fileio
 
-    folder = posixpath.join(serving_dir, ACCEPTED_DRIFT_DIR)
+    folder = acceptances.folder(serving_dir)
     if not fileio.isdir(folder):
         return
     for name in sorted(fileio.list_dir(folder)):

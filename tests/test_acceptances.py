@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from imgpipe.components.common.formats import acceptances as records
 from imgpipe.components.common.formats import image_stats as schema
 from imgpipe.components.image_statistics import acceptances
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
@@ -31,25 +32,30 @@ def test_an_accepted_change_passes_later_spans_until_another_champion_is_served(
     serving = str(tmp_path / "serving")
     # Span 3 adds a class and moves the green channel, accepted against champion 100.
     accepted = drift(("drift_mean_distance", "channel green", 0.3), added=("owl",))
-    path = acceptances.record(serving, 100, 3, accepted)
+    path = records.record(serving, 100, 3, accepted)
     assert os.path.basename(os.path.dirname(path)) == ".accepted-drift"
     # Span 6: the same class, the channel within one threshold of where it was.
     same = drift(("drift_mean_distance", "channel green", 0.35), added=("owl",))
-    assert acceptances.still_accepted(serving, 100, same).span == 3
+    assert acceptances.still_accepted(records.recorded(serving, 100), same).span == 3
     # Less of the same change is the same change.
-    assert acceptances.still_accepted(serving, 100, drift(added=("owl",))) is not None
+    assert (
+        acceptances.still_accepted(records.recorded(serving, 100), drift(added=("owl",)))
+        is not None
+    )
     # A different change stops again: another class, another channel, or much further.
-    assert acceptances.still_accepted(serving, 100, drift(added=("eagle",))) is None
+    assert (
+        acceptances.still_accepted(records.recorded(serving, 100), drift(added=("eagle",))) is None
+    )
     red = drift(("drift_mean_distance", "channel red", 0.3))
-    assert acceptances.still_accepted(serving, 100, red) is None
+    assert acceptances.still_accepted(records.recorded(serving, 100), red) is None
     far = drift(("drift_mean_distance", "channel green", 0.6), added=("owl",))
-    assert acceptances.still_accepted(serving, 100, far) is None
+    assert acceptances.still_accepted(records.recorded(serving, 100), far) is None
     # Once a model trained on it is served (a new champion), nothing is accepted.
-    assert acceptances.still_accepted(serving, 200, same) is None
+    assert acceptances.still_accepted(records.recorded(serving, 200), same) is None
     # An unreadable record accepts nothing.
     with open(path, "w") as f:
         f.write("{")
-    assert acceptances.still_accepted(serving, 100, same) is None
+    assert acceptances.still_accepted(records.recorded(serving, 100), same) is None
 
 
 def test_accepting_drift_never_lets_label_issues_through():

@@ -395,9 +395,7 @@ def test_a_clean_span_of_15_photos_a_class_is_not_stopped_by_chance_and_a_grey_o
     for pair in range(30):
         before = typed_stats(15, colour=exposures(2 * pair))
         now = typed_stats(15, colour=exposures(2 * pair + 1))
-        check = checks(drift.compare(before, now, CONFIG, "champion.json"))[
-            drift.CLASS_MEAN_SHIFT
-        ]
+        check = checks(drift.compare(before, now, CONFIG, "champion.json"))[drift.CLASS_MEAN_SHIFT]
         stopped += check.drifted
         by_fixed_limit += check.distance > CONFIG.drift_class_mean_shift
         assert check.threshold == pytest.approx(drift.noise_limit(15, 15, 9, 0.05))

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from imgpipe.components.common.formats import model_config, served_models, spans
+from imgpipe.components.common.formats import acceptances, model_config, served_models, spans
 from imgpipe.pipelines import cli as imgpipe_cli
 from imgpipe.pipelines import retention, retention_mlmd
 from imgpipe.pipelines.collect import collect
@@ -76,7 +76,7 @@ def test_span_records_past_the_window_and_acceptances_of_gone_versions_go(tmp_pa
     serving = pushes(tmp_path, [10, 20, 30, 40, 50])
     for span in range(1, 9):
         spans.admit(serving, span, f"/root/ImageExampleGen/examples/{span}", ("a", "b"))
-    accepted = os.path.join(serving, retention.ACCEPTED_DRIFT_DIR)
+    accepted = acceptances.folder(serving)
     os.makedirs(accepted)
     for name in ("10-span-3.json", "50-span-8.json"):
         open(os.path.join(accepted, name), "w").close()

@@ -13,6 +13,7 @@ from tfx import types
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
+from imgpipe.components.common.formats import acceptances as acceptance_records
 from imgpipe.components.common.formats import (
     artifacts,
     image_stats,
@@ -287,11 +288,11 @@ def _accept_drift(
     serving_dir = resolved.serving_dir if resolved is not None else ""
     if accepted_now:
         if version is not None and serving_dir and span is not None:
-            acceptances.record(serving_dir, version, span, drift)
+            acceptance_records.record(serving_dir, version, span, drift)
         return f"span {span}: accepted by accept_drift_span"
     if version is None or not serving_dir:
         return ""
-    earlier = acceptances.still_accepted(serving_dir, version, drift)
+    earlier = acceptances.still_accepted(resolved.acceptances if resolved else (), drift)
     if earlier is None:
         return ""
     return (

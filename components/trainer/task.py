@@ -28,7 +28,6 @@ from imgpipe.components.common.formats import (
     manifest,
 )
 from imgpipe.components.common.formats import champion as champion_lib
-from imgpipe.components.common.formats import spans as spans_lib
 from imgpipe.components.common.images import model_input
 from imgpipe.components.common.runtime import allocator
 from imgpipe.components.common.storage import fileio, outputs, staging
@@ -242,9 +241,9 @@ def choose_window(
     train_split: str,
 ) -> window_lib.Window:
     """The spans to train on (window.py), from the spans admitted beside the champion."""
-    serving_dir = resolved.serving_dir if resolved is not None else ""
-    damaged: list[str] = []
-    admitted = spans_lib.admitted(serving_dir, damaged) if serving_dir else []
+    # Read once, at the head of the run (the ChampionResolver): the spans admitted then.
+    admitted = list(resolved.admitted) if resolved is not None else []
+    damaged = list(resolved.records_note) if resolved is not None else []
 
     def missing(examples_uri: str) -> str:
         if not fileio.exists(examples_uri):

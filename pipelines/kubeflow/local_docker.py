@@ -516,18 +516,12 @@ def run_package(
 def release_lease(spec: Mapping[str, Any], run_dir: str) -> None:
     """Gives back the serving lease the run's ChampionResolver took, if still held."""
     from imgpipe.components.common.formats import champion
-    from imgpipe.components.common.storage import serving_lock
     from imgpipe.pipelines import component_ids as ids
     from imgpipe.pipelines.pipeline import CHAMPION_KEY
 
     node = run_result(spec, run_dir).nodes.get(ids.CHAMPION)
     artifacts = node.outputs.get(CHAMPION_KEY, []) if node else []
-    try:
-        resolved = champion.read(artifacts[0].uri) if artifacts else None
-    except (OSError, ValueError):  # the resolver did not finish: it holds nothing
-        return
-    if resolved is not None and resolved.lease_token:
-        serving_lock.release(resolved.serving_dir, resolved.lease_token)
+    champion.release_run_lease(artifacts[0].uri if artifacts else None)
 
 
 def run_result(spec: Mapping[str, Any], run_dir: str) -> Any:

@@ -24,7 +24,8 @@ import posixpath
 from collections.abc import Sequence
 from typing import Any
 
-from imgpipe.components.common.formats import record_holder, served_models
+from imgpipe.components.common.formats import acceptances as acceptances_lib
+from imgpipe.components.common.formats import record_holder, served_models, spans
 from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.storage import fileio, serving_lock
 
@@ -58,6 +59,12 @@ class Resolved:
         the best model ever served, when it is another version than the champion and
         sound; None, None, () otherwise (the champion then stands for it).
       record_note: why the record holder is not used ("" when it is, or is the champion).
+      admitted: the spans admitted to training when the run began, newest first: the
+        Trainer's window is chosen from these (spans.py).
+      acceptances: the drift accepted against the champion, newest span first:
+        ImageStatistics' gate reads these (acceptances.py).
+      records_note: the span and acceptance records that could not be read, one line
+        each: they admit and accept nothing.
     """
 
     serving_dir: str
@@ -76,6 +83,9 @@ class Resolved:
     record_path: str | None = None
     record_labels: tuple[str, ...] = ()
     record_note: str = ""
+    admitted: tuple[spans.AdmittedSpan, ...] = ()
+    acceptances: tuple[acceptances_lib.Acceptance, ...] = ()
+    records_note: tuple[str, ...] = ()
     version: int = VERSION
 
     @property
@@ -123,7 +133,7 @@ def resolve(serving_dir: str, lease_token: str = "", checksums: bool = True) -> 
     champion = lookup.model
     if champion is None:
         reason = lookup.note or f"no model has been pushed to {serving_dir} yet"
-        return Resolved(
+        none = Resolved(
             serving_dir,
             NONE,
             reason,
@@ -134,6 +144,7 @@ def resolve(serving_dir: str, lease_token: str = "", checksums: bool = True) -> 
             served=lookup.served,
             served_note=lookup.served_note,
         )
+        return with_records(none)
     found = Resolved(
         serving_dir,
         FOUND,
@@ -148,7 +159,39 @@ def resolve(serving_dir: str, lease_token: str = "", checksums: bool = True) -> 
         lookup.served,
         lookup.served_note,
     )
-    return with_record_holder(found, checksums)
+    return with_records(with_record_holder(found, checksums))
+
+
+def with_records(resolved: Resolved) -> Resolved:
+    """`resolved` with the serving folder's span records and the champion's acceptances,
+    read once for the run."""
+    problems: list[str] = []
+    admitted = spans.admitted(resolved.serving_dir, problems)
+    accepted = (
+        acceptances_lib.recorded(resolved.serving_dir, resolved.champion_version, problems)
+        if resolved.champion_version is not None
+        else []
+    )
+    return dataclasses.replace(
+        resolved,
+        admitted=tuple(admitted),
+        acceptances=tuple(accepted),
+        records_note=tuple(problems),
+    )
+
+
+def release_run_lease(uri: str | None) -> None:
+    """Gives back the serving lease the run's ChampionResolver took (its record at
+    `uri`), if the run still holds it: every runner calls this when a run ends, however
+    it ended. A resolver that did not finish took nothing."""
+    if not uri:
+        return
+    try:
+        resolved = read(uri)
+    except (OSError, ValueError):
+        return
+    if resolved.lease_token:
+        serving_lock.release(resolved.serving_dir, resolved.lease_token)
 
 
 def with_record_holder(resolved: Resolved, checksums: bool = True) -> Resolved:
