@@ -362,7 +362,10 @@ def champion_lines(champion_uri: str | None) -> list[str]:
         resolved = champion.read(champion_uri)
     except (OSError, ValueError):
         return []
-    return [f"champion             {resolved.describe()}"]
+    return [
+        f"champion             {resolved.describe()}",
+        *(f"serving folder       {note}" for note in resolved.records_note),
+    ]
 
 
 def evaluation_lines(evaluation_uri: str | None, significance: float) -> list[str]:

@@ -101,3 +101,27 @@ def test_a_working_step_renews_hands_on_and_gives_back_on_failure(tmp_path, monk
     with serving_lock.hold(serving, lease.token):
         pass
     assert serving_lock.current(serving) == other
+
+
+def test_a_dead_runs_lease_taken_over_is_named_for_the_runs_summary(tmp_path):
+    from imgpipe.components.champion.executor import Executor
+    from imgpipe.components.common.formats import champion
+    from imgpipe.components.common.formats.artifact_types import ChampionArtifact
+    from imgpipe.pipelines import local_runner
+
+    serving = str(tmp_path / "serving")
+    plant(serving, host=socket.gethostname(), pid=killed_pid(), beat=time.time(), working=True)
+    output = ChampionArtifact()
+    output.uri = str(tmp_path / "champion")
+    Executor().Do({}, {"champion": [output]}, {"serving_dir": serving})
+    resolved = champion.read(output.uri)
+    try:
+        assert resolved.records_note[0].startswith(
+            "took over the serving lease of other-run: its holder, pid"
+        )
+        assert local_runner.champion_lines(output.uri)[1].startswith(
+            "serving folder       took over the serving lease of other-run"
+        )
+    finally:
+        champion.release_run_lease(output.uri)
+    assert serving_lock.current(serving) is None

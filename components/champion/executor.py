@@ -10,6 +10,7 @@ before any training, not at the push.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from absl import logging
@@ -35,12 +36,17 @@ class Executor(base_executor.BaseExecutor):
         serving_dir = str(exec_properties.get(spec.SERVING_DIR_KEY) or "")
         output = artifact_utils.get_single_instance(output_dict[spec.CHAMPION_KEY])
         token = ""
+        taken_over: list[str] = []
         if serving_dir:
             serving_lock.check_writable(serving_dir)
             # A retried resolver of this run has the same output: it takes its lease back.
-            token = serving_lock.acquire(serving_dir, output.uri).token
+            token = serving_lock.acquire(serving_dir, output.uri, notes=taken_over).token
         try:
             resolved = champion.resolve(serving_dir, lease_token=token)
+            if taken_over:  # a dead run's lease, named in the run's summary
+                resolved = dataclasses.replace(
+                    resolved, records_note=(*taken_over, *resolved.records_note)
+                )
             champion.write(output.uri, resolved)
         except BaseException:
             if token:

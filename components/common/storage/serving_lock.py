@@ -151,7 +151,12 @@ def _document(lease: Lease) -> bytes:
     return json.dumps(dataclasses.asdict(lease), sort_keys=True).encode()
 
 
-def acquire(serving_dir: str, owner: str, lease_seconds: float = LEASE_SECONDS) -> Lease:
+def acquire(
+    serving_dir: str,
+    owner: str,
+    lease_seconds: float = LEASE_SECONDS,
+    notes: list[str] | None = None,
+) -> Lease:
     """Takes the lease on serving_dir for `owner`, waiting while another owner holds one
     whose holder is not gone (see the module docstring); returns it, held by this
     process (pid and heartbeat set: renew it with `hold`).
@@ -160,6 +165,8 @@ def acquire(serving_dir: str, owner: str, lease_seconds: float = LEASE_SECONDS) 
       serving_dir: the serving directory (made if missing).
       owner: who decides; the same owner (a retried step) takes its lease back.
       lease_seconds: how long the lease lasts between steps unless renewed.
+      notes: where a lease taken over from a run that is gone is named, one line, for
+        the run's summary (a warning in the log too).
     """
     fileio.makedirs(serving_dir)
     path = path_of(serving_dir)
@@ -180,6 +187,8 @@ def acquire(serving_dir: str, owner: str, lease_seconds: float = LEASE_SECONDS) 
         if why:
             if fileio.create_new(f"{path}{BROKEN_SUFFIX}{held.token}", b""):
                 logging.warning("%s: taking over the lease of %s: %s", path, held.owner, why)
+                if notes is not None and held.owner != owner:
+                    notes.append(f"took over the serving lease of {held.owner}: {why}")
                 if _read(path) == held:
                     fileio.remove(path)
             continue
