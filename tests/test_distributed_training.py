@@ -32,7 +32,7 @@ from imgpipe.components.trainer import (
     workers,
 )
 from imgpipe.components.trainer.config import from_custom_config
-from imgpipe.pipelines import local_runner
+from imgpipe.pipelines import run_summary
 from tests import procfs
 from tests import trainer_helpers as th
 
@@ -152,7 +152,7 @@ def test_the_run_summary_says_how_many_workers_trained_and_which_strategy(tmp_pa
     summary.write(str(tmp_path / "one"), base)
     assert not [
         line
-        for line in local_runner.training_lines(str(tmp_path / "one"))
+        for line in run_summary.training_lines(str(tmp_path / "one"))
         if line.startswith("distribution")
     ]  # a summary from before distribution: nothing said
     several = summary.Distribution(devices.MULTI_WORKER, 2, 2, GLOBAL_BATCH, "RING")
@@ -160,7 +160,7 @@ def test_the_run_summary_says_how_many_workers_trained_and_which_strategy(tmp_pa
     assert (
         "distribution         multi_worker_mirrored: 2 workers, RING all-reduce, 2 replicas, "
         "global batch 16"
-    ) in local_runner.training_lines(str(tmp_path / "two"))
+    ) in run_summary.training_lines(str(tmp_path / "two"))
 
 
 # --- on tiny data ------------------------------------------------------------------------

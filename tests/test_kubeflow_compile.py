@@ -617,7 +617,7 @@ def test_run_local_reads_each_steps_outputs_into_the_run_summary(compiled, tmp_p
     """`kfp run-local` prints the summary `run local` prints, from each step's
     executor output (kfp.local keeps no metadata store)."""
     from imgpipe.components.common.formats import champion
-    from imgpipe.pipelines import local_runner
+    from imgpipe.pipelines import run_summary
     from imgpipe.pipelines.kubeflow import local_docker
 
     config, _, _, spec, _ = compiled
@@ -648,7 +648,7 @@ def test_run_local_reads_each_steps_outputs_into_the_run_summary(compiled, tmp_p
         )
     result = local_docker.run_result(spec, str(tmp_path / "run"))
     assert result.pushed
-    lines = local_runner.summary_lines(result, config)
+    lines = run_summary.summary_lines(result, config)
     assert "model (served)       /srv/serving/7" in lines
     assert any(
         line.startswith("champion             none: no serving_dir is set") for line in lines

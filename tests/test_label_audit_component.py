@@ -22,7 +22,7 @@ from imgpipe.components.image_statistics import label_gate, spec
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.executor import REJECTED_SUFFIX, Executor
 from imgpipe.components.trainer import candidate_audit
-from imgpipe.pipelines import local_runner
+from imgpipe.pipelines import run_summary
 from tests import trainer_helpers as th
 
 pytestmark = pytest.mark.component
@@ -83,7 +83,7 @@ def test_a_clean_span_passes_and_its_audit_is_reported(world):
     assert audited.flagged_fraction < 0.1 and audited.reference_fraction is not None
     report = open(os.path.join(uri, layout.REPORT_FILE)).read()
     assert 'class="label-audit" data-checked="true"' in report and 'data-exceeded="false"' in report
-    (line,) = local_runner.label_audit_lines(uri)
+    (line,) = run_summary.label_audit_lines(uri)
     assert line.startswith("label audit") and line.endswith(": pass")
     assert f"gate {audited.threshold:.1%}" in line
 
@@ -109,7 +109,7 @@ def test_a_span_with_40_percent_of_labels_moved_stops_before_training(world):
     assert 'data-exceeded="true"' in report
     assert report.count('class="label-issue"') == len(audited.issues)
     assert report.count("data:image/jpeg;base64,") >= len(audited.issues)
-    assert local_runner.label_audit_lines(rejected)[0].endswith(": stop")
+    assert run_summary.label_audit_lines(rejected)[0].endswith(": stop")
 
 
 def test_no_champion_or_a_champion_without_a_model_skips_the_audit_with_why(world, tmp_path):

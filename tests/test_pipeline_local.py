@@ -14,7 +14,7 @@ import pytest
 
 from imgpipe.components.common.formats import conversion_summary, layout, served_models
 from imgpipe.components.evaluator import evaluation as ev
-from imgpipe.pipelines import cli, local_runner, sample_photos
+from imgpipe.pipelines import cli, local_runner, run_summary, sample_photos
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines.cli.errors import NOT_PUSHED_EXIT_CODE
@@ -236,8 +236,8 @@ def test_the_summary_counts_what_conversion_skipped_and_names_where(tmp_path):
         f.write("not an image")  # a file named as an image: skipped, with its reason
     examples = str(tmp_path / "examples")
     th.convert(images, examples, num_shards=1)
-    assert local_runner.conversion_lines(examples) == [
+    assert run_summary.conversion_lines(examples) == [
         "images               8 written of 9 files seen, 1 skipped, 0 ignored (each skipped "
         f"file and why: {os.path.join(examples, layout.SKIPPED_FILE)})"
     ]
-    assert local_runner.conversion_lines(None) == []
+    assert run_summary.conversion_lines(None) == []

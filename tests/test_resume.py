@@ -142,21 +142,19 @@ def test_no_backup_and_the_backups_place(tmp_path):
 
 @pytest.mark.unit
 def test_the_run_summary_says_where_training_resumed(tmp_path):
-    from imgpipe.pipelines import local_runner
+    from imgpipe.pipelines import run_summary
 
     found = resume.find(str(tmp_path / "none"), "f" * 16, PLAN)
     trained = summary.TrainingSummary("tiny_cnn", 32, None, "off", "", 4, ())
     summary.write(str(tmp_path / "fresh"), dataclasses.replace(trained, resume=found.resumption()))
     assert not [
-        line
-        for line in local_runner.training_lines(str(tmp_path / "fresh"))
-        if "preemption" in line
+        line for line in run_summary.training_lines(str(tmp_path / "fresh")) if "preemption" in line
     ]
     folder = str(tmp_path / "backups")
     _publish(folder, tmp_path, _state())
     resumed = resume.find(folder, "f" * 16, PLAN).resumption()
     summary.write(str(tmp_path / "resumed"), dataclasses.replace(trained, resume=resumed))
-    lines = local_runner.training_lines(str(tmp_path / "resumed"))
+    lines = run_summary.training_lines(str(tmp_path / "resumed"))
     assert lines[-1].startswith("preemption           resumed from ")
     assert lines[-1].endswith("phase full, epoch 2 step 2, optimizer step 6")
 

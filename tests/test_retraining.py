@@ -24,7 +24,7 @@ from imgpipe.components.image_statistics import drift
 from imgpipe.components.image_statistics.anomalies import AnomaliesFoundError
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
-from imgpipe.pipelines import local_runner
+from imgpipe.pipelines import local_runner, run_summary
 from tests import retraining_data
 from tests.test_kubeflow_local import subprocess_runner_for_tfx_steps
 
@@ -94,7 +94,7 @@ def test_retraining_on_local_dag_runner(tmp_path):
         result = local_runner.run(cfg.from_dict({**settings, "statistics": statistics}))
         examples = result.artifact(ids.EXAMPLE_GEN, "examples")
         assert examples is not None and examples.properties["span"] == span
-        summary = local_runner.summary_lines(result, config)
+        summary = run_summary.summary_lines(result, config)
         evaluation = ev.read(result.uri(ids.EVALUATOR, "evaluation"))
         return result, evaluation, summary
 

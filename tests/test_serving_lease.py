@@ -107,7 +107,7 @@ def test_a_dead_runs_lease_taken_over_is_named_for_the_runs_summary(tmp_path):
     from imgpipe.components.champion.executor import Executor
     from imgpipe.components.common.formats import champion
     from imgpipe.components.common.formats.artifact_types import ChampionArtifact
-    from imgpipe.pipelines import local_runner
+    from imgpipe.pipelines import run_summary
 
     serving = str(tmp_path / "serving")
     plant(serving, host=socket.gethostname(), pid=killed_pid(), beat=time.time(), working=True)
@@ -119,7 +119,7 @@ def test_a_dead_runs_lease_taken_over_is_named_for_the_runs_summary(tmp_path):
         assert resolved.records_note[0].startswith(
             "took over the serving lease of other-run: its holder, pid"
         )
-        assert local_runner.champion_lines(output.uri)[1].startswith(
+        assert run_summary.champion_lines(output.uri)[1].startswith(
             "serving folder       took over the serving lease of other-run"
         )
     finally:

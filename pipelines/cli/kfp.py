@@ -317,10 +317,10 @@ def run_local(args: argparse.Namespace) -> int:
             )
         except local_docker.LocalRunError as e:
             raise UserError(str(e)) from None
-    from imgpipe.pipelines import local_runner
+    from imgpipe.pipelines import run_summary
 
     result = local_docker.run_result(spec, run_dir)
-    for line in local_runner.summary_lines(result, config):
+    for line in run_summary.summary_lines(result, config):
         print(line)
     print(f"ran {spec['pipelineInfo']['name']} in containers; artifacts in {run_dir}")
     return 0 if result.pushed else NOT_PUSHED_EXIT_CODE

@@ -259,7 +259,7 @@ def _run_and_report(config, not_pushed: int = 0) -> int:
         drift_fix,
         label_issues_fix,
     )
-    from imgpipe.pipelines import local_runner
+    from imgpipe.pipelines import local_runner, run_summary
 
     try:
         result = local_runner.run(config, announce=print_step)
@@ -287,6 +287,6 @@ def _run_and_report(config, not_pushed: int = 0) -> int:
             f"({', '.join(sorted({a.code for a in e.anomalies}))}), so the run stopped "
             f"before training; see {e.report}, then {'; '.join(fixes)}"
         ) from e
-    for line in local_runner.summary_lines(result, config):
+    for line in run_summary.summary_lines(result, config):
         print(line)
     return 0 if result.pushed else not_pushed
