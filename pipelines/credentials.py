@@ -5,7 +5,7 @@ into the arguments of each Beam executor of a compiled package (three copies), i
 TFX's logs (LocalDagRunner logs its deployment config, Beam options and all), and into
 the summaries and error lines that echo paths and URLs. So none is taken:
 
-- an option whose name says it holds one (`security.credential_flags`:
+- an option whose name says it holds one (`credential_flags`:
   `--s3_secret_access_key`, `--my_service_password`, ...);
 - user-info in a URL: `https://KEY:SECRET@minio:9000`, `http://user@flink:8081`;
 - a `name=value` pair whose name says it holds a secret (`token=...`, `password=...`,
@@ -16,7 +16,8 @@ the summaries and error lines that echo paths and URLs. So none is taken:
 The pipeline config (`pipelines/config.py`) and the command line (`imgpipe`, before it
 parses its arguments) refuse each with one line that names the setting or the option,
 never the value, and points to the Kubernetes Secret the steps read their object-store
-keys from, as the compiler's refusal does (security.refuse_credentials).
+keys from (OBJECT_STORE_SECRET), as the compiler's refusal does
+(kubeflow/security.refuse_credentials). This is the one rule: both sides use it.
 
 Example:
   problem("https://AKIAX:SECRET@minio:9000")  # 'a user name or password in its URL'
@@ -31,7 +32,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from imgpipe.components.common.runtime.printable import short
-from imgpipe.pipelines.kubeflow.security import OBJECT_STORE_SECRET, SECRET_ENV, credential_flags
 
 # A URL's user-info: what is between "://" and an "@" before the path. (No scheme in the
 # pattern: matched from each letter of a long word, it would take quadratic time.)
@@ -56,6 +56,34 @@ _KEYS = (
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36}"), "a GitHub token"),
     (re.compile(r"\bAIza[0-9A-Za-z_-]{35}"), "a Google API key"),
 )
+
+
+# The Kubernetes Secret every step of a compiled package reads its object-store keys
+# from. Secret key -> environment variable: the same names, the ones boto3 (the file
+# seam) and Beam's S3 filesystem read; the endpoint is there for MinIO and other stores.
+OBJECT_STORE_SECRET = "imgpipe-object-store"
+SECRET_ENV: dict[str, str] = {
+    name: name
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_ENDPOINT_URL_S3",
+    )
+}
+# Beam options whose values are credentials though their names do not say so.
+CREDENTIAL_FLAGS = ("s3_access_key_id", "azure_connection_string")
+
+
+def credential_flags(args: Sequence[str]) -> list[str]:
+    """The options in `args` that carry a credential by name (values left out): those of
+    CREDENTIAL_FLAGS, and any whose name says it holds a secret (the one name rule)."""
+    found = []
+    for arg in args:
+        name = arg.lstrip("-").split("=", 1)[0].lower()
+        if arg.startswith("--") and (name in CREDENTIAL_FLAGS or _SECRET_NAME.search(name)):
+            found.append(f"--{name}")
+    return found
 
 
 def problem(text: str) -> str | None:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from google.protobuf import json_format
 
-from imgpipe.pipelines import cli, images
+from imgpipe.pipelines import cli, credentials, images
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines.kubeflow import compiler, local_docker, security
 from tests.test_k8s_manifests import ALL_DOCUMENTS, PIPELINE_CONFIG, pod_specs
@@ -265,7 +265,7 @@ def test_ordinary_beam_args_are_not_taken_for_credentials():
         "--service_account_email=runner@example.iam.gserviceaccount.com",
         "--direct_num_workers=2",
     ]
-    assert security.credential_flags(ordinary) == []
+    assert credentials.credential_flags(ordinary) == []
 
 
 # ---- `imgpipe kfp run-local`'s Docker options ----------------------------------------

@@ -18,10 +18,11 @@ cluster with workload identity (GCS) or a local volume runs without it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
+from imgpipe.pipelines import credentials
+from imgpipe.pipelines.credentials import OBJECT_STORE_SECRET, SECRET_ENV
 from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
 
 # ---- the user and the container's restrictions --------------------------------------
@@ -82,39 +83,8 @@ TMP_VOLUME = "imgpipe-tmp"
 STEP_ENV: dict[str, str] = {"TMPDIR": WRITABLE_TMP, "HOME": WRITABLE_TMP}
 
 # ---- object-store credentials ------------------------------------------------------
-
-OBJECT_STORE_SECRET = "imgpipe-object-store"
-# Secret key -> environment variable: the same names, the ones boto3 (the file seam)
-# and Beam's S3 filesystem read; the endpoint is there for MinIO and other S3 stores.
-SECRET_ENV: dict[str, str] = {
-    name: name
-    for name in (
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_ENDPOINT_URL_S3",
-    )
-}
-
-# Beam options whose values are credentials: Beam's S3 options and Azure's connection
-# string by name, and any option whose name says it holds a secret.
-CREDENTIAL_FLAGS = (
-    "s3_access_key_id",
-    "s3_secret_access_key",
-    "s3_session_token",
-    "azure_connection_string",
-)
-_SECRET_WORDS = re.compile(r"secret|password|passwd|token|credential|private_key|access_key")
-
-
-def credential_flags(beam_args: Sequence[str]) -> list[str]:
-    """The options in `beam_args` that carry a credential, by name (values left out)."""
-    found = []
-    for arg in beam_args:
-        name = arg.lstrip("-").split("=", 1)[0].lower()
-        if arg.startswith("--") and (name in CREDENTIAL_FLAGS or _SECRET_WORDS.search(name)):
-            found.append(f"--{name}")
-    return found
+# The Secret and the rule that spots a credential are defined once, in
+# pipelines/credentials.py; the compiler refuses a package that would carry one.
 
 
 def refuse_credentials(beam_args: Sequence[str]) -> None:
@@ -123,7 +93,7 @@ def refuse_credentials(beam_args: Sequence[str]) -> None:
     Refused rather than moved: the value would still sit in the config file, and the
     steps already read the same credentials from the Secret's environment variables.
     """
-    found = credential_flags(beam_args)
+    found = credentials.option_problems(beam_args)
     if found:
         raise ValueError(
             f"beam_args {', '.join(found)}: a compiled package must not carry credentials; "
