@@ -52,6 +52,7 @@ def main() -> None:
             "startup",
             "containers",
             "retraining",
+            "year",
             "distributed",
         ],
         action="append",
@@ -103,6 +104,10 @@ def _run(args: argparse.Namespace, selected: set[str]) -> None:
         from benchmarks import retraining_bench
 
         results["retraining"] = retraining_bench.run()
+    if "year" in selected:
+        from benchmarks import year_bench
+
+        results["year"] = year_bench.run()
     if "cli" in selected:
         from benchmarks import cli_start
 
