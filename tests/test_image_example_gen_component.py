@@ -102,21 +102,26 @@ def test_executor_resolves_the_latest_span_when_no_driver_ran(tmp_path):
         imagegen.make_image_folder(
             str(tmp_path / "data" / f"span-{span}"), {"a": 2 + span, "b": 2}, seed=span
         )
-    component = ImageExampleGen(
-        input_base=str(tmp_path / "data" / "span-{SPAN}"), output_options=OUTPUT_OPTIONS
-    )
-    examples = standard_artifacts.Examples()
-    examples.uri = str(tmp_path / "out")
-    exec_properties = dict(component.exec_properties)
-    exec_properties["beam_pipeline_args"] = ["--direct_num_workers=1"]
-
-    Executor().Do({}, {spec.EXAMPLES_KEY: [examples]}, exec_properties)
+    examples = run_without_driver(tmp_path, "span-{SPAN}")
 
     assert examples.span == 2
     assert artifact_utils.decode_split_names(examples.split_names) == ["train", "eval"]
     assert examples.get_int_custom_property("images_written") == 6
     assert "num_files:6" in examples.get_string_custom_property("input_fingerprint")
     assert examples.get_string_custom_property("payload_format") == "FORMAT_TF_EXAMPLE"
+
+
+def run_without_driver(tmp_path, pattern: str) -> standard_artifacts.Examples:
+    """The executor on tmp_path/data/<pattern> with no driver before it (Kubeflow's way)."""
+    component = ImageExampleGen(
+        input_base=str(tmp_path / "data" / pattern), output_options=OUTPUT_OPTIONS
+    )
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path / "out")
+    exec_properties = dict(component.exec_properties)
+    exec_properties["beam_pipeline_args"] = ["--direct_num_workers=1"]
+    Executor().Do({}, {spec.EXAMPLES_KEY: [examples]}, exec_properties)
+    return examples
 
 
 def _span_folders(data) -> None:
@@ -164,15 +169,7 @@ def test_the_driver_reads_a_zero_padded_span_and_ignores_a_stray_folder(tmp_path
 @pytest.mark.component
 def test_the_executor_reads_a_zero_padded_span_when_no_driver_ran(tmp_path):
     _span_folders(tmp_path / "data")
-    component = ImageExampleGen(
-        input_base=str(tmp_path / "data" / "span-{SPAN:3}"), output_options=OUTPUT_OPTIONS
-    )
-    examples = standard_artifacts.Examples()
-    examples.uri = str(tmp_path / "out")
-    exec_properties = dict(component.exec_properties)
-    exec_properties["beam_pipeline_args"] = ["--direct_num_workers=1"]
-
-    Executor().Do({}, {spec.EXAMPLES_KEY: [examples]}, exec_properties)
+    examples = run_without_driver(tmp_path, "span-{SPAN:3}")
 
     assert examples.span == 7
     assert examples.get_int_custom_property("images_written") == 5

@@ -256,24 +256,23 @@ def score_sets(
             folder = os.path.join(staged_in, reference.name)
             return list(staging.stage_files(reference.shards, folder, reference.uri))
 
+        def loaded(model: ev.Champion, what: str) -> ev.Champion:
+            """Adds the model's predictor; the model marked unreadable, with why, if not."""
+            try:
+                model_dir = local.enter_context(staging.local_copy(model.path or ""))
+                predictors.append(scoring.predictor(model_dir))
+            except READ_ERRORS as e:
+                return dataclasses.replace(
+                    model, status=ev.UNREADABLE, note=f"the {what} did not load: {e}"
+                )
+            return model
+
         predictors = [scoring.predictor(local.enter_context(staging.local_copy(candidate_dir)))]
         if champion.status == ev.COMPARED:
-            try:
-                champion_dir = local.enter_context(staging.local_copy(champion.path or ""))
-                predictors.append(scoring.predictor(champion_dir))
-            except READ_ERRORS as e:
-                champion = dataclasses.replace(
-                    champion, status=ev.UNREADABLE, note=f"the champion did not load: {e}"
-                )
+            champion = loaded(champion, "champion")
         compared_labels = champion_labels if len(predictors) > 1 else None
         if record is not None and compared_labels is not None:
-            try:
-                record_dir = local.enter_context(staging.local_copy(record.path or ""))
-                predictors.append(scoring.predictor(record_dir))
-            except READ_ERRORS as e:
-                record = dataclasses.replace(
-                    record, status=ev.UNREADABLE, note=f"the record holder did not load: {e}"
-                )
+            record = loaded(record, "record holder")
 
         def held_to_record(reference: ReferenceSet, found: scoring.Scored) -> None:
             if len(predictors) > 2:
