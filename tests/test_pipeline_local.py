@@ -12,7 +12,12 @@ import tempfile
 
 import pytest
 
-from imgpipe.components.common.formats import conversion_summary, layout, served_models
+from imgpipe.components.common.formats import (
+    conversion_summary,
+    layout,
+    served_models,
+    serving_history,
+)
 from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.pipelines import cli, local_runner, run_summary, sample_photos
 from imgpipe.pipelines import component_ids as ids
@@ -195,8 +200,11 @@ def test_a_validation_folder_is_evaluated_and_the_data_gate_advice_can_be_follow
     report = re.search(r"; see (\S+), then", line).group(1)
     assert "validation/animal/leaked.jpg" in open(report).read()
     # The run checked the serving folder and took its lease first, and left nothing
-    # there: no version, no lease, no span admitted to a later window.
-    assert os.listdir(tmp_path / "serving") == []
+    # there but the record of its stop in the history: no version, no lease, no span
+    # admitted to a later window.
+    assert os.listdir(tmp_path / "serving") == [serving_history.HISTORY_DIR]
+    decisions, problems = serving_history.read(str(tmp_path / "serving"))
+    assert [d.kind for d in decisions] == [serving_history.STOPPED] and problems == []
 
     config_file.write_text(settings + "statistics: {leakage_threshold: 0.5}\n")
     # Past the gate, the run finishes: two training steps may not earn a push (exit 3).
