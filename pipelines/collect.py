@@ -56,38 +56,49 @@ def collect(
 
     serving_dir = config.serving_dir
     serving_there = bool(serving_dir) and fileio.isdir(serving_dir)
-    if serving_there and not strict:
+    if serving_there and strict:
+        retention.check_serving_folder(serving_dir)  # before its lease is written there
+    elif serving_there:
         serving_there = retention.is_serving_folder(serving_dir)
-    held = serving_lock.current(serving_dir) if serving_there else None
-    if held is not None and not serving_lock.gone(held):
-        return Collected(
-            retention.Plan(), skipped=f"another run ({held.owner}) holds {serving_dir}"
-        )
-    plan = retention.Plan()
-    if serving_there:
-        plan += retention.serving_plan(serving_dir, config.retention, config.trainer.spans)
-    window = retention.window_spans(
-        serving_dir if serving_there else "", config.trainer.spans, config.retention.spare_spans
-    )
-    metadata_path = config.local_metadata_path
-    if os.path.exists(metadata_path):
-        plan += retention_mlmd.pipeline_root_plan(
-            metadata_path,
-            config.pipeline_root,
-            config.pipeline_name,
-            [s.examples_uri for s in window],
-        )
-    if dry_run or not plan.removals:
-        return Collected(plan, dry_run=dry_run)
-    lease = serving_lock.acquire(serving_dir, owner) if serving_there else None
+    lease = None
+    if serving_there and not dry_run:
+        # Taken before planning, without waiting: what another run holds is planned by
+        # nobody, and a collection can always wait for the next run.
+        lease = serving_lock.try_acquire(serving_dir, owner)
+    if serving_there and lease is None:
+        held = serving_lock.current(serving_dir)
+        if not dry_run or (held is not None and not serving_lock.gone(held)):
+            holder = held.owner if held is not None else "a run that just finished"
+            return Collected(
+                retention.Plan(), skipped=f"another run ({holder}) holds {serving_dir}"
+            )
     try:
+        plan = _plan(config, serving_dir if serving_there else "")
+        if dry_run or not plan.removals:
+            return Collected(plan, dry_run=dry_run)
         # Serving records first: a span's record goes before its Examples.
         problems = retention.apply_serving(
             retention.Plan(tuple(r for r in plan.removals if r.artifact_id is None))
         )
-        if os.path.exists(metadata_path):
-            problems += retention_mlmd.apply_pipeline_root(plan, metadata_path)
+        if os.path.exists(config.local_metadata_path):
+            problems += retention_mlmd.apply_pipeline_root(plan, config.local_metadata_path)
     finally:
         if lease is not None:
             serving_lock.release(serving_dir, lease.token)
     return Collected(plan, tuple(problems))
+
+
+def _plan(config: PipelineConfig, serving_dir: str) -> retention.Plan:
+    """What goes and what stays; `serving_dir` is "" when there is no serving folder."""
+    plan = retention.Plan()
+    if serving_dir:
+        plan += retention.serving_plan(serving_dir, config.retention, config.trainer.spans)
+    window = retention.window_spans(serving_dir, config.trainer.spans, config.retention.spare_spans)
+    if os.path.exists(config.local_metadata_path):
+        plan += retention_mlmd.pipeline_root_plan(
+            config.local_metadata_path,
+            config.pipeline_root,
+            config.pipeline_name,
+            [s.examples_uri for s in window],
+        )
+    return plan

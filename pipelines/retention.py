@@ -117,6 +117,17 @@ def is_serving_folder(serving_dir: str) -> bool:
     )
 
 
+def check_serving_folder(serving_dir: str) -> None:
+    """Raises NotAServingFolder, naming the fix, unless a Pusher wrote `serving_dir`."""
+    from imgpipe.components.common.formats import model_config
+
+    if not is_serving_folder(serving_dir):
+        raise NotAServingFolder(
+            f"{serving_dir} is not a serving folder (no {model_config.MODEL_CONFIG_FILE}, no "
+            "pushed version, no span record); give the folder the Pusher pushes to (serving_dir)"
+        )
+
+
 def window_spans(serving_dir: str, trainer_spans: int, spare_spans: int) -> list[AdmittedSpan]:
     """The admitted spans whose records and Examples stay, newest first: all of them when
     the window is every span (`trainer.spans` 0)."""
@@ -138,11 +149,7 @@ def serving_plan(
     """
     from imgpipe.components.common.formats import model_config, record_holder, served_models
 
-    if not is_serving_folder(serving_dir):
-        raise NotAServingFolder(
-            f"{serving_dir} is not a serving folder (no {model_config.MODEL_CONFIG_FILE}, no "
-            "pushed version, no span record); give the folder the Pusher pushes to (serving_dir)"
-        )
+    check_serving_folder(serving_dir)
     now = time.time() if now is None else now
     removals: list[Removal] = []
     kept: list[str] = []

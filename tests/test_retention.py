@@ -210,11 +210,15 @@ def test_a_collection_waits_for_no_one_and_skips_while_another_run_holds_the_lea
     config = PipelineConfig(serving_dir=serving, pipeline_root=str(tmp_path / "root"))
     try:
         collected = collect(config)
+        listed = collect(config, dry_run=True)
     finally:
         serving_lock.release(serving, lease.token)
     assert collected.summary() == f"skipped: another run (another run) holds {serving}"
+    assert listed.summary() == collected.summary()
     assert served_models.complete_versions(serving) == [50, 40, 30, 20, 10]
+    assert collect(config, dry_run=True).summary() == "would delete 1 item(s)"
     assert collect(config).summary() == "deleted 1 item(s)"
+    assert serving_lock.current(serving) is None  # its own lease given back
 
 
 def test_the_record_holder_stays_and_a_gone_one_is_named_at_the_head(tmp_path):

@@ -168,6 +168,24 @@ def acquire(
       notes: where a lease taken over from a run that is gone is named, one line, for
         the run's summary (a warning in the log too).
     """
+    lease = _take(serving_dir, owner, lease_seconds, notes, wait=True)
+    assert lease is not None  # a waiting take returns only with the lease
+    return lease
+
+
+def try_acquire(serving_dir: str, owner: str, lease_seconds: float = LEASE_SECONDS) -> Lease | None:
+    """Takes the lease as `acquire` does, or returns None at once when another run that
+    is not gone holds it (work that can wait for the next run, such as a collection)."""
+    return _take(serving_dir, owner, lease_seconds, None, wait=False)
+
+
+def _take(
+    serving_dir: str,
+    owner: str,
+    lease_seconds: float,
+    notes: list[str] | None,
+    wait: bool,
+) -> Lease | None:
     fileio.makedirs(serving_dir)
     path = path_of(serving_dir)
     said, said_at, started = "", 0.0, time.time()
@@ -192,6 +210,8 @@ def acquire(
                 if _read(path) == held:
                     fileio.remove(path)
             continue
+        if not wait:
+            return None
         if said != held.token or now - said_at >= SAY_EVERY_SECONDS:
             said, said_at = held.token, now
             working = f"pid {held.pid} on {held.host}" if held.working else "between its steps"
