@@ -18,7 +18,7 @@ from imgpipe.pipelines.local_runner import PUSHED, PUSHED_DESTINATION, SPAN, Run
 
 def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
     """The closing lines of a run: where the model, the reports and the statistics are."""
-    from imgpipe.components.common.storage import fileio
+    from imgpipe.components.common.storage import fileio, serving_lock
 
     def report_in(uri: str | None) -> str | None:
         if not uri:
@@ -32,8 +32,8 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         if pushed and pushed.properties.get(PUSHED)
         else None
     )
-    # The Pusher's refusal (components/common/storage/serving_lock.py REFUSED_PROPERTY), if any.
-    refused = pushed.properties.get("refused") if pushed else None
+    refused = pushed.properties.get(serving_lock.REFUSED_PROPERTY) if pushed else None
+    cleared = pushed.properties.get(serving_lock.CLEARED_PROPERTY) if pushed else None
     not_pushed = refused or f"not pushed (see {config.serving_dir})"
     examples = result.artifact(ids.EXAMPLE_GEN, keys.EXAMPLES_KEY)
     span = examples.properties.get(SPAN) if examples else None
@@ -50,6 +50,7 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
             result.uri(ids.EVALUATOR, keys.EVALUATION_KEY), config.evaluator.paired_significance
         ),
         f"model (served)       {pushed_to or not_pushed}",
+        *([f"serving folder       {cleared}"] if cleared else []),
         f"image report         {report_in(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY))}",
         f"statistics (TFDV)    {result.uri(ids.STATISTICS_GEN, keys.STATISTICS_KEY)}",
         f"statistics (images)  {result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY)}",

@@ -187,9 +187,16 @@ def test_pushes_are_whole_ordered_and_idempotent(tmp_path):
     assert served_models.latest(serving).version == 1000
     # Two pushes in the same second still get increasing versions, above the interrupted
     # one, which the next push removes.
-    second = publish(_fake_model(str(tmp_path / "m2"), ("a", "b", "c")), serving, now=1000)
+    notes: list[str] = []
+    second = publish(
+        _fake_model(str(tmp_path / "m2"), ("a", "b", "c")), serving, now=1000, notes=notes
+    )
     assert os.path.basename(second) == "5001"
     assert not glob.glob(os.path.join(serving, STAGING_PREFIX + "*"))
+    assert sorted(notes) == [  # each named, for the run's summary
+        f"removed {name}, left by a push that was killed or failed mid-copy"
+        for name in sorted([f"{STAGING_PREFIX}1001", "5000"])
+    ]
     latest = served_models.latest(serving)
     assert latest.version == 5001 and latest.labels == ("a", "b", "c")
     # A retried push of the same model returns the version it already made.

@@ -87,6 +87,7 @@ def publish(
     expected_served: int | None = None,
     extras: Mapping[str, str] | None = None,
     generated: Callable[[int, str], Mapping[str, bytes]] | None = None,
+    notes: list[str] | None = None,
 ) -> str:
     """Copies model_dir to a new version folder of serving_dir, completely or not at
     all; returns the version folder.
@@ -106,6 +107,8 @@ def publish(
       extras: more files to publish with the push, {relpath in the version: source}.
       generated: fn(version, version folder) -> {relpath in the version: bytes}, files
         that say which version they belong to (serving_files.py), published the same way.
+      notes: where what a killed push left, and this push removed, is named, one line
+        each, for the run's summary (a warning in the log too).
 
     Raises:
       ServingHeadMovedError: the newest complete push is not `expected_head`, or
@@ -121,7 +124,7 @@ def publish(
     if expected_served is None:
         expected_served = _served_or_none(serving_dir)
     _check_served(serving_dir, expected_served)
-    numbered = _clear_killed_pushes(serving_dir, versions)
+    numbered = _clear_killed_pushes(serving_dir, versions, notes if notes is not None else [])
     # Above every version folder there was: an interrupted one's number is never reused.
     version = max(int(time.time() if now is None else now), max(numbered, default=-1) + 1)
     final = posixpath.join(serving_dir, str(version))
@@ -226,16 +229,20 @@ def _check_served(serving_dir: str, expected_served: int) -> None:
     )
 
 
-def _clear_killed_pushes(serving_dir: str, versions: list[int]) -> list[int]:
+def _clear_killed_pushes(serving_dir: str, versions: list[int], notes: list[str]) -> list[int]:
     """Removes what killed pushes left: a staging folder, or a version folder without
-    PUSH_COMPLETE (on object stores). Pushes take turns (serving_lock), so none is being
-    written. Returns the numbers of every version folder there was."""
+    PUSH_COMPLETE (on object stores), each named in `notes`. Pushes take turns
+    (serving_lock), so none is being written. Returns the numbers of every version folder
+    there was."""
     numbered = []
     for name in fileio.list_dir(serving_dir):
         if name.isdigit():
             numbered.append(int(name))
         if name.startswith(STAGING_PREFIX) or name.isdigit() and int(name) not in versions:
             fileio.remove(posixpath.join(serving_dir, name))
+            note = f"removed {name}, left by a push that was killed or failed mid-copy"
+            logging.warning("ImagePusher: %s/%s", serving_dir, note)
+            notes.append(note)
     return numbered
 
 
@@ -462,6 +469,7 @@ class Executor(tfx_pusher.Executor):
         if blessing.has_custom_property(serving_lock.SERVED_PROPERTY):
             expected_served = blessing.get_int_custom_property(serving_lock.SERVED_PROPERTY)
         model_dir = self.GetModelPath(input_dict)
+        cleared: list[str] = []
         try:
             pushed = publish(
                 model_dir,
@@ -470,12 +478,15 @@ class Executor(tfx_pusher.Executor):
                 expected_served=expected_served,
                 extras=extra_files(input_dict),
                 generated=serving_files_for(model_dir, blessing, serving_dir, exec_properties),
+                notes=cleared,
             )
         except ServingHeadMovedError as e:
             logging.warning("ImagePusher: %s", e)
             self._MarkNotPushed(model_push)
             model_push.set_string_custom_property(serving_lock.REFUSED_PROPERTY, str(e))
             return
+        if cleared:
+            model_push.set_string_custom_property(serving_lock.CLEARED_PROPERTY, "; ".join(cleared))
         io_utils.copy_dir(model_dir, model_push.uri)
         self._MarkPushed(
             model_push, pushed_destination=pushed, pushed_version=os.path.basename(pushed)

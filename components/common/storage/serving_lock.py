@@ -63,6 +63,8 @@ SERVED_PROPERTY = "served_version"
 NO_HEAD = -1
 # On the Pusher's PushedModel when it refused: the one line saying why.
 REFUSED_PROPERTY = "refused"
+# On the Pusher's PushedModel when it removed what a killed push left: one line each.
+CLEARED_PROPERTY = "cleared"
 # How often a waiting retrain looks at the lease again, and says it still waits.
 POLL_SECONDS = 5.0
 SAY_EVERY_SECONDS = 60.0
