@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from imgpipe.pipelines import retention, retention_mlmd
+from imgpipe.pipelines import retention, retention_mlmd, run_markers
 from imgpipe.pipelines.config import PipelineConfig
 
 
@@ -19,12 +19,15 @@ class Collected:
       problems: one line per thing that could not be deleted.
       skipped: why nothing was collected ("" when it ran).
       dry_run: nothing was deleted.
+      abandoned: one line per step a killed run left unfinished in MLMD, now (or, dry,
+        to be) marked CANCELED (retention_mlmd.cancel_abandoned).
     """
 
     plan: retention.Plan
     problems: tuple[str, ...] = ()
     skipped: str = ""
     dry_run: bool = False
+    abandoned: tuple[str, ...] = ()
 
     def summary(self) -> str:
         """One line for the run summary."""
@@ -34,6 +37,8 @@ class Collected:
         text = f"{verb} {len(self.plan.removals)} item(s)"
         if self.problems:
             text += f"; {len(self.problems)} not deleted: {self.problems[0]}"
+        if self.abandoned:
+            text += "; " + "; ".join(self.abandoned)
         return text
 
 
@@ -73,9 +78,19 @@ def collect(
                 retention.Plan(), skipped=f"another run ({holder}) holds {serving_dir}"
             )
     try:
+        abandoned: tuple[str, ...] = ()
+        if os.path.exists(config.local_metadata_path):
+            abandoned = tuple(
+                retention_mlmd.cancel_abandoned(
+                    config.local_metadata_path,
+                    config.pipeline_name,
+                    run_markers.live(config.local_metadata_path),
+                    dry_run,
+                )
+            )
         plan = _plan(config, serving_dir if serving_there else "")
         if dry_run or not plan.removals:
-            return Collected(plan, dry_run=dry_run)
+            return Collected(plan, dry_run=dry_run, abandoned=abandoned)
         # Serving records first: a span's record goes before its Examples.
         problems = retention.apply_serving(
             retention.Plan(tuple(r for r in plan.removals if r.artifact_id is None))
@@ -85,7 +100,7 @@ def collect(
     finally:
         if lease is not None:
             serving_lock.release(serving_dir, lease.token)
-    return Collected(plan, tuple(problems))
+    return Collected(plan, tuple(problems), abandoned=abandoned)
 
 
 def _plan(config: PipelineConfig, serving_dir: str) -> retention.Plan:

@@ -23,7 +23,7 @@ from tfx.types import standard_component_specs as keys
 
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import pipeline as pl
-from imgpipe.pipelines import tfx_patches
+from imgpipe.pipelines import run_markers, tfx_patches
 from imgpipe.pipelines.beam_args import local_beam_args
 from imgpipe.pipelines.config import PipelineConfig
 
@@ -143,7 +143,10 @@ def run(config: PipelineConfig, announce: StepAnnouncer | None = None) -> RunRes
         if node.pipeline_node.node_info.id == ids.CHAMPION:
             node.pipeline_node.execution_options.caching_options.enable_cache = False
     try:
-        with tfx_patches.announced_steps(announce or (lambda *_: None)):
+        with (
+            run_markers.running(config.local_metadata_path, run_id),
+            tfx_patches.announced_steps(announce or (lambda *_: None)),
+        ):
             LocalDagRunner().run_with_ir(ir)
     finally:
         release_lease(config, run_id)

@@ -70,6 +70,49 @@ def pipeline_root_plan(
     return Plan(tuple(removals), tuple(kept))
 
 
+def cancel_abandoned(
+    metadata_path: str, pipeline_name: str, live_runs: Collection[str], dry_run: bool = False
+) -> list[str]:
+    """Marks CANCELED every execution of `pipeline_name` that a run which is no longer
+    alive (run_markers.live) left unfinished, so that its outputs are collected like any
+    failed step's; returns one line naming each (what `dry_run` would mark)."""
+    from ml_metadata import errors
+    from ml_metadata.proto import metadata_store_pb2
+
+    store = _store(metadata_path)
+    state_names = {v: k for k, v in metadata_store_pb2.Execution.State.items()}
+    prefix = f"{pipeline_name}."
+    lines, abandoned = [], []
+    try:
+        run_type = store.get_context_type("pipeline_run").id
+    except errors.NotFoundError:
+        return []  # no run has ever been recorded
+    for context in store.get_contexts_by_type("node"):
+        if not context.name.startswith(prefix):
+            continue
+        for execution in store.get_executions_by_context(context.id):
+            if state_names[execution.last_known_state] in _FINISHED:
+                continue
+            runs = [
+                c.name
+                for c in store.get_contexts_by_execution(execution.id)
+                if c.type_id == run_type
+            ]
+            if not runs or any(run in live_runs for run in runs):
+                continue  # a run still working, or one no marker can speak for
+            step = context.name[len(prefix) :]
+            lines.append(
+                f"{step} of run {runs[0]} was left "
+                f"{state_names[execution.last_known_state]} by a run that was killed: "
+                + ("would mark it CANCELED" if dry_run else "marked CANCELED")
+            )
+            execution.last_known_state = metadata_store_pb2.Execution.CANCELED
+            abandoned.append(execution)
+    if abandoned and not dry_run:
+        store.put_executions(abandoned)
+    return lines
+
+
 def apply_pipeline_root(plan: Plan, metadata_path: str) -> list[str]:
     """Marks, deletes, then marks deleted; returns one line per failure."""
     from ml_metadata.proto import metadata_store_pb2

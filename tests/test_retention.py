@@ -202,6 +202,66 @@ def test_an_artifact_marked_by_a_collection_cut_short_is_finished_next_time(tmp_
     assert not os.path.exists(old_uri)
 
 
+def in_run(store, execution_id: int, run_id: str) -> None:
+    """Puts the execution in the pipeline_run context `run_id`, as TFX's runner does."""
+    from ml_metadata.proto import metadata_store_pb2 as pb
+
+    run_type = store.put_context_type(pb.ContextType(name="pipeline_run"))
+    [context_id] = store.put_contexts([pb.Context(type_id=run_type, name=run_id)])
+    store.put_attributions_and_associations(
+        [], [pb.Association(context_id=context_id, execution_id=execution_id)]
+    )
+
+
+def test_steps_a_killed_run_left_running_are_named_canceled_and_collected(tmp_path):
+    import subprocess
+
+    from ml_metadata.proto import metadata_store_pb2 as pb
+
+    from imgpipe.pipelines import run_markers
+
+    root, db = str(tmp_path / "root"), str(tmp_path / "root" / "metadata.sqlite")
+    os.makedirs(root)
+    store = mlmd_store(db)
+    killed, killed_uri = execution_with_output(store, root, "Pusher", "RUNNING", "1")
+    working, working_uri = execution_with_output(store, root, "Trainer", "RUNNING", "2")
+    unmarked, _ = execution_with_output(store, root, "Evaluator", "RUNNING", "3")
+    in_run(store, killed, "killed-run")
+    in_run(store, working, "working-run")
+    in_run(store, unmarked, "run-without-marker")
+    execution_with_output(store, root, "Pusher", "COMPLETE", "4")
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    with run_markers.running(db, "killed-run"):
+        pass
+    marker = os.path.join(root, run_markers.MARKERS_DIR, "killed-run.json")
+    with open(marker, "w") as f:  # what a SIGKILL leaves: the marker of a pid now ended
+        f.write(f'{{"run_id": "killed-run", "host": "{os.uname().nodename}", "pid": {ended.pid}}}')
+
+    with run_markers.running(db, "working-run"):
+        live = run_markers.live(db)
+        assert live == {"working-run"}
+        assert not os.path.exists(marker)  # an ended run's marker goes once read
+        lines = retention_mlmd.cancel_abandoned(db, "p", live, dry_run=True)
+        assert sorted(lines) == [
+            "Evaluator of run run-without-marker was left RUNNING by a run that was killed: "
+            "would mark it CANCELED",
+            "Pusher of run killed-run was left RUNNING by a run that was killed: would mark "
+            "it CANCELED",
+        ]
+        assert retention_mlmd.cancel_abandoned(db, "p", live) == [
+            line.replace("would mark it", "marked") for line in lines
+        ]
+        assert retention_mlmd.cancel_abandoned(db, "p", live) == []  # once
+    states = {e.id: e.last_known_state for e in store.get_executions()}
+    assert states[killed] == states[unmarked] == pb.Execution.CANCELED
+    assert states[working] == pb.Execution.RUNNING
+    # A canceled step's outputs are collected like a failed one's; a working one's stay.
+    plan = retention_mlmd.pipeline_root_plan(db, root, "p", [])
+    assert killed_uri in [r.path for r in plan.removals]
+    assert working_uri not in [r.path for r in plan.removals]
+
+
 def test_a_collection_waits_for_no_one_and_skips_while_another_run_holds_the_lease(tmp_path):
     from imgpipe.components.common.storage import serving_lock
 
