@@ -23,7 +23,8 @@ Example YAML (every key optional; unknown keys are errors that list the allowed 
       output: {splits: [[train, 0.9], [eval, 0.1]], stratify: true}
     statistics: {leakage_threshold: 0.01, fail_on_anomalies: true}
     trainer: {weights: imagenet, epochs: 5, num_gpus: 1, warm_start: true}
-    evaluator: {accuracy_threshold: 0.7, tolerance: 0.01}
+    evaluator: {accuracy_threshold: 0.7, paired_significance: 0.05, tolerance: 0.05}
+    retention: {keep_pushes: 5}
     kubeflow:
       resources: {ImageExampleGen: {cpu_request: "4", memory_request: 8Gi}}
       gpu: {node_selector: {cloud.google.com/gke-accelerator: nvidia-tesla-t4}}
