@@ -10,7 +10,7 @@ import kubernetes
 import pytest
 import yaml
 
-from imgpipe.components.trainer import kubernetes_workers
+from imgpipe.components.trainer import jobset, kubernetes_workers
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines import images
 from imgpipe.pipelines.kubeflow.config import GpuConfig, KubeflowConfig
@@ -195,15 +195,15 @@ def test_the_service_account_is_least_privilege_and_is_the_configs():
     named = [rule for rule in by_kind["Role"]["rules"] if rule.get("resourceNames")]
     for rule in named:
         assert set(rule["verbs"]) == {"get"}
-    # The rest is what the Trainer of trainer.workers > 1 calls for its TFJob, exactly
-    # (tests/test_kubeflow_tfjob.py holds the calls to it).
+    # The rest is what the Trainer of trainer.workers > 1 calls for its TFJob or its
+    # JobSet, exactly (tests/test_kubeflow_tfjob.py holds the calls to it).
     others = [rule for rule in by_kind["Role"]["rules"] if not rule.get("resourceNames")]
     assert {
         (group, resource): frozenset(rule["verbs"])
         for rule in others
         for group in rule["apiGroups"]
         for resource in rule["resources"]
-    } == kubernetes_workers.API_RULES
+    } == {**kubernetes_workers.API_RULES, **jobset.API_RULES}
 
 
 def test_the_gpu_example_matches_what_the_compiler_writes():

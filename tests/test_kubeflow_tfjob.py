@@ -25,7 +25,7 @@ import kubernetes
 import pytest
 import yaml
 
-from imgpipe.components.trainer import kubernetes_workers, launch, launchers, tfjob, workers
+from imgpipe.components.trainer import jobset, kubernetes_workers, launch, launchers, tfjob, workers
 from imgpipe.pipelines.kubeflow import security
 from tests.test_k8s_manifests import K8S_DIR, strict_errors
 
@@ -665,7 +665,8 @@ def test_the_role_grants_the_trainer_exactly_the_calls_it_makes():
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
-    assert unnamed == kubernetes_workers.API_RULES
+    # The TFJob launcher's rules, and the JobSet's (tests/test_kubeflow_jobset.py).
+    assert unnamed == {**kubernetes_workers.API_RULES, **jobset.API_RULES}
     # No update, patch, watch, deletecollection; nothing on pods but reading them.
     assert all(verbs <= {"create", "get", "list", "delete"} for verbs in unnamed.values())
     assert unnamed[("", "pods")] == {"get", "list"}

@@ -183,6 +183,8 @@ def test_the_fingerprint_follows_content_and_settings_not_places(tmp_path):
 
     assert len(of()) == resume.FINGERPRINT_CHARS
     assert of() == of(copy) == of(checkpoint_dir="/x", tensorboard_images=0, backup_every_steps=5)
+    # Which kind of Kubernetes job runs the workers is not what they learn.
+    assert of() == of(launcher="jobset")
     assert of() != of(other)
     assert of() != of(learning_rate=0.5)
 

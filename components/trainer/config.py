@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from imgpipe.components.common.formats import features
-from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.runtime import config_loader, printable
 from imgpipe.components.trainer import backbones
 
 # Set by the ImageTrainer executor, not by users: the ImageStatistics artifact's URI.
@@ -41,6 +41,15 @@ SCRATCH_IMAGE_SIZE = backbones.BACKBONES[TINY_CNN].native_size
 
 # `weights: imagenet` lets keras.applications download the ImageNet weights.
 IMAGENET = "imagenet"
+
+# What the Trainer step of a compiled Kubeflow package launches its workers as
+# (trainer.workers > 1; docs/distributed-training.md, "Which launcher for which cluster"):
+# a TFJob of the Kubeflow Training Operator v1 (kubeflow.org/v1), or a JobSet
+# (jobset.x-k8s.io/v1alpha2). TFJOB is the default: a cluster that runs today's packages
+# has the TFJob resource, and keeps running them unchanged.
+TFJOB_LAUNCHER = "tfjob"
+JOBSET_LAUNCHER = "jobset"
+CLUSTER_LAUNCHERS = (TFJOB_LAUNCHER, JOBSET_LAUNCHER)
 
 # Set by the ImageTrainer executor, not by users: the resolved champion's artifact
 # (components/common/formats/champion.py), for a warm start.
@@ -91,7 +100,11 @@ class TrainerConfig:
       workers: worker processes that train together (MultiWorkerMirroredStrategy):
         1 trains in the Trainer's own process; n > 1 starts n processes on this
         machine, each reading its share of the train split, over the devices it sees;
-        in a compiled Kubeflow package, a TFJob of n pods like the Trainer's.
+        in a compiled Kubeflow package, n pods like the Trainer's (see launcher).
+      launcher: on Kubeflow with workers > 1, what the Trainer step launches its workers
+        as: `tfjob` (the Kubeflow Training Operator v1's TFJob, the default) or `jobset`
+        (a JobSet, jobset.x-k8s.io/v1alpha2: JobSet clusters, with or without Kueue).
+        Elsewhere the workers are processes or containers and it is not read.
       mixed_precision: `auto` (mixed_float16 exactly when training on GPUs), `on`, `off`.
       cache: `auto` caches the encoded split in RAM when it fits the budget; `on`, `off`.
       ram_budget_mb: RAM the input pipeline may use (cache + shuffle buffer + tf.data
@@ -140,6 +153,7 @@ class TrainerConfig:
     early_stopping_patience: int = 3
     num_gpus: int | None = 0
     workers: int = 1
+    launcher: str = TFJOB_LAUNCHER
     mixed_precision: str = PRECISION_AUTO
     cache: str = CACHE_AUTO
     ram_budget_mb: float | None = None
@@ -232,6 +246,11 @@ class TrainerConfig:
             raise ValueError(
                 f"workers must be 1 (train in the Trainer's process) or more (worker "
                 f"processes that train together), got {self.workers}; set trainer.workers=1"
+            )
+        if self.launcher not in CLUSTER_LAUNCHERS:
+            raise ValueError(
+                f"launcher {printable.shown(self.launcher)} is unknown; choose one of "
+                f"{', '.join(CLUSTER_LAUNCHERS)}"
             )
         if self.mixed_precision not in (PRECISION_AUTO, PRECISION_ON, PRECISION_OFF):
             raise ValueError(

@@ -42,8 +42,9 @@ FINGERPRINT_CHARS = 16
 # an output written below them is uploaded only when the step succeeds, so backups go
 # to the store itself.
 LAUNCHER_MOUNTS = {"/gcs/": "gs://", "/s3/": "s3://"}
-# Settings that say where training keeps its files or what it shows, not what it learns.
-NOT_FINGERPRINTED = ("checkpoint_dir", "tensorboard_images", "backup_every_steps")
+# Settings that say where training keeps its files, what it shows or what kind of
+# Kubernetes job runs its workers, not what it learns.
+NOT_FINGERPRINTED = ("checkpoint_dir", "tensorboard_images", "backup_every_steps", "launcher")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from imgpipe.components.common.runtime import kueue
 from imgpipe.pipelines import images as image_names
 from imgpipe.pipelines.component_ids import (
     CHAMPION,
@@ -99,6 +100,12 @@ class KubeflowConfig:
         KFP launcher downloads to and uploads from, "direct" through the URI, "auto"
         local only for schemes TensorFlow cannot open (minio://, s3://).
       service_account: the Kubernetes service account runs use (k8s/rbac.yaml).
+      queue_name: the Kueue LocalQueue (in the runs' namespace) that admits the GPU
+        steps and, with trainer.workers > 1, the job the Trainer launches: their pods,
+        and that job, carry the label kueue.x-k8s.io/queue-name. Kueue holds a labelled
+        job suspended until the queue's quota admits it; the steps' pods wait for it
+        only where Kueue manages plain pods (its `pod` integration). None labels
+        nothing.
     """
 
     images: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(DEFAULT_IMAGES))
@@ -110,6 +117,7 @@ class KubeflowConfig:
     mount_path: str = "/mnt/imgpipe"
     artifact_io: str = MODE_AUTO
     service_account: str = "imgpipe-runner"
+    queue_name: str | None = None
 
     def __post_init__(self) -> None:
         # Entries a config gives are merged over the defaults, so that setting one
@@ -132,6 +140,8 @@ class KubeflowConfig:
             raise ValueError(
                 f"artifact_io must be one of {list(ARTIFACT_IO_MODES)}, got {self.artifact_io!r}"
             )
+        if self.queue_name is not None:
+            kueue.check_queue_name(self.queue_name, "queue_name")
         from imgpipe.pipelines.kubeflow.quantities import cpu_cores, memory_gb
 
         for component_id, resources in self.resources.items():
