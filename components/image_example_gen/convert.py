@@ -29,7 +29,7 @@ from imgpipe.components.common.formats.conversion_summary import (
     ConversionSummary,
     LabelConflict,
 )
-from imgpipe.components.common.runtime import phases
+from imgpipe.components.common.runtime import phases, progress
 from imgpipe.components.common.runtime.printable import printable
 from imgpipe.components.common.storage import disk_full, fileio
 from imgpipe.components.image_example_gen import (
@@ -52,6 +52,9 @@ from imgpipe.components.image_example_gen.options import (
     OutputOptions,
 )
 from imgpipe.components.image_example_gen.split_names import GivenSplits, resolve_given_splits
+
+# What the progress bar says is done to the images it counts.
+CONVERTED = "converted"
 
 
 @dataclasses.dataclass
@@ -192,7 +195,6 @@ def run_conversion(
     image_options: ImageOptions,
     output_options: OutputOptions,
     make_pipeline: Callable[[], beam.Pipeline],
-    progress: Callable[[int], None] | None = None,
     progress_dir: str | None = None,
 ) -> ConversionResult:
     """Converts the image folder `input_root` into `output_dir`.
@@ -202,9 +204,9 @@ def run_conversion(
 
     Args:
       make_pipeline: returns the Beam pipeline to run on (runner and options set).
-      progress: called with the number of images before the pipeline runs.
-      progress_dir: a local folder where workers count converted images (see
-        transforms.ConvertImages); None for none.
+      progress_dir: a local folder for a progress bar (runtime/progress.py): the number
+        of images is written there before the pipeline runs, and the workers count the
+        images they have done into it; None for none.
 
     Raises:
       ValueError: no images, a bad image under on_error=fail, or a file in output_dir
@@ -226,7 +228,6 @@ def run_conversion(
                 image_options,
                 output_options,
                 make_pipeline,
-                progress,
                 progress_dir,
             )
         except Exception as e:
@@ -326,7 +327,6 @@ def _convert_and_publish(
     image_options: ImageOptions,
     output_options: OutputOptions,
     make_pipeline: Callable[[], beam.Pipeline],
-    progress: Callable[[int], None] | None,
     progress_dir: str | None,
 ) -> tuple[ConversionSummary, dict[str, manifest.FileEntry]]:
     """Converts in a work folder, moves the shards into place, then writes the metadata
@@ -345,8 +345,7 @@ def _convert_and_publish(
     for folder in folders:
         fileio.makedirs(folder)
     try:
-        if progress is not None:
-            progress(len(plan.tasks))
+        progress.write_total(progress_dir, len(plan.tasks), CONVERTED)
         task_pattern = tasks.write_task_files(plan.tasks, os.path.join(work_dir, "tasks"))
         pipeline = make_pipeline()
         build_pipeline(

@@ -14,7 +14,7 @@ from tfx.proto import example_gen_pb2, range_config_pb2
 from tfx.types import artifact_utils
 from tfx.utils import proto_utils
 
-from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.runtime import config_loader, progress
 from imgpipe.components.common.runtime.printable import printable
 from imgpipe.components.image_example_gen import data_warnings, spec
 from imgpipe.components.image_example_gen import options as opts
@@ -54,6 +54,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             image_options,
             output_options,
             make_pipeline=self._make_beam_pipeline,
+            # `imgpipe run local`'s progress bar, on a terminal; None anywhere else.
+            progress_dir=progress.folder_from_env(),
         )
 
         classes = sorted({label for s in result.summary.splits.values() for label in s.labels})

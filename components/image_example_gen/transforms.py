@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import hashlib
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from typing import IO
@@ -21,7 +20,7 @@ import apache_beam as beam
 import tensorflow as tf
 
 from imgpipe.components.common.images.image_header import ImageHeaderError
-from imgpipe.components.common.runtime import allocator, cpu
+from imgpipe.components.common.runtime import allocator, cpu, progress
 from imgpipe.components.common.runtime.printable import printable
 from imgpipe.components.common.storage import fileio
 from imgpipe.components.image_example_gen.examples import image_example
@@ -109,7 +108,7 @@ class ConvertImageFn(beam.DoFn):
 
     def setup(self) -> None:
         allocator.tune_malloc()
-        self._progress = _ProgressFile(self._progress_dir)
+        self._progress = progress.Counter(self._progress_dir)
         self._pool = None
         if self._options.decodes_every_image:
             self._pool = concurrent.futures.ThreadPoolExecutor(
@@ -187,6 +186,10 @@ def ConvertImages(  # noqa: N802 - Beam transforms are named like classes
     Elements are batches, not images, because Beam's per-element cost (about 0.5 ms
     in-process, measured) would otherwise exceed the cost of storing an image.
 
+    Args:
+      progress_dir: a local folder where each worker counts the files it has done, for
+        a local command's progress bar (runtime/progress.py); None for none.
+
     Returns:
       A tuple with RECORDS_TAG (one list of RecordPointer per batch) and SKIPPED_TAG
       (one SkippedFile per bad file).
@@ -194,31 +197,3 @@ def ConvertImages(  # noqa: N802 - Beam transforms are named like classes
     return task_batches | "Convert" >> beam.ParDo(
         ConvertImageFn(root, spill_dir, options, fail_on_error, progress_dir)
     ).with_outputs(SKIPPED_TAG, main=RECORDS_TAG)
-
-
-class _ProgressFile:
-    """Counts converted files into a small local file that the CLI's progress bar sums.
-
-    Only used by local runs (progress_dir is None otherwise); a remote worker never
-    writes one.
-    """
-
-    def __init__(self, progress_dir: str | None):
-        self._path = None
-        if progress_dir:
-            self._path = os.path.join(progress_dir, f"{os.getpid()}-{uuid.uuid4().hex}")
-        self._count = 0
-        self._last_write = 0.0
-
-    def add(self, n: int) -> None:
-        self._count += n
-        if self._path and time.monotonic() - self._last_write > 0.3:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._path:
-            tmp = self._path + ".tmp"
-            with open(tmp, "w") as f:
-                f.write(str(self._count))
-            os.replace(tmp, self._path)
-            self._last_write = time.monotonic()

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 import apache_beam as beam
 
 from imgpipe.components.common.formats import artifacts, conversion_summary, layout
+from imgpipe.components.common.runtime import progress
 from imgpipe.components.common.storage import fileio, stage_results
 from imgpipe.components.image_statistics import transforms
 from imgpipe.components.image_statistics.accumulator import SplitAccumulator
@@ -20,6 +21,8 @@ from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.transforms import DuplicateGroup
 
 WORK_DIR_PREFIX = ".imgpipe-stats-"
+# What the progress bar says is done to the records it counts.
+ANALYSED = "analysed"
 # The pipeline's stage results: each split's SplitAccumulator, keyed by split, and each
 # duplicate bucket's groups, keyed by bucket.
 SPLIT_STATISTICS: stage_results.ResultKind[SplitAccumulator] = stage_results.ResultKind(
@@ -50,12 +53,15 @@ def build_pipeline(
     shards: Sequence[tuple[str, str]],
     options: AnalysisOptions,
     results_dir: str,
+    progress_dir: str | None = None,
 ) -> None:
     """Writes each split's SplitAccumulator and the duplicate groups into results_dir,
     as stage results (SPLIT_STATISTICS, DUPLICATE_GROUPS).
 
     Args:
       shards: (split, path) of every shard to analyse.
+      progress_dir: where the workers count the records they have analysed
+        (runtime/progress.py); None for none.
     """
     verify_images = strict_check_needed(examples_uri, options)
     options_by_split = {
@@ -69,7 +75,7 @@ def build_pipeline(
     analyzed = (
         pipeline
         | "Read" >> transforms.ReadRecordBatches(list(shards))
-        | "Analyze" >> transforms.AnalyzeBatches(options_by_split)
+        | "Analyze" >> transforms.AnalyzeBatches(options_by_split, progress_dir)
     )
     _ = (
         analyzed[transforms.STATS_TAG]
@@ -116,6 +122,7 @@ def run_statistics(
     work_parent: str,
     options: AnalysisOptions,
     make_pipeline: Callable[[], beam.Pipeline],
+    progress_dir: str | None = None,
 ) -> StatisticsRun:
     """Computes the statistics of `splits` of `examples_uri`.
 
@@ -123,6 +130,10 @@ def run_statistics(
       splits: the split names (the artifact's split_names).
       work_parent: a folder for the pipeline's intermediate files (removed after).
       make_pipeline: returns the Beam pipeline to run on (runner and options set).
+      progress_dir: a local folder for a progress bar (runtime/progress.py): the records
+        to analyse, when ImageExampleGen's summary counts them, are written there before
+        the pipeline runs, and the workers count the records they have analysed; None
+        for none.
 
     Raises:
       FileNotFoundError, ValueError: no splits, or a split without shards.
@@ -137,9 +148,12 @@ def run_statistics(
         shards.extend((split, path) for path in paths)
     results_dir = os.path.join(work_parent, WORK_DIR_PREFIX + uuid.uuid4().hex)
     fileio.makedirs(results_dir)
+    records = _records_written(examples_uri, splits)
+    if records is not None:
+        progress.write_total(progress_dir, records, ANALYSED)
     try:
         pipeline = make_pipeline()
-        build_pipeline(pipeline, examples_uri, shards, options, results_dir)
+        build_pipeline(pipeline, examples_uri, shards, options, results_dir, progress_dir)
         pipeline.run().wait_until_finish()
         combined = stage_results.read_results(results_dir, SPLIT_STATISTICS)
         groups = sorted(
@@ -155,6 +169,15 @@ def run_statistics(
     accumulators = {split: combined.get(split, SplitAccumulator()) for split in splits}
     _check_record_counts(examples_uri, accumulators)
     return StatisticsRun(splits, accumulators, groups)
+
+
+def _records_written(examples_uri: str, splits: Sequence[str]) -> int | None:
+    """The records ImageExampleGen wrote into `splits`, from its summary; None without
+    one (nothing else counts them without reading every shard)."""
+    summary = conversion_summary.read_if_present(examples_uri)
+    if summary is None or any(split not in summary.splits for split in splits):
+        return None
+    return sum(summary.splits[split].records for split in splits)
 
 
 def _check_record_counts(examples_uri: str, accumulators: dict[str, SplitAccumulator]) -> None:

@@ -25,7 +25,7 @@ from imgpipe.components.common.formats import (
 from imgpipe.components.common.formats import champion as champion_lib
 from imgpipe.components.common.formats.artifact_types import span_of
 from imgpipe.components.common.images import label_audit
-from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.runtime import config_loader, progress
 from imgpipe.components.common.storage import disk_full, fileio, outputs
 from imgpipe.components.image_statistics import acceptances, baseline, spec
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
@@ -121,6 +121,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             validator,
             drift_baseline,
             audit_champion=resolved or champion_lib.resolve(""),
+            # `imgpipe run local`'s progress bar, on a terminal; None anywhere else.
+            progress_dir=progress.folder_from_env(),
         )
         produced, drift_accepted = _with_drift_accepted(produced, resolved, span, drift_accepted)
         produced = _with_label_issues_accepted(produced, span, labels_accepted)

@@ -47,6 +47,7 @@ def produce(
     extra_anomalies: Sequence[image_stats.Anomaly] = (),
     baseline: Baseline | None = None,
     audit_champion: champion_lib.Resolved | None = None,
+    progress_dir: str | None = None,
 ) -> Produced:
     """Runs the statistics over the splits and checks them.
 
@@ -64,6 +65,8 @@ def produce(
       audit_champion: the resolved champion that audits the labels
         (label_gate.before_training); None: no label audit asked for
         (stats.label_audit is None).
+      progress_dir: a local folder for a progress bar of the records analysed
+        (compute.run_statistics); None for none.
 
     Raises:
       IncompleteOutputError: the Examples are not complete (manifest.verify), before
@@ -75,7 +78,7 @@ def produce(
     labels = artifacts.load_labels(examples_uri)
     skipped = _skipped_files(examples_uri)
     left_out = _conflicts_left_out(examples_uri)
-    run = run_statistics(examples_uri, splits, work_parent, options, make_pipeline)
+    run = run_statistics(examples_uri, splits, work_parent, options, make_pipeline, progress_dir)
     stats = summary.build_stats(
         splits=run.splits,
         accumulators=run.accumulators,

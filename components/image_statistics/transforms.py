@@ -22,7 +22,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from imgpipe.components.common.formats import artifacts
 from imgpipe.components.common.formats import image_stats as schema
-from imgpipe.components.common.runtime import allocator
+from imgpipe.components.common.runtime import allocator, progress
 from imgpipe.components.common.storage import staging
 from imgpipe.components.image_statistics.accumulator import ImageStatsCombineFn, SplitAccumulator
 from imgpipe.components.image_statistics.analyze import (
@@ -65,15 +65,19 @@ class AnalyzeBatchFn(beam.DoFn):
     come out when a later batch arrives, or at the end of the bundle, in its own window.
     """
 
-    def __init__(self, options_by_split: dict[str, AnalysisOptions]):
+    def __init__(
+        self, options_by_split: dict[str, AnalysisOptions], progress_dir: str | None = None
+    ):
         resolutions = {(o.image_size, o.crop_fraction) for o in options_by_split.values()}
         if len(resolutions) != 1:
             raise ValueError(f"every split must be analysed at one resolution, not {resolutions}")
         self._options_by_split = options_by_split
         self._decoder = BatchDecoder(*resolutions.pop())
+        self._progress_dir = progress_dir
 
     def setup(self) -> None:
         allocator.tune_malloc()
+        self._progress = progress.Counter(self._progress_dir)
         self._batches = ThreadPoolExecutor(
             max_workers=BATCHES_IN_FLIGHT, thread_name_prefix="image-stats-batch"
         )
@@ -94,16 +98,18 @@ class AnalyzeBatchFn(beam.DoFn):
         future = self._batches.submit(
             analyze_batch, records, split, self._decoder, self._options_by_split[split]
         )
-        self._in_flight.append((split, future, window, timestamp))
+        self._in_flight.append((split, len(records), future, window, timestamp))
         while len(self._in_flight) > BATCHES_IN_FLIGHT:
             yield from self._outputs(*self._in_flight.popleft())
 
     def finish_bundle(self) -> Iterator:
         while self._in_flight:
             yield from self._outputs(*self._in_flight.popleft())
+        self._progress.flush()
 
-    def _outputs(self, split: str, future: Future, window, timestamp) -> Iterator:
+    def _outputs(self, split: str, records: int, future: Future, window, timestamp) -> Iterator:
         accumulator, keys = future.result()
+        self._progress.add(records)
         yield WindowedValue((split, accumulator), timestamp, [window])
         if keys:
             yield beam.pvalue.TaggedOutput(KEYS_TAG, WindowedValue(keys, timestamp, [window]))
@@ -111,13 +117,17 @@ class AnalyzeBatchFn(beam.DoFn):
 
 @beam.ptransform_fn
 def AnalyzeBatches(  # noqa: N802 - Beam transforms are named like classes
-    record_batches: beam.PCollection, options_by_split: dict[str, AnalysisOptions]
+    record_batches: beam.PCollection,
+    options_by_split: dict[str, AnalysisOptions],
+    progress_dir: str | None = None,
 ) -> beam.pvalue.DoOutputsTuple:
     """(split, list of serialized Examples) -> STATS_TAG (split, accumulator) and
-    KEYS_TAG list[ImageKey], one of each per list."""
-    return record_batches | "Analyze" >> beam.ParDo(AnalyzeBatchFn(options_by_split)).with_outputs(
-        KEYS_TAG, main=STATS_TAG
-    )
+    KEYS_TAG list[ImageKey], one of each per list. With `progress_dir`, each worker
+    counts the records it has analysed there, for a local command's progress bar
+    (runtime/progress.py)."""
+    return record_batches | "Analyze" >> beam.ParDo(
+        AnalyzeBatchFn(options_by_split, progress_dir)
+    ).with_outputs(KEYS_TAG, main=STATS_TAG)
 
 
 class ReadRecordBatchesFn(beam.DoFn):

@@ -5,7 +5,8 @@ oneDNN and CUDA notes, `cuInit` failures on a machine with no GPU, absl's "befor
 InitializeLog" banner), in this process and in the Beam workers it starts; Python
 libraries add deprecation warnings. None of it is the user's to act on. Without
 --verbose, those lines are dropped on their way to stderr and everything else passes:
-the one-line errors, the summaries, the progress bars, and any line not known as chatter.
+the one-line errors, the summaries, and any line not known as chatter. The progress bars
+go around the filter, straight to the user's stderr (`user_stderr`).
 
 Example:
   with quiet_stderr(enabled=not verbose):
@@ -53,6 +54,17 @@ def is_chatter(line: bytes) -> bool:
     return _CHATTER.match(line) is not None
 
 
+# The user's stderr, set aside while quiet_stderr has replaced file descriptor 2.
+_user_stderr: int | None = None
+
+
+def user_stderr() -> int:
+    """The file descriptor of the stderr the user reads: the one quiet_stderr set aside
+    while it runs, else 2. What writes there goes around the filter, at once: a progress
+    bar, whose lines must end before the command's next line on stdout."""
+    return 2 if _user_stderr is None else _user_stderr
+
+
 @contextlib.contextmanager
 def quiet_stderr(enabled: bool) -> Iterator[None]:
     """Drops library chatter from file descriptor 2 while the block runs.
@@ -64,11 +76,13 @@ def quiet_stderr(enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
+    global _user_stderr
     sys.stderr.flush()
     real = os.dup(2)
     read_end, write_end = os.pipe()
     os.dup2(write_end, 2)
     os.close(write_end)
+    _user_stderr = real
     copier = threading.Thread(target=_copy, args=(read_end, real), daemon=True)
     copier.start()
     loggers = [logging.getLogger(name) for name in CHATTY_LOGGERS]
@@ -88,6 +102,7 @@ def quiet_stderr(enabled: bool) -> Iterator[None]:
         shared.removeFilter(_ours_or_fatal)
         sys.stderr.flush()
         os.dup2(real, 2)
+        _user_stderr = None
         copier.join(timeout=5)
         if not copier.is_alive():  # else a child still writes: the copy keeps its fd
             os.close(real)

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
-import threading
 from typing import TYPE_CHECKING, Any
 
 from imgpipe.components.common.formats import layout
@@ -20,7 +17,7 @@ from imgpipe.components.image_example_gen import (
     eval_fraction,
     flat_splits,
 )
-from imgpipe.pipelines.cli import dataclass_flags, errors, paths
+from imgpipe.pipelines.cli import dataclass_flags, errors, paths, progress
 from imgpipe.pipelines.cli.errors import UserError
 
 if TYPE_CHECKING:  # conversion_summary loads TensorFlow, which `imgpipe --help` need not
@@ -71,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=eval_fraction(_output_default("splits")),
         help="fraction for the eval split of a flat layout (default %(default)s)",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    progress.add_flag(parser)
     parser.set_defaults(handler=run, accepts_extra_args=True)
 
 
@@ -97,58 +94,6 @@ def options_from_args(args: argparse.Namespace) -> tuple[ImageOptions, OutputOpt
         {**dataclass_flags.values(args, args.output_flags), "splits": _flat_splits(args)},
     )
     return image_options, output_options
-
-
-class ProgressBar:
-    """Sums the workers' local progress files into a tqdm bar (count, images/s, ETA).
-
-    Used as a context manager: the folder of progress files exists inside the block
-    only (`directory`, None when the bar is off), and is removed however it ends.
-    """
-
-    def __init__(self, enabled: bool):
-        self._enabled = enabled
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.directory: str | None = None
-
-    def __enter__(self) -> ProgressBar:
-        if self._enabled:
-            self.directory = tempfile.mkdtemp(prefix="imgpipe-progress-")
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
-
-    def start(self, total: int) -> None:
-        if self.directory is None:
-            return
-        self._thread = threading.Thread(
-            target=self._watch, args=(total, self.directory), daemon=True
-        )
-        self._thread.start()
-
-    def _watch(self, total: int, progress_dir: str) -> None:
-        from tqdm import tqdm
-
-        with tqdm(total=total, unit="img", smoothing=0.1, dynamic_ncols=True) as bar:
-            while True:
-                stopping = self._stop.wait(0.5)
-                done = 0
-                for name in os.listdir(progress_dir):
-                    if not name.endswith(".tmp"):
-                        try:
-                            with open(os.path.join(progress_dir, name)) as f:
-                                done += int(f.read() or 0)
-                        except (OSError, ValueError):
-                            pass
-                bar.update(min(done, total) - bar.n)
-                if stopping:
-                    return
 
 
 def run(args: argparse.Namespace) -> int:
@@ -185,14 +130,13 @@ def run(args: argparse.Namespace) -> int:
         )
     pipeline_args = local_beam_args(args.extra_args)
     try:
-        with ProgressBar(enabled=not args.no_progress) as bar:
+        with progress.ProgressBar(enabled=progress.wanted(args)) as bar:
             result = run_conversion(
                 args.src,
                 args.out,
                 image_options,
                 output_options,
                 make_pipeline=lambda: beam.Pipeline(options=PipelineOptions(pipeline_args)),
-                progress=bar.start,
                 progress_dir=bar.directory,
             )
     except ImageConversionError as e:  # --on-error fail

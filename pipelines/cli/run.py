@@ -10,7 +10,7 @@ from typing import Any
 from imgpipe.components.image_example_gen import flat_splits
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines import sample_photos
-from imgpipe.pipelines.cli import paths
+from imgpipe.pipelines.cli import paths, progress
 from imgpipe.pipelines.cli.convert import IMAGE_FOLDER_FIX
 from imgpipe.pipelines.cli.errors import NOT_PUSHED_EXIT_CODE, UserError
 from imgpipe.pipelines.cli.settings import add_set_argument
@@ -74,6 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "left); without it the run reads every span landed since the last one it saw, in "
         "turn",
     )
+    progress.add_flag(local)
     local.set_defaults(handler=run_local)
 
     demo = subparsers.add_parser(
@@ -96,6 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help=f"images per class (default %(default)s, {len(sample_photos.CLASSES)} classes)",
     )
+    progress.add_flag(demo)
     demo.set_defaults(handler=run_demo)
 
 
@@ -128,10 +130,10 @@ def run_local(args: argparse.Namespace) -> int:
     )
     check_data(config, origin, data_root)
     check_serving_dir(config.serving_dir)
-    return _run_spans(config, args.span)
+    return _run_spans(config, args.span, progress.wanted(args))
 
 
-def _run_spans(config: Any, asked: int | None) -> int:
+def _run_spans(config: Any, asked: int | None, bars: bool) -> int:
     """Runs each span the catch-up plan names, oldest first, until one fails; 0 when any
     was pushed."""
     from imgpipe.pipelines.cli import catch_up
@@ -144,7 +146,7 @@ def _run_spans(config: Any, asked: int | None) -> int:
         if len(span_plan.spans) > 1:
             print(f"span {span}", flush=True)
         run_config = config if span is None else dataclasses.replace(config, span=span)
-        codes.append(_run_and_report(run_config, not_pushed=NOT_PUSHED_EXIT_CODE))
+        codes.append(_run_and_report(run_config, NOT_PUSHED_EXIT_CODE, bars))
     return 0 if 0 in codes else NOT_PUSHED_EXIT_CODE
 
 
@@ -221,7 +223,9 @@ def check_data(config: Any, origin: str, data_root: str) -> str:
 
 def print_step(step: str, event: str, seconds: float | None) -> None:
     """One line as each step of a local run starts and ends: a run is never silent for
-    minutes (the conversion of 50,000 photos, a long training)."""
+    minutes (the conversion of 50,000 photos, a long training). On a terminal, the
+    conversion and the image statistics show a progress bar between their two lines
+    (cli/progress.py)."""
     took = "" if seconds is None else f" in {seconds:.1f} s"
     print(f"step  {step:<22} {event}{took}", flush=True)
 
@@ -245,12 +249,13 @@ def run_demo(args: argparse.Namespace) -> int:
         },
         source="demo settings",
     )
-    return _run_and_report(config)
+    return _run_and_report(config, 0, progress.wanted(args))
 
 
-def _run_and_report(config, not_pushed: int = 0) -> int:
+def _run_and_report(config, not_pushed: int, bars: bool) -> int:
     """Runs, prints the summary, and returns the exit code: 0 when a model was pushed,
-    else `not_pushed` (the demo, rerun from the cache, is not a failure)."""
+    else `not_pushed` (the demo, rerun from the cache, is not a failure). With `bars`,
+    the steps that count their work show a progress bar (cli/progress.py)."""
     from imgpipe.components.image_statistics import (
         DRIFT,
         LABEL_ISSUES,
@@ -262,7 +267,8 @@ def _run_and_report(config, not_pushed: int = 0) -> int:
     from imgpipe.pipelines import local_runner, run_summary
 
     try:
-        result = local_runner.run(config, announce=print_step)
+        with progress.StepBars(bars, print_step) as announce:
+            result = local_runner.run(config, announce=announce)
     except AnomaliesFoundError as e:
         codes = {a.code for a in e.anomalies}
         fixes = []
