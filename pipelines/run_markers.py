@@ -14,11 +14,11 @@ its unfinished executions were abandoned (retention_mlmd.cancel_abandoned).
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
-import socket
 from collections.abc import Iterator
+
+from imgpipe.components.common.runtime import processes
 
 MARKERS_DIR = ".imgpipe-runs"
 
@@ -40,23 +40,13 @@ def running(metadata_path: str, run_id: str) -> Iterator[None]:
     path = os.path.join(folder, _marker_name(run_id))
     written = f"{path}.{os.getpid()}.tmp"  # renamed whole: no reader sees half a marker
     with open(written, "w") as f:
-        json.dump({"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid()}, f)
+        json.dump({"run_id": run_id, "host": processes.this_host(), "pid": os.getpid()}, f)
     os.replace(written, path)
     try:
         yield
     finally:
         with contextlib.suppress(OSError):
             os.remove(path)
-
-
-def _alive(host: str, pid: int) -> bool:
-    if host != socket.gethostname():
-        return True  # another machine's run: not ours to judge
-    try:
-        os.kill(pid, 0)
-    except OSError as e:
-        return e.errno == errno.EPERM
-    return True
 
 
 def live(metadata_path: str) -> set[str]:
@@ -71,7 +61,7 @@ def live(metadata_path: str) -> set[str]:
             try:
                 with open(path) as f:
                     marker = json.load(f)
-                alive = _alive(str(marker["host"]), int(marker["pid"]))
+                alive = not processes.ended_here(str(marker["host"]), int(marker["pid"]))
                 run_id = str(marker["run_id"])
             except (OSError, ValueError, KeyError, TypeError):
                 alive, run_id = False, ""  # a marker cut short by a kill: its run ended

@@ -30,11 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import json
 import os
 import posixpath
-import socket
 import threading
 import time
 import uuid
@@ -42,6 +40,7 @@ from collections.abc import Iterator
 
 from absl import logging
 
+from imgpipe.components.common.runtime import processes
 from imgpipe.components.common.storage import fileio
 
 LOCK_FILE = ".decision-lock.json"
@@ -92,25 +91,13 @@ class Lease:
     working: bool = False
 
 
-def _this_host() -> str:
-    return socket.gethostname()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError as e:
-        return e.errno == errno.EPERM
-    return True
-
-
 def gone(held: Lease, now: float | None = None) -> str:
     """Why the holder of `held` is gone ("" while it may still be working)."""
     now = time.time() if now is None else now
     if held.expires <= now:
         return "it expired"
     if held.pid:
-        if held.host == _this_host() and not _pid_alive(held.pid):
+        if processes.ended_here(held.host, held.pid):
             return f"its holder, pid {held.pid} on {held.host}, has ended"
         if held.working and now - held.beat > STALE_SECONDS:
             silent = now - held.beat
@@ -194,7 +181,13 @@ def _take(
     while True:
         now = time.time()
         lease = Lease(
-            owner, uuid.uuid4().hex, now + lease_seconds, _this_host(), os.getpid(), now, True
+            owner,
+            uuid.uuid4().hex,
+            now + lease_seconds,
+            processes.this_host(),
+            os.getpid(),
+            now,
+            True,
         )
         if fileio.create_new(path, _document(lease)):
             if said:
@@ -242,7 +235,7 @@ def _renew(serving_dir: str, token: str, working: bool, lease_seconds: float) ->
     renewed = dataclasses.replace(
         held,
         expires=now + lease_seconds,
-        host=_this_host(),
+        host=processes.this_host(),
         pid=os.getpid(),
         beat=now,
         working=working,
