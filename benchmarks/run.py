@@ -52,6 +52,7 @@ def main() -> None:
             "startup",
             "containers",
             "retraining",
+            "equal_models",
             "year",
             "distributed",
         ],
@@ -104,6 +105,10 @@ def _run(args: argparse.Namespace, selected: set[str]) -> None:
         from benchmarks import retraining_bench
 
         results["retraining"] = retraining_bench.run()
+    if "equal_models" in selected:
+        from benchmarks import equal_models
+
+        results["equal_models"] = equal_models.run()
     if "year" in selected:
         from benchmarks import year_bench
 

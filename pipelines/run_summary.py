@@ -225,15 +225,21 @@ def comparison_text(comparison: Any, significance: float, other: str = "champion
 
 
 def evidence_text(comparison: Any, significance: float) -> str:
-    """The smallest drop the paired test at `significance` could see on the set, at
-    paired.POWER ("" when the models were not compared image by image)."""
+    """The smallest drop the paired test could see on the set, at paired.POWER and at the
+    level the set was judged at (the decision's levels are shared among its sets;
+    `significance` for an evaluation that did not record it); "" when the models were not
+    compared image by image."""
     from imgpipe.components.evaluator import POWER
 
     paired = comparison.paired
-    visible = paired.smallest_visible_drop(significance) if paired is not None else None
+    level = comparison.level or significance
+    visible = paired.smallest_visible_drop(level) if paired is not None else None
     if visible is None or comparison.p_value is None:
         return ""
-    return f"a drop of {visible * 100:.1f} points or more would show ({POWER:.0%} power)"
+    return (
+        f"a drop of {visible * 100:.1f} points or more would show ({POWER:.0%} power at "
+        f"{level:.3g})"
+    )
 
 
 def drift_lines(statistics_uri: str | None) -> list[str]:

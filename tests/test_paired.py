@@ -82,7 +82,7 @@ def comparison(name: str, n_per_class: int, right: dict[str, tuple[int, int, int
 def decide(*comparisons: ev.Comparison, champion=CHAMPION, candidate=None) -> ev.Decision:
     candidate = candidate or comparisons[0].candidate
     config = EvaluatorConfig(significance=0.0)
-    tested = [blessing.with_tests(c, config) for c in comparisons]
+    tested, _ = blessing.tested(comparisons, (), config)
     return blessing.decide(candidate, champion, config, tested)
 
 
@@ -131,8 +131,10 @@ def test_a_set_too_small_to_decide_is_said_to_be():
 
 def test_two_models_of_equal_quality_are_rarely_refused():
     """The false-refusal rate of the rules on two models of equal accuracy with
-    independent errors: both 85% right on a 54-image reference and a 60-image new split
-    (the issue's sizes), simulated with a fixed seed."""
+    independent errors (the worst case: the most discordant images): both 85% right on a
+    54-image reference and a 60-image new split, simulated with a fixed seed. It was
+    12% while each set was judged at the full levels; benchmarks/equal_models.py
+    measures more sizes, agreements and the record holder (test_equal_models_...)."""
     config = EvaluatorConfig(significance=0.0)
     rng = random.Random(7)
     refused, runs = 0, 400
@@ -149,11 +151,10 @@ def test_two_models_of_equal_quality_are_rarely_refused():
 
     for _ in range(runs):
         sets = [draw(reference_sets.NEW_SPLIT, 60), draw(reference_sets.CHAMPION_REFERENCE, 54)]
-        tested = [blessing.with_tests(c, config) for c in sets]
+        tested, _ = blessing.tested(sets, (), config)
         refused += not blessing.decide(sets[0].candidate, CHAMPION, config, tested).blessed
-    # Each set refuses at most about margin_significance of the time; two sets, and the
-    # per-class checks sharing their levels.
-    assert refused / runs < 0.2, refused / runs
+    # The two sets, and each one's classes, share the decision's levels.
+    assert refused / runs <= 0.05, refused / runs
 
 
 def test_with_a_class_added_the_old_classes_must_only_not_be_significantly_worse():
@@ -255,3 +256,93 @@ def test_an_eval_split_too_small_to_decide_the_floor_is_pooled_with_the_other_se
     floor = next(c for c in pooled.checks if c.name == "floor")
     assert floor.detail.startswith("accuracy 0.8413 vs floor")
     assert "new_split and champion_reference pooled" in floor.detail
+
+
+def test_the_sets_and_the_record_holder_share_the_decisions_levels():
+    """0 against 5 on 500 images (p = 1/32) refuses when it is the only set that could
+    refuse; beside another that could (against the champion or the record holder), each
+    is judged at half the level and it does not. A set too small to refuse anything
+    takes no share. The level each set was judged at is recorded."""
+    config = EvaluatorConfig(significance=0.0, min_class_examples=1000)
+    worse = comparison("champion_reference", 250, {"a": (200, 0, 3), "b": (200, 0, 2)})
+    even = comparison("golden", 250, {"a": (200, 1, 1), "b": (200, 1, 1)})
+    tiny = comparison("golden", 250, {"a": (200, 1, 0), "b": (200, 0, 1)})
+    candidate = worse.candidate
+
+    def decided(comparisons, record_comparisons=()):
+        tested, tested_record = blessing.tested(comparisons, record_comparisons, config)
+        record = record_holder(50) if record_comparisons else None
+        made = blessing.decide(candidate, CHAMPION, config, tested, record, tested_record)
+        return made, tested
+
+    alone, tested = decided([worse])
+    assert not alone.blessed and tested[0].level == pytest.approx(0.05)
+    assert "(refuses at 0.05)" in alone.reason
+    shared, tested = decided([worse, even])
+    assert shared.blessed, shared.reason
+    assert [c.level for c in tested] == [pytest.approx(0.025)] * 2
+    detail = next(c.detail for c in shared.checks if c.name.endswith(":champion_reference"))
+    assert "(refuses at 0.025)" in detail
+    assert decided([worse], [even])[0].blessed  # the record holder's set shares them too
+    assert blessing.sharing([worse, tiny], (), config) == 1
+    assert not decided([worse, tiny])[0].blessed
+
+
+def test_a_new_split_too_thin_for_its_floor_is_judged_with_every_unseen_image():
+    """7 images of 5 classes: the floor asks for 6, which a model right 85% of the time
+    misses 28% of the time. With the reference set's images the floor is judged on all
+    of them; a split that can decide still refuses alone (a grey span's 16 images)."""
+    config = EvaluatorConfig()
+    seven = ev.ModelMetrics.of(
+        tuple(
+            ev.ClassMetrics(label, n, right, n)
+            for label, n, right in (("a", 2, 2), ("b", 2, 1), ("c", 1, 1), ("d", 1, 0), ("e", 1, 1))
+        )
+    )
+    reference = ev.Comparison(
+        "champion_reference",
+        "/ref",
+        True,
+        "",
+        ("a", "b", "c", "d", "e"),
+        ev.ModelMetrics.of(tuple(ev.ClassMetrics(c, 20, 17, 20) for c in "abcde")),
+    )
+    none = ev.Champion(ev.NO_CHAMPION, "none")
+    assert blessing.floor_pass_rate(seven, config, 0.85) == pytest.approx(0.7166, abs=1e-3)
+    assert not blessing.decide(seven, none, config, []).blessed
+    pooled = blessing.decide(seven, none, config, [reference])
+    assert pooled.blessed, pooled.reason
+    assert "new_split and champion_reference pooled" in pooled.reason
+    # Grey photos: 4 of 16 right, where the floor (9 of 16) decides.
+    grey = ev.ModelMetrics.of(tuple(ev.ClassMetrics(c, 4, 1, 4) for c in "abcd"))
+    colour = dataclasses.replace(
+        reference,
+        candidate=ev.ModelMetrics.of(tuple(ev.ClassMetrics(c, 20, 17, 20) for c in "abcd")),
+    )
+    refused = blessing.decide(grey, none, config, [colour])
+    assert not refused.blessed and "accuracy 0.2500 vs floor 0.5625" in refused.reason
+    assert "pooled" not in refused.reason
+
+
+def test_a_floor_too_thin_to_decide_says_so_and_keeps_the_champion():
+    """3 new images and 3 reference images of 3 classes: the floor asks for all 6, which
+    the champion itself (5 of 6 here) reaches a third of the time. The refusal says the
+    evidence was too thin, and why."""
+    new_split = comparison(
+        reference_sets.NEW_SPLIT, 1, {"a": (1, 0, 0), "b": (1, 0, 0), "c": (0, 0, 0)}
+    )
+    reference = comparison(
+        reference_sets.CHAMPION_REFERENCE, 1, {"a": (1, 0, 0), "b": (1, 0, 0), "c": (1, 0, 0)}
+    )
+    config = EvaluatorConfig()
+    tested, _ = blessing.tested([new_split, reference], (), config)
+    champion = dataclasses.replace(CHAMPION, metrics=new_split.champion)
+    decision = blessing.decide(new_split.candidate, champion, config, tested)
+    assert not decision.blessed
+    assert (
+        "too thin to decide (6 images): champion 100, right on 83% of them, would reach "
+        "this floor 33% of the time; refused on the safe side"
+    ) in decision.reason
+    # Without a champion there is nothing to weigh the floor by: refused, as before.
+    alone = blessing.decide(new_split.candidate, ev.Champion(ev.NO_CHAMPION, ""), config, tested)
+    assert not alone.blessed and "too thin" not in alone.reason

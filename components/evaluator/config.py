@@ -5,15 +5,20 @@ not worse than the champion on every evaluation set (components/evaluator/blessi
 docs/retraining.md):
   floor: accuracy >= accuracy_threshold, and clearly above the majority-class rate of
     the eval split (by majority_margin, and by a one-sided binomial test at
-    significance), and it predicts more than one class;
+    significance), and it predicts more than one class; judged on every unseen image
+    pooled where the eval split alone cannot decide it (blessing.decides_floor);
   champion: on the new eval split, on the champion's reference set (the eval images of
-    the last pushes) and on the golden set if any, each restricted to the classes both
-    models know, the two models are compared image by image (paired.py, McNemar's
-    exact test): refused when the candidate is significantly worse
-    (paired_significance), or worse by more than the practical margin `tolerance` at
-    the weaker level margin_significance; the same class by class, for each class with at least
-    min_class_examples images, with class_tolerance and both levels divided by the
-    number of classes judged;
+    the last pushes), on the eval splits of the earlier spans the candidate was trained
+    on (less the images the reference set holds) and on the golden set if any, each
+    restricted to the classes both models know, the two models are compared image by
+    image (paired.py, McNemar's exact test): refused when the candidate is significantly
+    worse (paired_significance), or worse by more than the practical margin `tolerance`
+    at the weaker level margin_significance; the same class by class, for each class
+    with at least min_class_examples images, with class_tolerance. Both levels are the
+    whole decision's: shared among every set that could refuse, against the champion and
+    the record holder, and within a set between the set and its classes
+    (blessing.sharing), so an equally good candidate is refused by McNemar's test at
+    most paired_significance of the time;
   new classes: each class the champion lacks has a recall of at least
     new_class_min_recall on the new eval split.
 """
@@ -37,10 +42,11 @@ class EvaluatorConfig:
       tolerance: the practical margin: a drop in accuracy (0..1) on a set whose one-sided
         (1 - margin_significance) confidence bound lies beyond it refuses.
       class_tolerance: the same margin for a class's recall.
-      paired_significance: a candidate significantly worse than the champion at this
-        level (exact one-sided McNemar test) on any set is refused.
+      paired_significance: a candidate significantly worse than the champion (exact
+        one-sided McNemar test) is refused; this level is shared among the decision's
+        sets and classes, so it bounds how often an equally good candidate is refused.
       margin_significance: the level of that bound: a large drop refuses on this much
-        evidence (paired.py).
+        evidence (paired.py); shared the same way.
       min_class_examples: classes with fewer eval images are not compared one by one
         (their recall is too noisy); they still count overall.
       compare_with_champion: compare with the newest push in the serving directory;

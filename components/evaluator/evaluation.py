@@ -2,8 +2,9 @@
 
 The candidate's metrics on the new eval split, the champion's status, one Comparison
 per evaluation set the two models were scored on side by side (the new split, the
-champion's reference set, the golden set: each restricted to the classes both models
-know), and the decision with its reason and every check. This module is its only
+champion's reference set, the eval splits of the earlier spans the candidate was trained
+on, the golden set: each restricted to the classes both models know), and the decision
+with its reason and every check. This module is its only
 reader and writer; the run summary and `imgpipe` read it through `read`.
 """
 
@@ -18,10 +19,10 @@ from imgpipe.components.common.storage import fileio
 from imgpipe.components.evaluator.paired import ClassPaired, Paired
 
 EVALUATION_FILE = layout.EVALUATION_FILE
-VERSION = 4
+VERSION = 5
 # 1: before comparisons were recorded; 2: before they were paired image by image; 3:
-# before the record holder.
-READABLE_VERSIONS = (1, 2, 3, 4)
+# before the record holder; 4: before the earlier spans' set and each set's level.
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 # Champion statuses.
 NO_CHAMPION = "none"  # nothing pushed yet: the floor alone
@@ -92,8 +93,11 @@ class Comparison:
     """Both models scored on one evaluation set, or why they were not.
 
     Attributes:
-      name: reference_sets.NEW_SPLIT, CHAMPION_REFERENCE or GOLDEN.
-      uri: where the set was read ("" when there was none).
+      name: reference_sets.NEW_SPLIT, CHAMPION_REFERENCE, EARLIER_SPANS or GOLDEN; a
+        set partly read (an earlier span whose Examples are gone) has one compared entry
+        and a skipped one per part that could not be read.
+      uri: where the set was read ("" when there was none; the earlier spans' Examples,
+        comma-separated).
       compared: both models were scored and the rules applied.
       note: why the comparison was skipped, or which classes were left out.
       classes: the classes scored: those the set and both models have.
@@ -104,6 +108,9 @@ class Comparison:
       paired_by_class: the same, class by class.
       test, p_value, margin: the paired test on all those images, its p-value that the
         candidate is worse, and the practical margin it was judged with.
+      level: the significance that test refused at: paired_significance shared among
+        the decision's comparisons (blessing.set_levels; version 5). The smallest drop
+        the set could have seen is stated at it (paired.Paired.smallest_visible_drop).
     """
 
     name: str
@@ -118,6 +125,7 @@ class Comparison:
     test: str = ""
     p_value: float | None = None
     margin: float | None = None
+    level: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

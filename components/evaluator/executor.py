@@ -1,6 +1,7 @@
 """ImageEvaluator's executor: validates, finds the champion, scores both models on
-every evaluation set (the new eval split, the champion's reference set, the golden
-set), decides, and keeps the new split as the reference set of a blessed model."""
+every evaluation set (the new eval split, the champion's reference set, the eval splits
+of the earlier spans the candidate was trained on, the golden set), decides, and keeps
+the new split as the reference set of a blessed model."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import dataclasses
 import os
 import posixpath
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -22,6 +24,7 @@ from imgpipe.components.common.formats import champion as champion_lib
 from imgpipe.components.common.formats import manifest, reference_sets, served_models
 from imgpipe.components.common.formats.artifact_types import SPAN_PROPERTY, span_of
 from imgpipe.components.common.formats.reference_sets import ReferenceSet
+from imgpipe.components.common.formats.spans import AdmittedSpan
 from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.storage import disk_full, fileio, serving_lock, staging
 from imgpipe.components.evaluator import blessing as blessing_lib
@@ -135,6 +138,121 @@ def other_sets(
     return found, skipped
 
 
+# Without a record of the spans the candidate was trained on (a model trained before the
+# Trainer kept one), the newest admitted spans before this one are judged on, this many:
+# the Trainer's default window (trainer.spans 4) less this span. Any of them is unseen,
+# whatever the window was: no eval split is ever trained on.
+FALLBACK_EARLIER_SPANS = 3
+
+
+def earlier_spans(
+    resolved: champion_lib.Resolved | None, candidate_dir: str, span: int | None
+) -> tuple[tuple[AdmittedSpan, ...], tuple[ev.Comparison, ...]]:
+    """The earlier spans the candidate was trained on, newest first, from its training
+    record (served_models.TRAINING_FILE `spans`) and the spans admitted when the run
+    began (the run's champion artifact); a span of the record no longer admitted is a
+    skipped comparison that says so. Without a record, the FALLBACK_EARLIER_SPANS newest
+    admitted spans before this one, passing over those admitted by an acceptance that no
+    pushed model was trained on (as the Trainer's window does). None when the span is
+    unknown or nothing was resolved."""
+    if span is None or resolved is None:
+        return (), ()
+    admitted = {s.span: s for s in resolved.admitted}
+    trained = served_models.training_of(candidate_dir).get("spans")
+    if isinstance(trained, list):
+        earlier = [s for s in trained if isinstance(s, int) and s != span]
+        gone = tuple(
+            ev.Comparison(
+                reference_sets.EARLIER_SPANS,
+                "",
+                False,
+                f"skipped: span {s}, trained on, is no longer admitted (its record is gone "
+                "from the serving folder), so where its eval split is is not known",
+            )
+            for s in earlier
+            if s not in admitted
+        )
+        return tuple(admitted[s] for s in earlier if s in admitted), gone
+    model = resolved.model
+    served = set(model.training().get("spans", [])) if model is not None else set()
+    before = sorted(
+        (s for s in resolved.admitted if s.span < span and (not s.accepted or s.span in served)),
+        key=lambda s: -s.span,
+    )
+    return tuple(before[:FALLBACK_EARLIER_SPANS]), ()
+
+
+def earlier_splits(
+    spans: Sequence[AdmittedSpan], eval_split: str
+) -> tuple[list[tuple[int, ReferenceSet]], list[ev.Comparison]]:
+    """Each earlier span's eval split, and a skipped comparison that says why for each
+    span whose Examples are gone or cannot be read."""
+    found: list[tuple[int, ReferenceSet]] = []
+    skipped: list[ev.Comparison] = []
+    for admitted in spans:
+        uri = admitted.examples_uri
+        try:
+            if not fileio.exists(uri):
+                raise FileNotFoundError(f"its examples {uri} are gone (deleted)")
+            manifest.verify(uri)
+            split = reference_sets.from_split(uri, eval_split, reference_sets.EARLIER_SPANS)
+        except READ_ERRORS as e:
+            why = " ".join(str(e).split())[:300]
+            skipped.append(
+                ev.Comparison(
+                    reference_sets.EARLIER_SPANS,
+                    uri,
+                    False,
+                    f"skipped: span {admitted.span}'s eval split cannot be read: {why}",
+                )
+            )
+            continue
+        found.append((admitted.span, split))
+    return found, skipped
+
+
+def _merged_earlier(
+    earlier: Sequence[tuple[int, ReferenceSet]],
+    seen: Sequence[ReferenceSet],
+    labels: list[str],
+    folder: str,
+) -> tuple[ReferenceSet | None, str, list[ev.Comparison]]:
+    """The earlier spans' eval splits as one set less the images `seen` holds
+    (references.window_set), the note its comparison carries, and a skipped comparison
+    for each span that could not be read, or for the set when no image is left."""
+    os.makedirs(folder, exist_ok=True)
+    merged = references.window_set(earlier, seen, labels, folder)
+    skipped = [
+        ev.Comparison(
+            reference_sets.EARLIER_SPANS,
+            uri,
+            False,
+            f"skipped: span {span}'s eval split cannot be read: {why}",
+        )
+        for span, uri, why in merged.unreadable
+    ]
+    spans = ", ".join(str(s) for s in merged.spans)
+    in_sets = " or ".join(s.name for s in seen)
+    if merged.reference is None:
+        if merged.spans:
+            skipped.append(
+                ev.Comparison(
+                    reference_sets.EARLIER_SPANS,
+                    ", ".join(split.uri for span, split in earlier if span in merged.spans),
+                    False,
+                    f"skipped: each of the {merged.already_seen} eval images of spans {spans} "
+                    f"is in {in_sets} already",
+                )
+            )
+        return None, "", skipped
+    note = f"the eval splits of spans {spans}" + (
+        f"; {merged.already_seen} of their images left out, in {in_sets} already"
+        if merged.already_seen
+        else ""
+    )
+    return merged.reference, note, skipped
+
+
 def compare(
     reference: ReferenceSet,
     scored: scoring.Scored,
@@ -228,7 +346,12 @@ def record_of(
 
 
 # The order evaluation.json and the summary list the sets in.
-_SET_ORDER = (reference_sets.NEW_SPLIT, reference_sets.CHAMPION_REFERENCE, reference_sets.GOLDEN)
+_SET_ORDER = (
+    reference_sets.NEW_SPLIT,
+    reference_sets.CHAMPION_REFERENCE,
+    reference_sets.EARLIER_SPANS,
+    reference_sets.GOLDEN,
+)
 
 
 def score_sets(
@@ -240,12 +363,19 @@ def score_sets(
     champion_labels: tuple[str, ...],
     record: ev.Champion | None = None,
     record_labels: tuple[str, ...] = (),
+    earlier: Sequence[tuple[int, ReferenceSet]] = (),
+    earlier_skipped: Sequence[ev.Comparison] = (),
 ) -> _Scored:
     """Scores the candidate, and the champion when there is one, on the new split, the
-    champion's reference set and the golden set; sets that cannot be read are skipped
-    comparisons that say why. The record holder, when given, is scored on the same
-    images and compared with the candidate set by set."""
+    champion's reference set, the eval splits of the earlier spans (`earlier`: (span,
+    its eval split), newest first; merged, less the images the new split and the
+    reference set hold) and the golden set; sets that cannot be read are skipped
+    comparisons that say why (`earlier_skipped`: the earlier spans found so already). The
+    record holder, when given, is scored on the same images and compared with the
+    candidate set by set."""
     others, comparisons = other_sets(config, champion)
+    comparisons += earlier_skipped
+    earlier_note = ""
     scored: list[ev.Comparison] = []
     against_record: list[ev.Comparison] = []
     with contextlib.ExitStack() as local:
@@ -279,11 +409,27 @@ def score_sets(
                 on_pair = scoring.pair(found, 0, 2)
                 against_record.append(compare(reference, on_pair, labels, record_labels))
 
+        if earlier:
+            # Less the images of the sets scored before it (the reference set is scored
+            # only beside a champion that loaded).
+            seen = [new_split] + [
+                r
+                for r in others
+                if r.name == reference_sets.CHAMPION_REFERENCE and compared_labels is not None
+            ]
+            folder = os.path.join(staged_in, reference_sets.EARLIER_SPANS)
+            merged, earlier_note, skipped = _merged_earlier(earlier, seen, labels, folder)
+            comparisons += skipped
+            if merged is not None:  # after the reference set, before the golden set
+                golden = [r for r in others if r.name == reference_sets.GOLDEN]
+                others.insert(len(others) - len(golden), merged)
         on_split = scoring.score(staged(new_split), len(labels), predictors)
         scored.append(compare(new_split, on_split, labels, compared_labels))
         held_to_record(new_split, on_split)
         for reference in others:
-            if compared_labels is None and reference.name != reference_sets.GOLDEN:
+            # Without a champion, the sets it brings are not there; the others are
+            # scored on the candidate alone (they add to the floor's evidence).
+            if compared_labels is None and reference.name == reference_sets.CHAMPION_REFERENCE:
                 continue
             try:
                 found = scoring.score(staged(reference), len(reference.labels), predictors)
@@ -294,19 +440,25 @@ def score_sets(
                 continue
             scored.append(compare(reference, found, labels, compared_labels))
             held_to_record(reference, found)
+            if reference.name == reference_sets.EARLIER_SPANS:
+                scored[-1] = dataclasses.replace(
+                    scored[-1], note=_notes(earlier_note, scored[-1].note)
+                )
+                if against_record and against_record[-1].name == reference_sets.EARLIER_SPANS:
+                    against_record[-1] = dataclasses.replace(
+                        against_record[-1], note=_notes(earlier_note, against_record[-1].note)
+                    )
     candidate = scoring.metrics_from_confusion(labels, on_split.matrix(0, len(labels), len(labels)))
     if compared_labels is not None:
         champion = dataclasses.replace(champion, metrics=scored[0].champion)
     else:
         scored = scored[1:]  # the new split has no champion to be compared with
-    every = sorted(
-        (blessing_lib.with_tests(c, config) for c in scored + comparisons),
-        key=lambda c: _SET_ORDER.index(c.name),
-    )
+    every = sorted(scored + comparisons, key=lambda c: _SET_ORDER.index(c.name))
     if record is not None and against_record:
         record = dataclasses.replace(record, metrics=against_record[0].champion)
-    tested = tuple(blessing_lib.with_tests(c, config) for c in against_record)
-    return _Scored(candidate, champion, tuple(every), record, tested)
+    # At the levels the decision judges them at (shared among the sets: blessing.py).
+    tested, tested_record = blessing_lib.tested(every, against_record, config)
+    return _Scored(candidate, champion, tested, record, tested_record)
 
 
 class Executor(base_executor.BaseExecutor):
@@ -346,6 +498,9 @@ class Executor(base_executor.BaseExecutor):
             champion, champion_labels = champion_of(config, resolved, labels)
             champion = same_training(champion, candidate_dir)
             record, record_labels = record_of(config, resolved, labels)
+            span = span_of(examples)
+            spans, gone = earlier_spans(resolved, candidate_dir, span)
+            earlier, unreadable = earlier_splits(spans, eval_split)
             scored = score_sets(
                 config,
                 new_split,
@@ -355,12 +510,13 @@ class Executor(base_executor.BaseExecutor):
                 champion_labels,
                 record,
                 record_labels,
+                earlier,
+                (*gone, *unreadable),
             )
             result = self._decide(config, eval_split, scored)
             blessing_out = artifact_utils.get_single_instance(output_dict[spec.BLESSING_KEY])
             evaluation_out = artifact_utils.get_single_instance(output_dict[spec.EVALUATION_KEY])
             self._write(config, result, new_split, evaluation_out, blessing_out)
-            span = span_of(examples)
             if span is not None:  # for the Pusher's record in the serving history
                 blessing_out.set_int_custom_property(SPAN_PROPERTY, span)
             if resolved is not None and resolved.lease_token:

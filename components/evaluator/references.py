@@ -7,15 +7,22 @@ before it), at most `per_class` images of each class, the newest first, each ima
 once. Old classes keep their images after a class is added; the images were never
 trained on (a window of spans trains on train splits only), so the set stays a fair
 judge. It is written as one GZIP shard in reference_sets.py's folder layout.
+
+The eval splits of the window's earlier spans (window_set) are unseen in the same way,
+and partly the same images: a span whose candidate was blessed left its eval split in
+the reference set. So they are judged as one more set of what the reference set does not
+already hold (those of spans whose candidate was refused, or past the cap), each image
+once, by the SHA-256 of its encoded bytes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import posixpath
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -92,3 +99,82 @@ def write_grown(
     names = [SHARD_NAME, layout.LABEL_MAP_FILE, layout.LABELS_TXT_FILE]
     manifest.write(folder, manifest.describe(folder, names))
     return kept
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowSet:
+    """The eval splits of the window's earlier spans, merged (window_set).
+
+    Attributes:
+      reference: the merged set (one local shard); None when no image is left.
+      spans: the spans whose images were read, newest first.
+      images: the images it holds.
+      already_seen: images left out because a set scored already holds them (or an
+        earlier span of the window did).
+      unreadable: (span, examples_uri, why) of each span whose records could not be read.
+    """
+
+    reference: sets.ReferenceSet | None
+    spans: tuple[int, ...]
+    images: int
+    already_seen: int
+    unreadable: tuple[tuple[int, str, str], ...] = ()
+
+
+def window_set(
+    splits: Sequence[tuple[int, sets.ReferenceSet]],
+    seen: Sequence[sets.ReferenceSet],
+    labels: Sequence[str],
+    folder: str,
+) -> WindowSet:
+    """The eval splits of earlier spans as one set, written to the local `folder`: each
+    image once, and none that a set in `seen` holds (the new split, the champion's
+    reference set). Label ids are mapped by class name: `labels` (the candidate's) first,
+    then any other class a span has. A span whose records cannot be read is left out and
+    named; a set in `seen` that cannot be read holds nothing here (it is skipped, and
+    said so, where it is scored).
+
+    Args:
+      splits: (span, its eval split) of each earlier span, newest first.
+      seen: the sets scored already.
+      labels: the candidate's classes, in id order.
+      folder: a local folder for the merged shard (and the copies of remote shards).
+    """
+    known: set[bytes] = set()
+    for index, reference in enumerate(seen):
+        try:
+            for _, digest, _ in _records(reference, os.path.join(folder, f"seen-{index}")):
+                known.add(digest)
+        except _READ_ERRORS as e:
+            logging.info("ImageEvaluator: %s holds nothing to leave out: %s", reference.uri, e)
+    names = list(labels)
+    kept: list[tuple[str, tf.train.Example]] = []
+    read: list[int] = []
+    unreadable: list[tuple[int, str, str]] = []
+    already = 0
+    for index, (span, split) in enumerate(splits):
+        try:  # each span read whole before any of it is kept
+            records = list(_records(split, os.path.join(folder, f"span-{index}")))
+        except _READ_ERRORS as e:
+            unreadable.append((span, split.uri, " ".join(str(e).split())[:300]))
+            continue
+        read.append(span)
+        for name, digest, example in records:
+            if digest in known:
+                already += 1
+                continue
+            known.add(digest)
+            if name not in names:
+                names.append(name)
+            kept.append((name, example))
+    if not kept:
+        return WindowSet(None, tuple(read), 0, already, tuple(unreadable))
+    ids = {name: i for i, name in enumerate(names)}
+    shard = os.path.join(folder, SHARD_NAME)
+    with tf.io.TFRecordWriter(shard, tf.io.TFRecordOptions(compression_type="GZIP")) as writer:
+        for name, example in kept:
+            example.features.feature[DEFAULT_KEY_MAP.label].int64_list.value[0] = ids[name]
+            writer.write(example.SerializeToString())
+    uris = ", ".join(split.uri for span, split in splits if span in read)
+    merged = sets.ReferenceSet(sets.EARLIER_SPANS, uris, tuple(names), (shard,))
+    return WindowSet(merged, tuple(read), len(kept), already, tuple(unreadable))

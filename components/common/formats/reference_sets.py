@@ -5,7 +5,11 @@ alone can be fooled: grey photos make a colour champion look weak. So each push 
 the eval split it was judged on, its *reference set*, and the next candidate must not
 be worse than the champion on it either. A user may also name a curated *golden set*
 (EvaluatorConfig.golden_examples): an ImageExampleGen or `imgpipe convert` output,
-every split of it pooled.
+every split of it pooled. And the eval splits of the earlier spans the candidate was
+trained on (EARLIER_SPANS: the window's spans before this one, components/trainer/
+window.py) are unseen by every model too, since no eval split is ever trained on: the
+Evaluator scores them as one more set, each image once (components/evaluator/
+references.py window_set).
 
 A reference folder holds copies of the encoded examples and their class names:
   label_map.json, labels.txt   the set's class names in id order (label_map.py)
@@ -30,6 +34,8 @@ REFERENCE_DIR = "reference"
 NEW_SPLIT = "new_split"
 CHAMPION_REFERENCE = "champion_reference"
 GOLDEN = "golden"
+# The eval splits of the window's earlier spans, less the images the sets above hold.
+EARLIER_SPANS = "earlier_spans"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +43,7 @@ class ReferenceSet:
     """Encoded examples and the class names their label ids stand for.
 
     Attributes:
-      name: NEW_SPLIT, CHAMPION_REFERENCE or GOLDEN.
+      name: NEW_SPLIT, CHAMPION_REFERENCE, EARLIER_SPANS or GOLDEN.
       uri: where the set was read.
       labels: class names in id order.
       shards: the TFRecord files.
