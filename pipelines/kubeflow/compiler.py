@@ -26,7 +26,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from imgpipe.components.trainer import KUBERNETES_LAUNCHER, TRAINER_POD_FIELDS, WORKERS_LAUNCHER_ENV
+from imgpipe.components.trainer.several_workers import (
+    KUBERNETES_LAUNCHER,
+    TRAINER_POD_FIELDS,
+    WORKERS_LAUNCHER_ENV,
+)
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import pipeline as pl
 from imgpipe.pipelines import tfx_patches
@@ -187,7 +191,7 @@ def refuse_unshared_workers(config: PipelineConfig) -> None:
 
 def trainer_env(config: PipelineConfig) -> dict[str, str]:
     """The Trainer step's own environment: with trainer.workers > 1, its workers run as
-    a TFJob (components/trainer/kubernetes_workers.py) that reads and writes the
+    a TFJob (components/trainer/several_workers/kubernetes_tfjob.py) that reads and writes the
     artifacts through their URIs (artifact I/O direct)."""
     if config.trainer.workers <= 1:
         return {}
