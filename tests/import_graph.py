@@ -9,7 +9,9 @@ The floors:
                                      room: each of its modules is public to every room
   imgpipe.components.<component>     imports common and its own modules only; other
                                      rooms import the package alone (its __init__,
-                                     the front door), never one of its modules
+                                     the front door) or a sub-package with a front
+                                     door of its own (sub_front_doors), never one of
+                                     their modules
   imgpipe.pipelines                  may import the components
   imgpipe.pipelines.kubeflow         (compile time) never imports pipelines.container
   imgpipe.pipelines.container        (in the pod) imports only kfp_contract, tfx_patches
@@ -161,8 +163,29 @@ def _inside(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def rule_breaks(edges: dict[str, set[str]]) -> list[str]:
-    """Imports that cross a floor sideways or upwards."""
+# How a package's __init__ serves its names as a front door
+# (components/common/runtime/front_door.py).
+_LAZY_DOOR = "__getattr__ = front_door.lazy(__name__)"
+
+
+def sub_front_doors() -> set[str]:
+    """The sub-packages of a component with a front door of their own: an __init__ that
+    serves its names on first use (front_door.lazy), each from its own modules. Other
+    rooms may import such a door, never a module behind it."""
+    found = set()
+    for module, path in modules().items():
+        component = _component_of(module)
+        if component and component != module and path.endswith("__init__.py"):
+            with open(path, encoding="utf-8") as f:
+                if _LAZY_DOOR in f.read():
+                    found.add(module)
+    return found
+
+
+def rule_breaks(edges: dict[str, set[str]], doors: set[str] | None = None) -> list[str]:
+    """Imports that cross a floor sideways or upwards; `doors`, the sub-packages with a
+    front door of their own (sub_front_doors() when None)."""
+    doors = sub_front_doors() if doors is None else doors
     bad = []
     for module, targets in sorted(edges.items()):
         for target in sorted(targets):
@@ -176,6 +199,7 @@ def rule_breaks(edges: dict[str, set[str]]) -> list[str]:
             elif (
                 _component_of(target)
                 and _component_of(target) != target
+                and target not in doors
                 and _component_of(target) != _component_of(module)
             ):
                 why = "other rooms use a component through its front door (its __init__)"

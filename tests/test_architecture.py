@@ -33,7 +33,11 @@ def test_the_checks_catch_a_cycle_and_a_sideways_reach():
             "imgpipe.components.image_statistics.x",
         },
         "imgpipe.components.common.c": {"imgpipe.components.trainer.a"},
-        "imgpipe.pipelines.kubeflow.compiler": {"imgpipe.pipelines.container.entrypoint"},
+        "imgpipe.pipelines.kubeflow.compiler": {
+            "imgpipe.pipelines.container.entrypoint",
+            "imgpipe.components.trainer.several_workers",
+            "imgpipe.components.trainer.several_workers.choice",
+        },
         "imgpipe.pipelines.cli.run": {
             "imgpipe.components.image_example_gen",
             "imgpipe.components.image_example_gen.data_warnings",
@@ -49,6 +53,21 @@ def test_the_checks_catch_a_cycle_and_a_sideways_reach():
     reach_ins = [b for b in breaks if b.startswith("imgpipe.pipelines.cli.run ->")]
     assert reach_ins == [
         "imgpipe.pipelines.cli.run -> imgpipe.components.image_example_gen.data_warnings: "
+        "other rooms use a component through its front door (its __init__)"
+    ]
+    # A sub-package with a front door of its own is one; the modules behind it are not.
+    assert "imgpipe.components.trainer.several_workers" in import_graph.sub_front_doors()
+    through_doors = [b for b in breaks if "several_workers" in b]
+    assert through_doors == [
+        "imgpipe.pipelines.kubeflow.compiler -> "
+        "imgpipe.components.trainer.several_workers.choice: "
+        "other rooms use a component through its front door (its __init__)"
+    ]
+    # A sub-package whose __init__ is no front door is not one.
+    assert import_graph.rule_breaks(
+        {"imgpipe.pipelines.cli.run": {"imgpipe.components.trainer.several_workers"}}, set()
+    ) == [
+        "imgpipe.pipelines.cli.run -> imgpipe.components.trainer.several_workers: "
         "other rooms use a component through its front door (its __init__)"
     ]
 
@@ -101,6 +120,7 @@ def test_the_wheel_installs_under_the_imgpipe_namespace_only(tmp_path):
     tops = {name.split("/")[0] for name in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"imgpipe"}
     assert "imgpipe/components/trainer/task.py" in names
+    assert "imgpipe/components/trainer/several_workers/worker.py" in names
     assert "imgpipe/pipelines/container/entrypoint.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert (
@@ -113,6 +133,15 @@ FRONT_DOORS = {
     "imgpipe.components.image_example_gen": {"ImageExampleGen", "ImageOptions", "OutputOptions"},
     "imgpipe.components.image_statistics": {"ImageStatistics", "StatisticsConfig"},
     "imgpipe.components.trainer": {"ImageTrainer", "TrainerConfig"},
+    # The sub-package's own door, which pipelines/kubeflow reads at compile time.
+    "imgpipe.components.trainer.several_workers": {
+        "DOCKER_LAUNCHER",
+        "KUBERNETES_LAUNCHER",
+        "TRAINER_POD_FIELDS",
+        "WORKERS_DOCKER_NETWORK_ENV",
+        "WORKERS_DOCKER_SOCKET",
+        "WORKERS_LAUNCHER_ENV",
+    },
     "imgpipe.components.evaluator": {"ImageEvaluator", "EvaluatorConfig"},
     "imgpipe.components.pusher": {"ImagePusher"},
     "imgpipe.pipelines": {"PipelineConfig"},
@@ -122,7 +151,8 @@ FRONT_DOORS = {
 def test_each_component_package_is_its_own_front_door_and_loads_tfx_only_when_asked():
     """`from imgpipe.components.trainer import TrainerConfig` neither needs the file layout
     nor loads TFX; the component class, when asked for, is the one its module defines;
-    every name a front door (each component package's and imgpipe.pipelines') lists
+    every name a front door (each component package's, trainer.several_workers' and
+    imgpipe.pipelines') lists
     resolves."""
     code = (
         "import importlib, sys\n"

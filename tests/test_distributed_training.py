@@ -21,17 +21,21 @@ from tfx.components.trainer.fn_args_utils import FnArgs
 
 from imgpipe.components.common.formats import layout, manifest
 from imgpipe.components.trainer import (
-    cluster,
     devices,
     export,
     input,
-    join_watchdog,
     resume,
     summary,
     task,
-    workers,
 )
 from imgpipe.components.trainer.config import from_custom_config
+from imgpipe.components.trainer.several_workers import (
+    cluster,
+    join_watchdog,
+    local_processes,
+    replicas,
+)
+from imgpipe.components.trainer.several_workers import job as job_lib
 from imgpipe.pipelines import run_summary
 from tests import procfs
 from tests import trainer_helpers as th
@@ -80,16 +84,16 @@ def test_each_split_is_shared_by_file_when_its_files_divide_evenly():
 
 @pytest.mark.unit
 def test_gpus_are_divided_among_the_workers_or_refused():
-    assert workers.assign_gpus(["0", "1", "2", "3"], 2, 2) == ["0,1", "2,3"]
-    assert workers.assign_gpus(["5", "7"], 1, 2) == ["5", "7"]
-    assert workers.assign_gpus(["0"], 0, 2) == ["", ""]  # CPU workers: GPUs hidden
-    assert workers.assign_gpus([], None, 3) == ["", "", ""]
+    assert local_processes.assign_gpus(["0", "1", "2", "3"], 2, 2) == ["0,1", "2,3"]
+    assert local_processes.assign_gpus(["5", "7"], 1, 2) == ["5", "7"]
+    assert local_processes.assign_gpus(["0"], 0, 2) == ["", ""]  # CPU workers: GPUs hidden
+    assert local_processes.assign_gpus([], None, 3) == ["", "", ""]
     with pytest.raises(ValueError, match=r"cannot share a GPU; set trainer.num_gpus .*at most 1"):
-        workers.assign_gpus(["0", "1"], None, 2)
+        local_processes.assign_gpus(["0", "1"], None, 2)
     with pytest.raises(
         ValueError, match=r"needs 6 GPUs, and 4 are visible; set trainer.num_gpus to 1"
     ):
-        workers.assign_gpus(["0", "1", "2", "3"], 2, 3)
+        local_processes.assign_gpus(["0", "1", "2", "3"], 2, 3)
 
 
 @pytest.mark.unit
@@ -140,10 +144,10 @@ def test_a_failed_worker_is_named_by_its_own_line(tmp_path):
         "Traceback ...\nUnavailableError: peer gone\n"
         f"{cluster.ERROR_MARK} RuntimeError: the real cause\nmore output\n"
     )
-    assert workers.failure_line(str(log)) == "RuntimeError: the real cause"
+    assert replicas.failure_line(str(log)) == "RuntimeError: the real cause"
     log.write_text("I0000 start\nE0000 UnavailableError: Socket closed\nlast words\n")
-    assert workers.failure_line(str(log)) == "E0000 UnavailableError: Socket closed"
-    assert workers.failure_line(str(tmp_path / "none.log")) == ""
+    assert replicas.failure_line(str(log)) == "E0000 UnavailableError: Socket closed"
+    assert replicas.failure_line(str(tmp_path / "none.log")) == ""
 
 
 @pytest.mark.unit
@@ -231,7 +235,7 @@ def _worker_pids() -> dict[int, int]:
                 env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
         except OSError:
             continue
-        if workers.WORKER_MODULE.encode() in argv and b"TF_CONFIG" in env:
+        if local_processes.WORKER_MODULE.encode() in argv and b"TF_CONFIG" in env:
             found[json.loads(env[b"TF_CONFIG"])["task"]["index"]] = pid
     return found
 
@@ -265,7 +269,7 @@ def test_bad_settings_are_refused_before_any_worker_starts(data, tmp_path):
     args = _fn_args(data, str(tmp_path / "fp16"), workers=2, mixed_precision="on")
     with pytest.raises(ValueError, match="mixed_precision='on' needs a GPU"):
         task.run_fn(args)
-    assert not os.path.exists(os.path.join(args.model_run_dir, task.WORKER_LOGS_DIR))
+    assert not os.path.exists(os.path.join(args.model_run_dir, job_lib.WORKER_LOGS_DIR))
     assert not _worker_pids()
 
 
@@ -296,7 +300,7 @@ def test_two_workers_reach_the_accuracy_of_one(data, tmp_path, monkeypatch):
     assert trained.distribution == summary.Distribution(
         devices.MULTI_WORKER, 2, 2, GLOBAL_BATCH, "RING"
     )
-    logs = os.path.join(args.model_run_dir, task.WORKER_LOGS_DIR)
+    logs = os.path.join(args.model_run_dir, job_lib.WORKER_LOGS_DIR)
     assert sorted(os.listdir(logs)) == ["worker-0.log", "worker-1.log"]
     with open(os.path.join(logs, "worker-1.log")) as f:
         log = f.read()
@@ -338,7 +342,7 @@ def test_a_worker_killed_mid_epoch_fails_the_job_and_the_rerun_resumes(data, tmp
     killer = threading.Thread(target=kill_worker_1_after_a_backup, daemon=True)
     killer.start()
     first = _fn_args(data, out, 1, shards=2, **settings)
-    with pytest.raises(workers.WorkersFailed) as failed:
+    with pytest.raises(replicas.WorkersFailed) as failed:
         task.run_fn(first)
     ended = time.monotonic()
     killer.join(5)
@@ -368,7 +372,7 @@ def test_a_worker_killed_mid_epoch_fails_the_job_and_the_rerun_resumes(data, tmp
 
 ALONE = """
 import sys
-from imgpipe.components.trainer import cluster
+from imgpipe.components.trainer.several_workers import cluster
 index, dead, seconds = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 own = cluster.local_addresses(1)[0]
 addresses = (own, dead) if index == 0 else (dead, own)

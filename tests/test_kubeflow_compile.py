@@ -174,11 +174,11 @@ def test_every_step_runs_as_the_images_non_root_user(compiled):
 def test_no_part_of_a_kfp_2_16_package_can_set_the_steps_grace_period(compiled):
     """The grace period between SIGTERM and SIGKILL is the cluster's to give the steps:
     no message a package is made of has a field for it. This fails when one gains it,
-    so that the compiler then writes tfjob.TERMINATION_GRACE_PERIOD_S; until then the
+    so that the compiler then writes step_pod.TERMINATION_GRACE_PERIOD_S; until then the
     docs give the cluster's admin that value."""
     from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 
-    from imgpipe.components.trainer import tfjob
+    from imgpipe.components.trainer.several_workers import step_pod
 
     def field_names(message, seen: set[str]):
         if message.full_name in seen:
@@ -207,7 +207,7 @@ def test_no_part_of_a_kfp_2_16_package_can_set_the_steps_grace_period(compiled):
     assert "grace" not in text.lower()
     with open(os.path.join(os.path.dirname(GOLDEN), "..", "..", "docs", "kubeflow.md")) as f:
         given = re.findall(r"terminationGracePeriodSeconds\W+(\d+)", f.read())
-    assert given and set(given) == {str(tfjob.TERMINATION_GRACE_PERIOD_S)}
+    assert given and set(given) == {str(step_pod.TERMINATION_GRACE_PERIOD_S)}
 
 
 def test_images_given_by_digest_reach_their_steps():

@@ -1,6 +1,7 @@
 """trainer.workers=2 under `imgpipe kfp run-local`: the Trainer step starts its workers
-as containers of the project image (components/trainer/docker_workers.py, the local
-stand-in for the TFJob) on a Docker network this test creates, as the image's user.
+as containers of the project image (components/trainer/several_workers/
+docker_containers.py, the local stand-in for the TFJob) on a Docker network this test
+creates, as the image's user.
 
 One run has worker 1's container killed once the chief's log shows training: the run
 fails within FAILURE_BOUND_SECONDS naming that container, no worker container is left
@@ -18,7 +19,8 @@ import uuid
 import pytest
 
 from imgpipe.components.common.formats import served_models
-from imgpipe.components.trainer import cluster, docker_workers, summary
+from imgpipe.components.trainer import summary
+from imgpipe.components.trainer.several_workers import cluster, docker_containers
 from imgpipe.pipelines import cli
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
@@ -53,12 +55,12 @@ def workers_network():
 def _worker_containers(client, network: str) -> list:
     return client.containers.list(
         all=True,
-        filters={"label": docker_workers.TRAINER_CONTAINER_LABEL, "network": network},
+        filters={"label": docker_containers.TRAINER_CONTAINER_LABEL, "network": network},
     )
 
 
 def _by_index(found: list) -> dict[int, object]:
-    return {int(c.labels[docker_workers.WORKER_INDEX_LABEL]): c for c in found}
+    return {int(c.labels[docker_containers.WORKER_INDEX_LABEL]): c for c in found}
 
 
 def test_a_trainer_container_killed_outright_takes_its_workers_with_it(tmp_path):
@@ -74,8 +76,8 @@ def test_a_trainer_container_killed_outright_takes_its_workers_with_it(tmp_path)
         )
         made.append(trainer)
         own = client.api.inspect_container(trainer.id)
-        member = cluster.Member(docker_workers.worker_addresses(trainer.id[:12], 1), 0)
-        spec = docker_workers.worker_spec(own, member, str(tmp_path))
+        member = cluster.Member(docker_containers.worker_addresses(trainer.id[:12], 1), 0)
+        spec = docker_containers.worker_spec(own, member, str(tmp_path))
         spec.update(command=["sleep", "600"], entrypoint=[], network_mode="none")
         worker = client.containers.create(**spec)
         made.append(worker)

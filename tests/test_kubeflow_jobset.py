@@ -7,7 +7,7 @@ No Kubernetes runs here. The JobSet is made from the same V1Pod as the TFJob
 worker's TF_CONFIG is made from the manifest's own environment and the index Kubernetes
 gives the pod; the queue label is checked on both kinds of job against their CRDs; the
 manifests docs/distributed-training.md shows are these functions' output. The launcher
-does not create JobSets yet (kubernetes_workers.py makes TFJobs only): its run against
+does not create JobSets yet (several_workers/kubernetes_tfjob.py makes TFJobs only): its run against
 the fake API server is still to come.
 """
 
@@ -23,8 +23,10 @@ import pytest
 import yaml
 
 from imgpipe.components.common.runtime import kueue
-from imgpipe.components.trainer import indexed_workers, jobset, kubernetes_workers, launch, tfjob
+from imgpipe.components.trainer import indexed_workers, jobset
 from imgpipe.components.trainer.config import TrainerConfig
+from imgpipe.components.trainer.several_workers import choice, kubernetes_tfjob, tfjob_manifest
+from imgpipe.components.trainer.several_workers import step_pod as step_pod_lib
 from imgpipe.pipelines.kubeflow import security
 from tests.test_k8s_manifests import strict_errors
 from tests.test_kubeflow_tfjob import (
@@ -86,9 +88,9 @@ def test_the_jobset_validates_against_the_crd_and_runs_the_tfjobs_pods(schema):
     body = jobset.manifest(pod, 3, FOLDER)
     check_against_the_crd(body, schema)
     assert body["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and body["kind"] == "JobSet"
-    tf = tfjob.manifest(pod, 3, FOLDER)
+    tf = tfjob_manifest.manifest(pod, 3, FOLDER)
     metadata = body["metadata"]
-    assert metadata["name"] == tfjob.job_name(POD_UID) == tf["metadata"]["name"]
+    assert metadata["name"] == step_pod_lib.job_name(POD_UID) == tf["metadata"]["name"]
     assert metadata["namespace"] == NAMESPACE
     # Owned by the step's pod, as the TFJob; never as its controller (Kueue would take
     # the JobSet for a part of the pod's own workload).
@@ -120,14 +122,14 @@ def test_the_jobset_validates_against_the_crd_and_runs_the_tfjobs_pods(schema):
     (tf_container,) = tf_template["spec"]["containers"]
     assert pod_spec == {k: v for k, v in tf_template["spec"].items() if k != "containers"}
     assert container["name"] == "tensorflow" and container["image"] == IMAGE
-    assert container["command"] == [*launch.WORKER_COMMAND, FOLDER]
+    assert container["command"] == [*choice.WORKER_COMMAND, FOLDER]
     assert container["ports"] == [{"name": "tf-worker", "containerPort": 2222, "protocol": "TCP"}]
     for key in ("resources", "securityContext", "volumeMounts", "envFrom", "imagePullPolicy"):
         assert container.get(key) == tf_container.get(key), key
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "2"}
     assert pod_spec["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
     assert pod_spec["automountServiceAccountToken"] is False
-    assert pod_spec["terminationGracePeriodSeconds"] == tfjob.TERMINATION_GRACE_PERIOD_S
+    assert pod_spec["terminationGracePeriodSeconds"] == step_pod_lib.TERMINATION_GRACE_PERIOD_S
     env = env_of(container)
     assert {k: v for k, v in env.items() if k != indexed_workers.ADDRESSES_ENV} == env_of(
         tf_container
@@ -153,7 +155,7 @@ def test_the_steps_launcher_settings_stay_with_the_step(schema):
     check_against_the_crd(body, schema)
     (container,) = job_template(body)["spec"]["template"]["spec"]["containers"]
     env = env_of(container)
-    assert not {launch.LAUNCHER_ENV, kueue.QUEUE_ENV, "TF_CONFIG"} & set(env)
+    assert not {choice.LAUNCHER_ENV, kueue.QUEUE_ENV, "TF_CONFIG"} & set(env)
     assert env["TMPDIR"]["value"] == "/tmp"
 
 
@@ -210,7 +212,7 @@ def test_the_jobset_crd_schema_is_the_releases_own():
 def test_each_pod_makes_its_tf_config_from_the_addresses_and_its_index():
     """What the worker's entrypoint will do in each pod: the template's environment, and
     the index Kubernetes sets, give cluster.py's own TF_CONFIG for that worker."""
-    from imgpipe.components.trainer import cluster
+    from imgpipe.components.trainer.several_workers import cluster
 
     body = jobset.manifest(as_served(step_pod()), 3, FOLDER)
     (container,) = job_template(body)["spec"]["template"]["spec"]["containers"]
@@ -272,7 +274,7 @@ def test_the_queue_label_goes_on_either_job_and_both_stay_valid(schema, tfjob_sc
     pod = as_served(step_pod())
     for body, check, job_schema in (
         (jobset.manifest(pod, 2, FOLDER), check_against_the_crd, schema),
-        (tfjob.manifest(pod, 2, FOLDER), check_tfjob, tfjob_schema),
+        (tfjob_manifest.manifest(pod, 2, FOLDER), check_tfjob, tfjob_schema),
     ):
         queued = kueue.with_queue(body, "gpu-a100")
         check(queued, job_schema)
@@ -342,7 +344,7 @@ def test_the_role_grants_what_each_launcher_calls_and_no_more():
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
-    assert unnamed == {**kubernetes_workers.API_RULES, **jobset.API_RULES}
+    assert unnamed == {**kubernetes_tfjob.API_RULES, **jobset.API_RULES}
     assert unnamed[("jobset.x-k8s.io", "jobsets")] == {"create", "get", "delete"}
 
 
@@ -361,7 +363,7 @@ def doc_pod() -> dict:
         name="main",
         image="ghcr.io/tfx-image-pipeline/tfx-image-pipeline-gpu:<tag>",
         env=[
-            c.V1EnvVar(name=launch.LAUNCHER_ENV, value=launch.KUBERNETES),
+            c.V1EnvVar(name=choice.LAUNCHER_ENV, value=choice.KUBERNETES),
             c.V1EnvVar(name=kueue.QUEUE_ENV, value=DOC_QUEUE),
             c.V1EnvVar(
                 name="AWS_ACCESS_KEY_ID",
@@ -416,7 +418,7 @@ def shown_manifests() -> dict[str, str]:
     them too (phase 2)."""
     pod = doc_pod()
     manifests = {
-        "tfjob": kueue.with_queue(tfjob.manifest(pod, 2, DOC_FOLDER), DOC_QUEUE),
+        "tfjob": kueue.with_queue(tfjob_manifest.manifest(pod, 2, DOC_FOLDER), DOC_QUEUE),
         "jobset": kueue.with_queue(jobset.manifest(pod, 2, DOC_FOLDER), DOC_QUEUE),
     }
     return {k: yaml.safe_dump(v, sort_keys=False, width=100) for k, v in manifests.items()}

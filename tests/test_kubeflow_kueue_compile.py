@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from imgpipe.components.common.runtime import kueue
-from imgpipe.components.trainer import launch
+from imgpipe.components.trainer.several_workers import choice
 
 pytestmark = pytest.mark.component
 
@@ -64,7 +64,7 @@ def test_the_trainer_of_several_workers_is_told_the_queue_its_job_names(queued_w
 
     _, envs = queued_workers
     assert envs[ids.TRAINER][kueue.QUEUE_ENV] == QUEUE
-    assert envs[ids.TRAINER][launch.LAUNCHER_ENV] == launch.KUBERNETES
+    assert envs[ids.TRAINER][choice.LAUNCHER_ENV] == choice.KUBERNETES
     assert not any(kueue.QUEUE_ENV in env for task, env in envs.items() if task != ids.TRAINER)
 
 

@@ -1,5 +1,6 @@
-"""trainer.workers > 1 on Kubeflow: the Trainer step's TFJob (components/trainer/tfjob.py,
-kubernetes_workers.py; docs/distributed-training.md).
+"""trainer.workers > 1 on Kubeflow: the Trainer step's TFJob (components/trainer/
+several_workers/: step_pod.py, tfjob_manifest.py, kubernetes_replicas.py,
+kubernetes_tfjob.py; docs/distributed-training.md).
 
 No Kubernetes runs here. The manifest is made from a real V1Pod as a KFP step's pod
 looks, and checked against the TFJob CRD's schema (tests/crds/, from the Training
@@ -25,7 +26,17 @@ import kubernetes
 import pytest
 import yaml
 
-from imgpipe.components.trainer import jobset, kubernetes_workers, launch, launchers, tfjob, workers
+from imgpipe.components.trainer import jobset
+from imgpipe.components.trainer.several_workers import (
+    choice,
+    kubernetes_replicas,
+    kubernetes_tfjob,
+    launchers,
+    local_processes,
+    replicas,
+    tfjob_manifest,
+)
+from imgpipe.components.trainer.several_workers import step_pod as step_pod_lib
 from imgpipe.pipelines.kubeflow import security
 from tests.test_k8s_manifests import K8S_DIR, strict_errors
 
@@ -59,7 +70,7 @@ def step_pod(mount_path: str = "/mnt/imgpipe") -> kubernetes.client.V1Pod:
         image=IMAGE,
         command=["/kfp-launcher/launch", "--copy", "/kfp-launcher/launch"],
         env=[
-            c.V1EnvVar(name=launch.LAUNCHER_ENV, value=launch.KUBERNETES),
+            c.V1EnvVar(name=choice.LAUNCHER_ENV, value=choice.KUBERNETES),
             c.V1EnvVar(name="TMPDIR", value="/tmp"),
             *secret_env,
         ],
@@ -157,7 +168,7 @@ def schema() -> dict:
 def check_against_the_crd(body: dict, schema: dict) -> None:
     jsonschema.validate(body, schema)
     assert undeclared(body, schema) == []
-    template = body["spec"]["tfReplicaSpecs"][tfjob.REPLICA_TYPE]["template"]
+    template = body["spec"]["tfReplicaSpecs"][tfjob_manifest.REPLICA_TYPE]["template"]
     assert strict_errors(template, "V1PodTemplateSpec", "template") == []
 
 
@@ -165,12 +176,14 @@ def check_against_the_crd(body: dict, schema: dict) -> None:
 
 
 def test_the_tfjob_validates_against_the_crd_and_carries_the_steps_settings(schema):
-    body = tfjob.manifest(as_served(step_pod()), 3, "s3://bucket/root/model_run/.workers-job")
+    body = tfjob_manifest.manifest(
+        as_served(step_pod()), 3, "s3://bucket/root/model_run/.workers-job"
+    )
     check_against_the_crd(body, schema)
     assert body["apiVersion"] == "kubeflow.org/v1" and body["kind"] == "TFJob"
     metadata = body["metadata"]
     assert metadata["namespace"] == NAMESPACE
-    assert metadata["name"] == tfjob.job_name(POD_UID) and len(metadata["name"]) <= 40
+    assert metadata["name"] == step_pod_lib.job_name(POD_UID) and len(metadata["name"]) <= 40
     assert metadata["ownerReferences"] == [
         {
             "apiVersion": "v1",
@@ -190,7 +203,7 @@ def test_the_tfjob_validates_against_the_crd_and_carries_the_steps_settings(sche
     assert container["command"] == [
         "python",
         "-m",
-        "imgpipe.components.trainer.worker",
+        "imgpipe.components.trainer.several_workers.worker",
         "s3://bucket/root/model_run/.workers-job",
     ]
     assert container["ports"] == [{"name": "tfjob-port", "containerPort": 2222, "protocol": "TCP"}]
@@ -212,7 +225,7 @@ def test_the_tfjob_validates_against_the_crd_and_carries_the_steps_settings(sche
             "key": name,
             "optional": True,
         }
-    assert launch.LAUNCHER_ENV not in env and env["TMPDIR"]["value"] == "/tmp"
+    assert choice.LAUNCHER_ENV not in env and env["TMPDIR"]["value"] == "/tmp"
     # The claim and the emptyDirs, not the step's API token nor Argo's container.
     assert {v["name"] for v in pod["volumes"]} == {"data", "imgpipe-tmp", "kfp-launcher"}
     assert {m["mountPath"] for m in container["volumeMounts"]} == {
@@ -223,7 +236,7 @@ def test_the_tfjob_validates_against_the_crd_and_carries_the_steps_settings(sche
     assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
     # Not the step pod's (the cluster's default, which KFP 2.16 cannot change): the
     # project's grace period between SIGTERM and SIGKILL.
-    assert pod["terminationGracePeriodSeconds"] == tfjob.TERMINATION_GRACE_PERIOD_S == 60
+    assert pod["terminationGracePeriodSeconds"] == step_pod_lib.TERMINATION_GRACE_PERIOD_S == 60
 
 
 def test_the_grace_period_is_a_field_the_crd_declares_as_an_integer(schema):
@@ -236,7 +249,7 @@ def test_the_grace_period_is_a_field_the_crd_declares_as_an_integer(schema):
         "format": "int64",
         "type": "integer",
     }
-    body = tfjob.manifest(as_served(step_pod()), 2, "/mnt/imgpipe/job")
+    body = tfjob_manifest.manifest(as_served(step_pod()), 2, "/mnt/imgpipe/job")
     template = body["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
     template["terminationGracePeriodSeconds"] = "60"
     with pytest.raises(jsonschema.ValidationError):
@@ -244,10 +257,10 @@ def test_the_grace_period_is_a_field_the_crd_declares_as_an_integer(schema):
 
 
 def test_the_crd_check_catches_a_misspelt_and_a_mistyped_field(schema):
-    body = tfjob.manifest(as_served(step_pod()), 2, "/mnt/imgpipe/job")
+    body = tfjob_manifest.manifest(as_served(step_pod()), 2, "/mnt/imgpipe/job")
     body["spec"]["runPolicy"]["cleanPodPolicyy"] = "All"
     assert undeclared(body, schema) == [".spec.runPolicy.cleanPodPolicyy"]
-    body = tfjob.manifest(as_served(step_pod()), 2, "/mnt/imgpipe/job")
+    body = tfjob_manifest.manifest(as_served(step_pod()), 2, "/mnt/imgpipe/job")
     body["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = "2"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(body, schema)
@@ -259,16 +272,16 @@ def test_a_pod_without_the_steps_container_is_named():
     with pytest.raises(
         ValueError, match=rf"pod {POD_NAME} has no container 'main' among \['a', 'b'\]"
     ):
-        tfjob.manifest(pod, 2, "/mnt/imgpipe/job")
+        tfjob_manifest.manifest(pod, 2, "/mnt/imgpipe/job")
 
 
 def test_only_paths_on_an_object_store_or_the_claim_are_shared():
-    mounts = tfjob.shared_mounts(as_served(step_pod()))
+    mounts = step_pod_lib.shared_mounts(as_served(step_pod()))
     assert mounts == {"/mnt/imgpipe": CLAIM}
-    kubernetes_workers.check_shared(["s3://b/x", "gs://b/y", "/mnt/imgpipe/root/x"], mounts, 2)
+    kubernetes_tfjob.check_shared(["s3://b/x", "gs://b/y", "/mnt/imgpipe/root/x"], mounts, 2)
     for path in ("/tmp/imgpipe-shards-1/x", "/mnt/imgpipe-other/x", "/s3/bucket/root"):
-        with pytest.raises(kubernetes_workers.KubernetesUnavailable) as e:
-            kubernetes_workers.check_shared(["s3://b/x", path], mounts, 2)
+        with pytest.raises(kubernetes_replicas.KubernetesUnavailable) as e:
+            kubernetes_tfjob.check_shared(["s3://b/x", path], mounts, 2)
         assert str(e.value).startswith(
             f"trainer.workers=2: {path} is on the Trainer pod's own disk"
         )
@@ -404,17 +417,17 @@ class FakeApiServer:
                         "name": f"{name}-worker-{index}",
                         "namespace": NAMESPACE,
                         "labels": {
-                            tfjob.JOB_NAME_LABEL: name,
-                            tfjob.REPLICA_TYPE_LABEL: "worker",
-                            tfjob.REPLICA_INDEX_LABEL: str(index),
+                            tfjob_manifest.JOB_NAME_LABEL: name,
+                            tfjob_manifest.REPLICA_TYPE_LABEL: "worker",
+                            tfjob_manifest.REPLICA_INDEX_LABEL: str(index),
                         },
                     },
-                    "spec": {"containers": [{"name": tfjob.CONTAINER, "image": IMAGE}]},
+                    "spec": {"containers": [{"name": tfjob_manifest.CONTAINER, "image": IMAGE}]},
                     "status": {
                         "phase": phase,
                         "containerStatuses": [
                             {
-                                "name": tfjob.CONTAINER,
+                                "name": tfjob_manifest.CONTAINER,
                                 "ready": phase == "Running",
                                 "restartCount": 0,
                                 "image": IMAGE,
@@ -449,15 +462,15 @@ def _send_text(request, text: str) -> None:
 
 @pytest.fixture
 def in_step_pod(monkeypatch):
-    monkeypatch.setenv(launch.POD_NAME_ENV, POD_NAME)
-    monkeypatch.setenv(launch.POD_NAMESPACE_ENV, NAMESPACE)
+    monkeypatch.setenv(choice.POD_NAME_ENV, POD_NAME)
+    monkeypatch.setenv(choice.POD_NAMESPACE_ENV, NAMESPACE)
 
 
 def run_launcher(
     server: FakeApiServer, tmp_path, workers_count: int = 2, start_timeout_s: float = 60.0
 ) -> str:
     folder = str(tmp_path / "model_run" / ".workers-job")
-    launcher = kubernetes_workers.KubernetesWorkers(
+    launcher = kubernetes_tfjob.KubernetesWorkers(
         server.client, poll_seconds=0.02, start_timeout_s=start_timeout_s
     )
     launcher.run(
@@ -499,7 +512,7 @@ def test_a_tfjob_that_succeeds_streams_the_chiefs_log_keeps_every_log_and_is_del
         ][-1]
         == folder
     )
-    assert workers.load_job(folder) == {"the": "job"}
+    assert replicas.load_job(folder) == {"the": "job"}
     assert server.deleted == [name]
     assert "chief done" in capfd.readouterr().err
     logs = tmp_path / "model_run" / "workers"
@@ -520,7 +533,7 @@ def test_a_failed_replica_is_named_in_one_line_and_the_tfjob_is_deleted(in_step_
     )
     server = FakeApiServer(served_step(tmp_path), script, {0: "epoch 1/3\n", 1: log})
     try:
-        with pytest.raises(workers.WorkersFailed) as e:
+        with pytest.raises(replicas.WorkersFailed) as e:
             run_launcher(server, tmp_path)
     finally:
         server.close()
@@ -559,7 +572,7 @@ def test_a_tfjob_the_operator_failed_is_reported_with_its_message(in_step_pod, t
     server = FakeApiServer(served_step(tmp_path), lambda polls: ([], "Failed"), {})
     try:
         with pytest.raises(
-            workers.WorkersFailed,
+            replicas.WorkersFailed,
             match=r"^TFJob imgpipe/imgpipe-train-\w+ failed: TFJob .* is Failed; nothing was "
             "exported",
         ):
@@ -596,7 +609,7 @@ def test_a_cluster_that_cannot_run_the_tfjob_is_one_line_naming_the_fix(
 ):
     server = FakeApiServer(served_step(tmp_path), lambda polls: ([], None), {}, {refused: status})
     try:
-        with pytest.raises(kubernetes_workers.KubernetesUnavailable, match=expected) as e:
+        with pytest.raises(kubernetes_replicas.KubernetesUnavailable, match=expected) as e:
             run_launcher(server, tmp_path)
     finally:
         server.close()
@@ -604,36 +617,36 @@ def test_a_cluster_that_cannot_run_the_tfjob_is_one_line_naming_the_fix(
 
 
 def test_outside_a_pod_the_kubernetes_launcher_names_the_setting_and_the_fix(monkeypatch, tmp_path):
-    monkeypatch.delenv(launch.POD_NAME_ENV, raising=False)
+    monkeypatch.delenv(choice.POD_NAME_ENV, raising=False)
     with pytest.raises(
-        kubernetes_workers.KubernetesUnavailable,
+        kubernetes_replicas.KubernetesUnavailable,
         match=r"needs the Trainer pod's name and namespace in IMGPIPE_POD_NAME",
     ):
-        kubernetes_workers.KubernetesWorkers().run({}, 2, str(tmp_path), str(tmp_path))
-    monkeypatch.setenv(launch.POD_NAME_ENV, POD_NAME)
-    monkeypatch.setenv(launch.POD_NAMESPACE_ENV, NAMESPACE)
+        kubernetes_tfjob.KubernetesWorkers().run({}, 2, str(tmp_path), str(tmp_path))
+    monkeypatch.setenv(choice.POD_NAME_ENV, POD_NAME)
+    monkeypatch.setenv(choice.POD_NAMESPACE_ENV, NAMESPACE)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(
-        kubernetes_workers.KubernetesUnavailable,
+        kubernetes_replicas.KubernetesUnavailable,
         match=r"^IMGPIPE_TRAINER_LAUNCHER=kubernetes creates a TFJob from the Trainer's pod, "
         r"and this process is not in a Kubernetes pod .*; run the compiled package on "
         r"Kubeflow, or set trainer.workers=1",
     ):
-        kubernetes_workers.KubernetesWorkers().run({}, 2, str(tmp_path), str(tmp_path))
+        kubernetes_tfjob.KubernetesWorkers().run({}, 2, str(tmp_path), str(tmp_path))
 
 
 def test_an_unknown_launcher_is_refused_naming_the_variable(monkeypatch):
-    monkeypatch.setenv(launch.LAUNCHER_ENV, "slurm")
+    monkeypatch.setenv(choice.LAUNCHER_ENV, "slurm")
     with pytest.raises(
         ValueError,
         match=r"IMGPIPE_TRAINER_LAUNCHER='slurm' names no launcher .* use one of "
         "processes, kubernetes",
     ):
         launchers.launcher(lambda: [])
-    monkeypatch.setenv(launch.LAUNCHER_ENV, launch.KUBERNETES)
-    assert isinstance(launchers.launcher(lambda: []), kubernetes_workers.KubernetesWorkers)
-    monkeypatch.delenv(launch.LAUNCHER_ENV)
-    assert launchers.launcher(lambda: ["0", "1"]) == launchers.LocalProcesses(["0", "1"])
+    monkeypatch.setenv(choice.LAUNCHER_ENV, choice.KUBERNETES)
+    assert isinstance(launchers.launcher(lambda: []), kubernetes_tfjob.KubernetesWorkers)
+    monkeypatch.delenv(choice.LAUNCHER_ENV)
+    assert launchers.launcher(lambda: ["0", "1"]) == local_processes.LocalProcesses(["0", "1"])
 
 
 # --- the Role ------------------------------------------------------------------------
@@ -666,7 +679,7 @@ def test_the_role_grants_the_trainer_exactly_the_calls_it_makes():
         for resource in rule["resources"]
     }
     # The TFJob launcher's rules, and the JobSet's (tests/test_kubeflow_jobset.py).
-    assert unnamed == {**kubernetes_workers.API_RULES, **jobset.API_RULES}
+    assert unnamed == {**kubernetes_tfjob.API_RULES, **jobset.API_RULES}
     # No update, patch, watch, deletecollection; nothing on pods but reading them.
     assert all(verbs <= {"create", "get", "list", "delete"} for verbs in unnamed.values())
     assert unnamed[("", "pods")] == {"get", "list"}
@@ -689,7 +702,7 @@ def test_the_crd_schema_is_the_releases_own_with_only_descriptions_left_out():
 
 def _unstarted_failure(server: FakeApiServer, tmp_path, start_timeout_s: float) -> str:
     try:
-        with pytest.raises(workers.WorkersFailed) as e:
+        with pytest.raises(replicas.WorkersFailed) as e:
             run_launcher(server, tmp_path, start_timeout_s=start_timeout_s)
     finally:
         server.close()
@@ -732,7 +745,7 @@ def test_a_replica_whose_image_name_is_invalid_fails_at_once(in_step_pod, tmp_pa
     server.pending_status = {
         "containerStatuses": [
             {
-                "name": tfjob.CONTAINER,
+                "name": tfjob_manifest.CONTAINER,
                 "ready": False,
                 "restartCount": 0,
                 "image": IMAGE,

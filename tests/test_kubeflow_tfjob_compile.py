@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from imgpipe.components.trainer import launch
+from imgpipe.components.trainer.several_workers import choice
 
 pytestmark = pytest.mark.component
 
@@ -39,12 +39,12 @@ def test_the_trainer_step_of_several_workers_launches_a_tfjob_from_its_own_pod(c
     trainer_env = {
         e["name"]: e["value"] for e in executors[labels[ids.TRAINER]]["container"]["env"]
     }
-    assert trainer_env[launch.LAUNCHER_ENV] == launch.KUBERNETES
+    assert trainer_env[choice.LAUNCHER_ENV] == choice.KUBERNETES
     assert trainer_env[ARTIFACT_IO_ENV] == "direct"  # the workers reach artifacts by URI
     entries = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     assert entries[labels[ids.TRAINER]]["fieldPathAsEnv"] == [
-        {"name": launch.POD_NAME_ENV, "fieldPath": "metadata.name"},
-        {"name": launch.POD_NAMESPACE_ENV, "fieldPath": "metadata.namespace"},
+        {"name": choice.POD_NAME_ENV, "fieldPath": "metadata.name"},
+        {"name": choice.POD_NAMESPACE_ENV, "fieldPath": "metadata.namespace"},
     ]
     # kfp-kubernetes' own message reads it (what the KFP backend does with it).
     from google.protobuf import json_format
@@ -59,7 +59,7 @@ def test_the_trainer_step_of_several_workers_launches_a_tfjob_from_its_own_pod(c
     for task, label in labels.items():
         if task != ids.TRAINER:
             env = {e["name"] for e in executors[label]["container"]["env"]}
-            assert launch.LAUNCHER_ENV not in env and "fieldPathAsEnv" not in entries[label]
+            assert choice.LAUNCHER_ENV not in env and "fieldPathAsEnv" not in entries[label]
 
 
 def test_the_package_of_several_workers_matches_its_golden_file(compiled_workers):

@@ -21,7 +21,7 @@ from tfx.components.trainer.fn_args_utils import FnArgs
 
 from imgpipe.components.common.formats import layout, manifest
 from imgpipe.components.common.storage import fileio
-from imgpipe.components.trainer import backbones, export, resume, summary, task
+from imgpipe.components.trainer import backbones, export, resume, summary, task, training
 from imgpipe.components.trainer.config import TrainerConfig
 from tests import object_stores
 from tests import trainer_helpers as th
@@ -323,11 +323,11 @@ def test_a_trainer_killed_mid_epoch_resumes_in_its_retry(data, tmp_path, monkeyp
         f.truncate(os.path.getsize(weights) // 2)
 
     log: dict[str, list[int]] = {"start": [], "batches": [0]}
-    original = task._callbacks
-    monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [_Count(log)])
+    original = training._callbacks
+    monkeypatch.setattr(training, "_callbacks", lambda *a: original(*a) + [_Count(log)])
     retry = _args(data, root, 2)  # a new execution: new output folders
     task.run_fn(FnArgs(**retry))
-    monkeypatch.setattr(task, "_callbacks", original)
+    monkeypatch.setattr(training, "_callbacks", original)
 
     resumed = summary.read_if_present(retry["model_run_dir"])
     assert resumed is not None
@@ -401,11 +401,11 @@ def test_a_fine_tune_stopped_in_its_full_phase_resumes_there(data, tmp_path, mon
         )
         return FnArgs(**values)
 
-    original = task._callbacks
-    monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Stop()])
+    original = training._callbacks
+    monkeypatch.setattr(training, "_callbacks", lambda *a: original(*a) + [Stop()])
     with pytest.raises(_Preempted):
         task.run_fn(args(1))
-    monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Watch()])
+    monkeypatch.setattr(training, "_callbacks", lambda *a: original(*a) + [Watch()])
     retry = args(2)
     task.run_fn(retry)
 
@@ -433,7 +433,7 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
 from tfx.components.trainer.fn_args_utils import FnArgs
-from imgpipe.components.trainer import devices, summary, task
+from imgpipe.components.trainer import devices, summary, task, training
 plan = devices.plan_devices(*devices.visible_devices())
 assert plan.strategy == devices.MIRRORED and plan.replicas == 2, plan
 examples, stats, root = sys.argv[1:4]
@@ -454,13 +454,13 @@ def args(execution):
                        "tensorboard_images": 0, "backup_every_steps": 3,
                        "image_statistics_uri": stats})
 
-original = task._callbacks
-task._callbacks = lambda *a: original(*a) + [Stop()]
+original = training._callbacks
+training._callbacks = lambda *a: original(*a) + [Stop()]
 try:
     task.run_fn(args("1"))
 except KeyboardInterrupt:
     print("STOPPED")
-task._callbacks = original
+training._callbacks = original
 task.run_fn(args("2"))
 trained = summary.read_if_present(os.path.join(root, "Trainer", "model_run", "2"))
 print("RESUMED", trained.resume.step, trained.resume.optimizer_steps,

@@ -24,7 +24,15 @@ from imgpipe.components.common.formats.features import TFDS_KEY_MAP
 from imgpipe.components.common.images import preprocessing
 from imgpipe.components.common.images.model_input import MIN_STD, ModelInput
 from imgpipe.components.common.storage import fileio
-from imgpipe.components.trainer import backbones, datasets, devices, export, memory, task
+from imgpipe.components.trainer import (
+    backbones,
+    datasets,
+    devices,
+    export,
+    memory,
+    task,
+    training,
+)
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer.config import TrainerConfig, from_custom_config
@@ -568,8 +576,8 @@ def test_preempted_run_resumes_from_its_checkpoint(data, tmp_path, monkeypatch):
         def on_epoch_begin(self, epoch, logs=None):
             seen["epochs"].append(epoch)
 
-    original = task._callbacks
-    monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Preempt()])
+    original = training._callbacks
+    monkeypatch.setattr(training, "_callbacks", lambda *a: original(*a) + [Preempt()])
 
     # Both runs share the checkpoint folder, as a retried run would.
     def run_args(out: str):
@@ -590,7 +598,7 @@ def test_preempted_run_resumes_from_its_checkpoint(data, tmp_path, monkeypatch):
     (backup,) = glob.glob(os.path.join(checkpoint_dir, "*", "*", layout.MANIFEST_FILE))
     assert os.path.basename(os.path.dirname(backup)) == "00-0000000008"  # 2 epochs x 4
 
-    monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Record()])
+    monkeypatch.setattr(training, "_callbacks", lambda *a: original(*a) + [Record()])
     second = run_args("second")
     task.run_fn(second)
     assert seen["epochs"] == [2, 3]
@@ -669,9 +677,9 @@ def test_auto_backbone_and_size_follow_the_weights():
 
 @pytest.mark.unit
 def test_min_train_steps_adds_epochs_to_a_small_data_set():
-    assert task._schedule(None, 240, 32, 5, min_steps=300) == (7, 43)
-    assert task._schedule(None, 24_000, 32, 5, min_steps=300) == (750, 5)
-    assert task._schedule(40, 240, 32, 5, min_steps=300) == (8, 5)  # train_steps rules
+    assert training._schedule(None, 240, 32, 5, min_steps=300) == (7, 43)
+    assert training._schedule(None, 24_000, 32, 5, min_steps=300) == (750, 5)
+    assert training._schedule(40, 240, 32, 5, min_steps=300) == (8, 5)  # train_steps rules
 
 
 @pytest.mark.unit
@@ -679,11 +687,11 @@ def test_phases_fine_tune_a_pretrained_backbone():
     from imgpipe.components.trainer import warm_start
 
     off = warm_start.WarmStart(warm_start.OFF, "")
-    scratch = task.plan_phases(TrainerConfig(learning_rate=0.01), 6, off)
+    scratch = training.plan_phases(TrainerConfig(learning_rate=0.01), 6, off)
     assert [(p.name, p.epochs, p.peak_learning_rate, p.backbone_trainable) for p in scratch] == [
         ("full", 6, 0.01, True)
     ]
-    tuned = task.plan_phases(TrainerConfig(weights="imagenet", learning_rate=0.01), 6, off)
+    tuned = training.plan_phases(TrainerConfig(weights="imagenet", learning_rate=0.01), 6, off)
     assert [(p.name, p.epochs, p.backbone_trainable) for p in tuned] == [
         ("head", 2, False),
         ("full", 4, True),
@@ -692,9 +700,12 @@ def test_phases_fine_tune_a_pretrained_backbone():
     assert tuned[1].peak_learning_rate == pytest.approx(0.001)
     # A warm start with the champion's head skips the head phase.
     full = warm_start.WarmStart(warm_start.FULL, "")
-    assert [p.name for p in task.plan_phases(TrainerConfig(), 6, full)] == ["full"]
+    assert [p.name for p in training.plan_phases(TrainerConfig(), 6, full)] == ["full"]
     fresh_head = warm_start.WarmStart(warm_start.BACKBONE_ONLY, "")
-    assert [p.name for p in task.plan_phases(TrainerConfig(), 6, fresh_head)] == ["head", "full"]
+    assert [p.name for p in training.plan_phases(TrainerConfig(), 6, fresh_head)] == [
+        "head",
+        "full",
+    ]
 
 
 def _push(model, serving: str, labels, version: int, stats: str | None = None) -> str:
@@ -782,8 +793,8 @@ def test_run_fn_fine_tunes_from_a_weights_file_then_warm_starts(data, tmp_path, 
             phase = "head" if not model_lib.backbone_of(self.model).trainable else "full"
             backbone_at[phase] = [self.start, end]
 
-    original = task._callbacks
-    monkeypatch.setattr(task, "_callbacks", lambda *a: original(*a) + [Watch()])
+    original = training._callbacks
+    monkeypatch.setattr(training, "_callbacks", lambda *a: original(*a) + [Watch()])
     args = fn_args(
         data,
         str(tmp_path / "one"),

@@ -1,7 +1,7 @@
 """trainer.workers > 1 under `imgpipe kfp run-local`: the worker containers made from the
-Trainer's own container (components/trainer/docker_workers.py), and the Trainer's own
-run options (pipelines/kubeflow/local_docker.py). The container tier runs them:
-tests/test_kubeflow_docker_workers.py."""
+Trainer's own container (components/trainer/several_workers/docker_containers.py), and the
+Trainer's own run options (pipelines/kubeflow/local_docker.py). The container tier runs
+them: tests/test_kubeflow_docker_workers.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ import os
 
 import pytest
 
-from imgpipe.components.trainer import cluster, docker_workers, launch, tfjob
+from imgpipe.components.trainer.several_workers import (
+    choice,
+    cluster,
+    docker_containers,
+    step_pod,
+)
 from imgpipe.pipelines.kubeflow import local_docker
 
 pytestmark = pytest.mark.unit
@@ -27,9 +32,9 @@ def trainer_container(tmp_path) -> dict:
             "Image": IMAGE,
             "User": "1000:1000",
             "Env": [
-                f"{launch.LAUNCHER_ENV}={launch.DOCKER}",
-                f"{launch.DOCKER_NETWORK_ENV}=net",
-                f"DOCKER_HOST=unix://{launch.DOCKER_SOCKET}",
+                f"{choice.LAUNCHER_ENV}={choice.DOCKER}",
+                f"{choice.DOCKER_NETWORK_ENV}=net",
+                f"DOCKER_HOST=unix://{choice.DOCKER_SOCKET}",
                 "HOSTNAME=c0ffeec0ffee",
                 "AWS_ACCESS_KEY_ID=key",
                 "TMPDIR=/tmp",
@@ -48,7 +53,7 @@ def trainer_container(tmp_path) -> dict:
             {
                 "Type": "bind",
                 "Source": "/run/docker.sock",
-                "Destination": launch.DOCKER_SOCKET,
+                "Destination": choice.DOCKER_SOCKET,
                 "RW": True,
             },
         ],
@@ -57,12 +62,12 @@ def trainer_container(tmp_path) -> dict:
 
 def test_a_worker_container_is_the_trainers_without_the_socket(tmp_path):
     own = trainer_container(tmp_path)
-    job = tfjob.job_name(own["Id"])
-    addresses = docker_workers.worker_addresses(job, 2)
+    job = step_pod.job_name(own["Id"])
+    addresses = docker_containers.worker_addresses(job, 2)
     folder = str(tmp_path / "root" / "model_run" / ".workers-job")
-    spec = docker_workers.worker_spec(own, cluster.Member(addresses, 1), folder)
+    spec = docker_containers.worker_spec(own, cluster.Member(addresses, 1), folder)
     assert spec["image"] == IMAGE and spec["user"] == "1000:1000"
-    assert spec["command"] == [*launch.WORKER_COMMAND, folder]
+    assert spec["command"] == [*choice.WORKER_COMMAND, folder]
     assert spec["name"] == spec["hostname"] == f"{job}-worker-1"
     assert spec["read_only"] and spec["cap_drop"] == ["ALL"]
     assert spec["tmpfs"] == {"/tmp": "rw,exec,mode=1777"}
@@ -73,11 +78,11 @@ def test_a_worker_container_is_the_trainers_without_the_socket(tmp_path):
     ]
     env = dict(item.split("=", 1) for item in spec["environment"])
     assert env["AWS_ACCESS_KEY_ID"] == "key"
-    assert not {launch.LAUNCHER_ENV, launch.DOCKER_NETWORK_ENV, "DOCKER_HOST"} & set(env)
+    assert not {choice.LAUNCHER_ENV, choice.DOCKER_NETWORK_ENV, "DOCKER_HOST"} & set(env)
     config = json.loads(env["TF_CONFIG"])
     assert config["cluster"]["worker"] == [f"{job}-worker-0:2222", f"{job}-worker-1:2222"]
     assert config["task"] == {"type": "worker", "index": 1}
-    assert docker_workers.bind_targets(own) == [str(tmp_path / "root"), "/data"]
+    assert docker_containers.bind_targets(own) == [str(tmp_path / "root"), "/data"]
 
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
@@ -91,9 +96,9 @@ def test_run_local_gives_only_the_trainer_the_socket_and_needs_a_network():
     (trainer_class,) = extra = local_docker.trainer_extra(spec, envs, "net")
     assert trainer_class == "imgpipe.components.trainer.executor.Executor"
     options = extra[trainer_class]
-    assert options["environment"][launch.LAUNCHER_ENV] == launch.DOCKER
-    assert options["environment"][launch.DOCKER_NETWORK_ENV] == "net"
-    assert [m["Target"] for m in options["mounts"]] == [launch.DOCKER_SOCKET]
+    assert options["environment"][choice.LAUNCHER_ENV] == choice.DOCKER
+    assert options["environment"][choice.DOCKER_NETWORK_ENV] == "net"
+    assert [m["Target"] for m in options["mounts"]] == [choice.DOCKER_SOCKET]
     # The Trainer's own artifact I/O (direct) is its alone; the others share theirs.
     common = local_docker.common_environment(envs)
     assert envs[trainer_class]["IMGPIPE_KFP_ARTIFACT_IO"] == "direct"

@@ -1,7 +1,8 @@
 """ImageTrainer: a Keras classifier trained on ImageExampleGen's shards, served on bytes.
 
 The public names, loaded on first use (the component class loads TFX); the rest of the
-package is private to it:
+package is private to it, but for the front door of its sub-package several_workers/
+(the names a compiled Kubeflow package and the Trainer's pod agree on):
   from imgpipe.components.trainer import ImageTrainer, TrainerConfig
 """
 
@@ -14,27 +15,15 @@ from imgpipe.components.common.runtime import front_door
 if TYPE_CHECKING:
     from imgpipe.components.trainer.component import ImageTrainer
     from imgpipe.components.trainer.config import TrainerConfig
-    from imgpipe.components.trainer.launch import DOCKER as DOCKER_LAUNCHER
-    from imgpipe.components.trainer.launch import DOCKER_NETWORK_ENV as WORKERS_DOCKER_NETWORK_ENV
-    from imgpipe.components.trainer.launch import DOCKER_SOCKET as WORKERS_DOCKER_SOCKET
-    from imgpipe.components.trainer.launch import KUBERNETES as KUBERNETES_LAUNCHER
-    from imgpipe.components.trainer.launch import LAUNCHER_ENV as WORKERS_LAUNCHER_ENV
-    from imgpipe.components.trainer.launch import POD_FIELDS as TRAINER_POD_FIELDS
     from imgpipe.components.trainer.summary import RESUMED as TRAINING_RESUMED
     from imgpipe.components.trainer.summary import read_if_present as read_training_summary
     from imgpipe.components.trainer.warm_start import BACKBONE_ONLY as WARM_START_BACKBONE_ONLY
     from imgpipe.components.trainer.warm_start import FULL as WARM_START_FULL
 
 __all__ = [
-    "DOCKER_LAUNCHER",
-    "KUBERNETES_LAUNCHER",
-    "TRAINER_POD_FIELDS",
     "TRAINING_RESUMED",
     "WARM_START_BACKBONE_ONLY",
     "WARM_START_FULL",
-    "WORKERS_DOCKER_NETWORK_ENV",
-    "WORKERS_DOCKER_SOCKET",
-    "WORKERS_LAUNCHER_ENV",
     "ImageTrainer",
     "TrainerConfig",
     "read_training_summary",

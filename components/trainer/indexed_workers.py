@@ -8,7 +8,7 @@ names), and Kubernetes gives each pod its own index (INDEX_ENV, JOB_COMPLETION_I
 set in every pod of an Indexed Job). The worker's entrypoint makes its TF_CONFIG from
 the two (`tf_config_from_env`) before TensorFlow starts.
 
-Standard library only, and pure: the same JSON cluster.tf_config writes.
+Standard library only, and pure: the same JSON several_workers/cluster.tf_config writes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-TF_CONFIG = "TF_CONFIG"  # cluster.TF_CONFIG (cluster.py loads TensorFlow)
+TF_CONFIG = "TF_CONFIG"  # cluster.TF_CONFIG (several_workers/cluster.py loads TensorFlow)
 WORKER_JOB = "worker"  # cluster.WORKER_JOB
 # Every worker's host:port, in index order, comma-separated (the pod template's).
 ADDRESSES_ENV = "IMGPIPE_WORKER_ADDRESSES"

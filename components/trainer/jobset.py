@@ -1,6 +1,7 @@
 """The JobSet (jobset.x-k8s.io/v1alpha2, JobSet v0.12) that trains on several workers from
-a Kubeflow Trainer step with trainer.launcher: jobset: the TFJob's workers (tfjob.py),
-made the same way from the step's own pod, as one Indexed Job that JobSet runs.
+a Kubeflow Trainer step with trainer.launcher: jobset: the TFJob's workers
+(several_workers/tfjob_manifest.py), made the same way from the step's own pod
+(several_workers/step_pod.py), as one Indexed Job that JobSet runs.
 
 What a TFJob's operator does for its replicas, the manifest asks of JobSet and of
 Kubernetes' Job controller:
@@ -34,7 +35,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from imgpipe.components.common.runtime import kueue
-from imgpipe.components.trainer import indexed_workers, tfjob
+from imgpipe.components.trainer import indexed_workers
+from imgpipe.components.trainer.several_workers import step_pod, tfjob_manifest
 
 GROUP = "jobset.x-k8s.io"
 VERSION = "v1alpha2"
@@ -44,18 +46,18 @@ KIND = "JobSet"
 REPLICATED_JOB = "worker"
 # The TFJob's container name and port, so that the launcher reads either kind's logs
 # alike; the port's name is the JobSet's own (nothing looks it up).
-CONTAINER = tfjob.CONTAINER
-PORT = tfjob.PORT
+CONTAINER = tfjob_manifest.CONTAINER
+PORT = tfjob_manifest.PORT
 PORT_NAME = "tf-worker"
 # The labels and annotation JobSet and the Job controller put on each pod.
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 # The step's variables a worker pod does not inherit: the launcher's choices are the
-# step's own (tfjob.manifest already leaves out launch.LAUNCHER_ENV).
+# step's own (step_pod.replica_template already leaves out choice.LAUNCHER_ENV).
 NOT_INHERITED_ENV = (kueue.QUEUE_ENV, indexed_workers.TF_CONFIG, indexed_workers.ADDRESSES_ENV)
 # The API calls the launcher makes on JobSets, as RBAC rules (api group, resource) ->
-# verbs; it reads pods and their logs as for a TFJob (kubernetes_workers.API_RULES).
+# verbs; it reads pods and their logs as for a TFJob (kubernetes_tfjob.API_RULES).
 API_RULES: dict[tuple[str, str], frozenset[str]] = {
     (GROUP, PLURAL): frozenset({"create", "get", "delete"}),
 }
@@ -64,7 +66,7 @@ API_RULES: dict[tuple[str, str], frozenset[str]] = {
 def job_name(pod_uid: str) -> str:
     """The JobSet's name: the TFJob's (one per step pod). With the replicated job's
     name and two indexes, every pod's host name stays within 63 characters."""
-    return tfjob.job_name(pod_uid)
+    return step_pod.job_name(pod_uid)
 
 
 def worker_addresses(name: str, workers: int) -> tuple[str, ...]:
@@ -79,11 +81,12 @@ def manifest(pod: Mapping[str, Any], workers: int, job_folder: str) -> dict[str,
     step's `pod` (camelCase, as the API serves it).
 
     Raises:
-      ValueError: the pod has no step container (tfjob.step_container).
+      ValueError: the pod has no step container (step_pod.step_container).
     """
     # The replicas' pod template is the TFJob's, so both launchers run the same pods.
-    replica = tfjob.manifest(pod, workers, job_folder)
-    template = copy.deepcopy(replica["spec"]["tfReplicaSpecs"][tfjob.REPLICA_TYPE]["template"])
+    replica = tfjob_manifest.manifest(pod, workers, job_folder)
+    replica_spec = replica["spec"]["tfReplicaSpecs"][tfjob_manifest.REPLICA_TYPE]
+    template = copy.deepcopy(replica_spec["template"])
     metadata = replica["metadata"]
     name = metadata["name"]
     spec = template["spec"]

@@ -30,7 +30,11 @@ import os
 from typing import Any
 
 from imgpipe.components.common.runtime import kueue
-from imgpipe.components.trainer import KUBERNETES_LAUNCHER, TRAINER_POD_FIELDS, WORKERS_LAUNCHER_ENV
+from imgpipe.components.trainer.several_workers import (
+    KUBERNETES_LAUNCHER,
+    TRAINER_POD_FIELDS,
+    WORKERS_LAUNCHER_ENV,
+)
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import pipeline as pl
 from imgpipe.pipelines import tfx_patches
@@ -207,9 +211,9 @@ def refuse_unwired_launcher(config: PipelineConfig) -> None:
 
 def trainer_env(config: PipelineConfig) -> dict[str, str]:
     """The Trainer step's own environment: with trainer.workers > 1, its workers run as
-    a TFJob or a JobSet (trainer.launcher; components/trainer/kubernetes_workers.py)
-    that reads and writes the artifacts through their URIs (artifact I/O direct), and
-    names the Kueue queue kubeflow.queue_name, if any."""
+    a TFJob or a JobSet (trainer.launcher; components/trainer/several_workers/
+    kubernetes_tfjob.py) that reads and writes the artifacts through their URIs (artifact
+    I/O direct), and names the Kueue queue kubeflow.queue_name, if any."""
     if config.trainer.workers <= 1:
         return {}
     env = {WORKERS_LAUNCHER_ENV: KUBERNETES_LAUNCHER}

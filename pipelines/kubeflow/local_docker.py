@@ -148,16 +148,17 @@ def common_environment(envs: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
 
 def trainer_workers_options(network: str) -> dict[str, Any]:
     """The Trainer step's own run options with trainer.workers > 1: its workers run as
-    containers of its image on `network` (components/trainer/docker_workers.py), which
-    the Trainer starts through the engine's socket, mounted into its container alone, with
-    the socket's group. A stand-in for the TFJob a cluster runs, on this machine only.
+    containers of its image on `network`
+    (components/trainer/several_workers/docker_containers.py), which the Trainer starts
+    through the engine's socket, mounted into its container alone, with the socket's
+    group. A stand-in for the TFJob a cluster runs, on this machine only.
 
     Raises:
       LocalRunError: the engine's socket is not a local file.
     """
     from docker.types import Mount  # type: ignore[import-untyped]
 
-    from imgpipe.components.trainer import (
+    from imgpipe.components.trainer.several_workers import (
         DOCKER_LAUNCHER,
         WORKERS_DOCKER_NETWORK_ENV,
         WORKERS_DOCKER_SOCKET,
@@ -193,7 +194,7 @@ def trainer_extra(
     Raises:
       LocalRunError: the package trains on several workers and no network is named.
     """
-    from imgpipe.components.trainer import WORKERS_LAUNCHER_ENV
+    from imgpipe.components.trainer.several_workers import WORKERS_LAUNCHER_ENV
     from imgpipe.pipelines import component_ids as ids
 
     component = spec["root"]["dag"]["tasks"][ids.TRAINER]["componentRef"]["name"]

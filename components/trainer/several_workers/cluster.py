@@ -30,7 +30,7 @@ import tensorflow as tf
 from absl import logging
 
 from imgpipe.components.common.runtime import printable
-from imgpipe.components.trainer import join_watchdog
+from imgpipe.components.trainer.several_workers import join_watchdog
 
 TF_CONFIG = "TF_CONFIG"
 WORKER_JOB = "worker"
@@ -40,7 +40,7 @@ HOST = "localhost"
 # one whose wait could not be interrupted is killed (SIGKILL) by its join_watchdog.
 EXIT_UNREACHABLE = 3
 ERROR_MARK = join_watchdog.ERROR_MARK
-WATCHDOG_MODULE = "imgpipe.components.trainer.join_watchdog"
+WATCHDOG_MODULE = "imgpipe.components.trainer.several_workers.join_watchdog"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,7 +245,7 @@ def fix_keras() -> None:
     if multi_worker is None or build is None or reduce is None:
         raise RuntimeError(
             "keras.src.backend.tensorflow.trainer has changed: the multi-worker fixes of "
-            "components/trainer/cluster.py do not apply to this Keras"
+            "components/trainer/several_workers/cluster.py do not apply to this Keras"
         )
     if getattr(build, "_imgpipe_fixed", False):
         return

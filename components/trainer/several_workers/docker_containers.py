@@ -1,15 +1,15 @@
 """The workers of a training on several workers as containers of the Trainer's own
-image on this machine's Docker engine (launch.DOCKER): what `imgpipe kfp run-local`
+image on this machine's Docker engine (choice.DOCKER): what `imgpipe kfp run-local`
 runs in place of a TFJob, whose controller this launcher stands in for. A local check
 of the multi-worker path in containers only; on a cluster the TFJob runs
-(kubernetes_workers.py).
+(kubernetes_tfjob.py).
 
-The Trainer's container reaches the engine through its socket (launch.DOCKER_SOCKET,
+The Trainer's container reaches the engine through its socket (choice.DOCKER_SOCKET,
 which run-local mounts into the Trainer's container alone), reads its own container,
 and starts one container per worker made from it: the same image, user (uid 1000),
 read-only root, tmpfs, dropped capabilities, bind mounts (the pipeline root, where the
 job's folder is) and environment, without the socket; on the Docker network
-launch.DOCKER_NETWORK_ENV names (it must exist: the launcher makes no network), each
+choice.DOCKER_NETWORK_ENV names (it must exist: the launcher makes no network), each
 with TF_CONFIG naming the workers by their network aliases. Then, as with a TFJob:
 - the chief's (worker 0's) log is streamed into the Trainer's;
 - all exit 0: the training is done and the chief has exported into the job's folder;
@@ -31,11 +31,17 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from imgpipe.components.trainer import cluster, launch, replicas, tfjob, workers
+from imgpipe.components.trainer.several_workers import (
+    choice,
+    cluster,
+    replicas,
+    step_pod,
+    tfjob_manifest,
+)
 
 POLL_SECONDS = 1.0
 # What the workers' containers do not inherit from the Trainer's.
-_NOT_INHERITED_ENV = (launch.LAUNCHER_ENV, launch.DOCKER_NETWORK_ENV, "DOCKER_HOST", "HOSTNAME")
+_NOT_INHERITED_ENV = (choice.LAUNCHER_ENV, choice.DOCKER_NETWORK_ENV, "DOCKER_HOST", "HOSTNAME")
 TRAINER_CONTAINER_LABEL = "imgpipe/trainer-container"
 WORKER_INDEX_LABEL = "imgpipe/worker-index"
 
@@ -46,20 +52,20 @@ class DockerUnavailable(ValueError):
 
 
 def engine():
-    """A client of the Docker engine behind launch.DOCKER_SOCKET (or DOCKER_HOST).
+    """A client of the Docker engine behind choice.DOCKER_SOCKET (or DOCKER_HOST).
 
     Raises:
       DockerUnavailable: no engine answers, naming the fix.
     """
     import docker  # type: ignore[import-untyped]
 
-    base_url = os.environ.get("DOCKER_HOST") or f"unix://{launch.DOCKER_SOCKET}"
+    base_url = os.environ.get("DOCKER_HOST") or f"unix://{choice.DOCKER_SOCKET}"
     try:
         client = docker.DockerClient(base_url=base_url)
         client.ping()
     except Exception as e:  # docker raises DockerException, requests' and OS errors
         raise DockerUnavailable(
-            f"{launch.LAUNCHER_ENV}={launch.DOCKER} starts the workers as containers, and "
+            f"{choice.LAUNCHER_ENV}={choice.DOCKER} starts the workers as containers, and "
             f"no Docker engine answers at {base_url} ({' '.join(str(e).split())[:200]}); "
             "run the package with `imgpipe kfp run-local`, which mounts the engine's "
             "socket into the Trainer's container, or set trainer.workers=1"
@@ -69,7 +75,7 @@ def engine():
 
 def worker_addresses(job: str, count: int) -> tuple[str, ...]:
     """The workers' host:port on the network: their containers' aliases."""
-    return tuple(f"{job}-worker-{i}:{tfjob.PORT}" for i in range(count))
+    return tuple(f"{job}-worker-{i}:{tfjob_manifest.PORT}" for i in range(count))
 
 
 def worker_spec(own: Mapping[str, Any], member: cluster.Member, folder: str) -> dict[str, Any]:
@@ -86,14 +92,14 @@ def worker_spec(own: Mapping[str, Any], member: cluster.Member, folder: str) -> 
     mounts = [
         Mount(target=m["Destination"], source=m["Source"], type="bind", read_only=not m["RW"])
         for m in own.get("Mounts") or []
-        if m.get("Type") == "bind" and m["Destination"] != launch.DOCKER_SOCKET
+        if m.get("Type") == "bind" and m["Destination"] != choice.DOCKER_SOCKET
     ]
     alias = member.address.rsplit(":", 1)[0]
     return {
         "image": config["Image"],
         # The image's ENTRYPOINT is reset: each worker runs the worker command, as in a TFJob.
         "entrypoint": [""],
-        "command": [*launch.WORKER_COMMAND, folder],
+        "command": [*choice.WORKER_COMMAND, folder],
         "name": alias,
         "hostname": alias,
         "user": config.get("User") or None,
@@ -107,7 +113,7 @@ def worker_spec(own: Mapping[str, Any], member: cluster.Member, folder: str) -> 
         # workers with it, as a deleted pod takes its TFJob (nothing left training).
         "pid_mode": f"container:{own['Id']}",
         "labels": {
-            **tfjob.PART_OF,
+            **step_pod.PART_OF,
             TRAINER_CONTAINER_LABEL: own["Id"],
             WORKER_INDEX_LABEL: str(member.index),
         },
@@ -119,7 +125,7 @@ def bind_targets(own: Mapping[str, Any]) -> list[str]:
     return [
         m["Destination"]
         for m in own.get("Mounts") or []
-        if m.get("Type") == "bind" and m["Destination"] != launch.DOCKER_SOCKET
+        if m.get("Type") == "bind" and m["Destination"] != choice.DOCKER_SOCKET
     ]
 
 
@@ -160,9 +166,9 @@ class DockerWorkers:
                     "own disk, which the worker containers cannot see; keep it under the "
                     "pipeline root (kfp run-local mounts it) or on an object store"
                 )
-            job_name = tfjob.job_name(own["Id"])
+            job_name = step_pod.job_name(own["Id"])
             addresses = worker_addresses(job_name, workers_count)
-            workers.save_job(folder, job)
+            replicas.save_job(folder, job)
             containers: list[Any] = []
             follower: replicas.LogFollower | None = None
             try:
@@ -214,7 +220,7 @@ class DockerWorkers:
             return client.api.inspect_container(socket.gethostname())
         except docker.errors.NotFound:
             raise DockerUnavailable(
-                f"{launch.LAUNCHER_ENV}={launch.DOCKER} makes the worker containers from the "
+                f"{choice.LAUNCHER_ENV}={choice.DOCKER} makes the worker containers from the "
                 f"Trainer's own container, and this process is not in a container of this "
                 f"engine (no container {socket.gethostname()}); run the package with "
                 "`imgpipe kfp run-local`, or set trainer.workers=1"
@@ -223,7 +229,7 @@ class DockerWorkers:
     def _network(self, client, workers_count: int) -> str:
         import docker
 
-        name = os.environ.get(launch.DOCKER_NETWORK_ENV, "").strip()
+        name = os.environ.get(choice.DOCKER_NETWORK_ENV, "").strip()
         fix = (
             "create one (`docker network create NAME`) and name it to `imgpipe kfp "
             "run-local --workers-network NAME`, or set trainer.workers=1"
@@ -231,7 +237,7 @@ class DockerWorkers:
         if not name:
             raise DockerUnavailable(
                 f"trainer.workers={workers_count} in containers needs a Docker network for "
-                f"the workers ({launch.DOCKER_NETWORK_ENV} is unset): {fix}"
+                f"the workers ({choice.DOCKER_NETWORK_ENV} is unset): {fix}"
             )
         try:
             client.networks.get(name)
@@ -278,7 +284,7 @@ class DockerWorkers:
             code = state.get("ExitCode")
             how = f"exited with code {code}" + (" (OOMKilled)" if state.get("OOMKilled") else "")
             text = _log_of(container)
-        workers.raise_failed(
+        replicas.raise_failed(
             f"trainer worker {index} of {workers_count} (container {container.name})",
             how,
             replicas.keep_log(log_dir, index, text),

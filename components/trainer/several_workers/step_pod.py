@@ -1,16 +1,16 @@
-"""The TFJob (Kubeflow Training Operator v1.9, kubeflow.org/v1) that trains on several
-workers from a Kubeflow Trainer step: made from the step's own pod, so that every worker
-runs as the step would.
+"""The replicas of a Kubernetes job of workers (trainer.workers > 1 in a compiled
+Kubeflow package), made from the Trainer step's own pod, so that every worker runs as
+the step would, whichever kind of job runs them (a TFJob, tfjob_manifest.py).
 
-Each of the `workers` replicas is a pod of the step's image that runs the same command
-as a worker on one machine (`python -m imgpipe.components.trainer.worker JOB_FOLDER`),
+Each replica is a pod of the step's image that runs the same command as a worker on one
+machine (`python -m imgpipe.components.trainer.several_workers.worker JOB_FOLDER`),
 with the step container's resources (its GPU request), environment (the object-store
 Secret's keys), security context and volume mounts, and the step pod's node selector,
 tolerations, affinity, security context and image pull secrets, and the grace period
-TERMINATION_GRACE_PERIOD_S between SIGTERM and SIGKILL. The operator gives each
-its TF_CONFIG. The replicas need no Kubernetes API: their service account token is not
-mounted. The step's pod owns the TFJob, so Kubernetes deletes it (and its pods) with
-the pod, should the Trainer be killed before it deletes the job itself.
+TERMINATION_GRACE_PERIOD_S between SIGTERM and SIGKILL. The replicas need no Kubernetes
+API: their service account token is not mounted. The step's pod owns the job
+(owner_references), so Kubernetes deletes it (and its pods) with the pod, should the
+Trainer be killed before it deletes the job itself.
 
 Pure: a dict in (the pod, as the API returns it), a dict out.
 """
@@ -21,21 +21,8 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from imgpipe.components.trainer import launch
+from imgpipe.components.trainer.several_workers import choice
 
-GROUP = "kubeflow.org"
-VERSION = "v1"
-PLURAL = "tfjobs"
-KIND = "TFJob"
-REPLICA_TYPE = "Worker"
-# The container and port names the Training Operator looks for in a TFJob's pods.
-CONTAINER = "tensorflow"
-PORT_NAME = "tfjob-port"
-PORT = 2222
-# The labels the operator puts on each replica's pod.
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 # Argo's name for a KFP step's own container (beside its `wait` sidecar).
 STEP_CONTAINER = "main"
 TRAINER_POD_LABEL = "imgpipe/trainer-pod"
@@ -55,8 +42,8 @@ CARRIED_VOLUMES = ("persistentVolumeClaim", "emptyDir")
 
 
 def job_name(pod_uid: str) -> str:
-    """The TFJob's name: one per step pod (a retried step gets a new pod and a new
-    job), short enough for the operator's service names (`<name>-worker-<i>`)."""
+    """The job's name: one per step pod (a retried step gets a new pod and a new job),
+    short enough for the operator's service names (`<name>-worker-<i>`)."""
     return f"imgpipe-train-{hashlib.sha256(pod_uid.encode()).hexdigest()[:12]}"
 
 
@@ -93,9 +80,12 @@ def shared_mounts(pod: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def manifest(pod: Mapping[str, Any], workers: int, job_folder: str) -> dict[str, Any]:
-    """The TFJob of `workers` replicas that train the job in `job_folder`, made from the
-    step's `pod` (camelCase, as the API serves it).
+def replica_template(
+    pod: Mapping[str, Any], job_folder: str, container: str, ports: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The pod template of each replica that trains the job in `job_folder`, made from
+    the step's `pod` (camelCase, as the API serves it): one container, named `container`
+    (the name the job's controller looks for), with `ports`.
 
     Raises:
       ValueError: the pod has no step container (step_container).
@@ -108,21 +98,20 @@ def manifest(pod: Mapping[str, Any], workers: int, job_folder: str) -> dict[str,
         for v in spec.get("volumes") or []
         if any(kind in v for kind in CARRIED_VOLUMES)
     }
-    container = {
-        "name": CONTAINER,
+    replica = {
+        "name": container,
         "image": main["image"],
         "imagePullPolicy": main.get("imagePullPolicy"),
-        "command": [*launch.WORKER_COMMAND, job_folder],
-        "env": [e for e in main.get("env") or [] if e["name"] != launch.LAUNCHER_ENV] or None,
+        "command": [*choice.WORKER_COMMAND, job_folder],
+        "env": [e for e in main.get("env") or [] if e["name"] != choice.LAUNCHER_ENV] or None,
         "envFrom": main.get("envFrom"),
         "resources": main.get("resources"),
         "securityContext": main.get("securityContext"),
         "volumeMounts": [m for m in main.get("volumeMounts") or [] if m["name"] in carried] or None,
-        "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
+        "ports": ports,
     }
-    labels = {**PART_OF, TRAINER_POD_LABEL: metadata["name"]}
     pod_spec = {
-        "containers": [_present(container)],
+        "containers": [present(replica)],
         "automountServiceAccountToken": False,
         "nodeSelector": spec.get("nodeSelector"),
         "tolerations": spec.get("tolerations"),
@@ -134,49 +123,30 @@ def manifest(pod: Mapping[str, Any], workers: int, job_folder: str) -> dict[str,
         "volumes": [carried[name] for name in sorted(carried)] or None,
     }
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
         "metadata": {
-            "name": job_name(metadata["uid"]),
-            "namespace": metadata["namespace"],
-            "labels": labels,
-            "ownerReferences": [
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": metadata["name"],
-                    "uid": metadata["uid"],
-                    "blockOwnerDeletion": False,
-                }
-            ],
+            "labels": {**PART_OF, TRAINER_POD_LABEL: metadata["name"]},
+            # A mesh sidecar would keep a finished replica's pod running.
+            "annotations": {"sidecar.istio.io/inject": "false"},
         },
-        "spec": {
-            "runPolicy": {
-                # A failed worker fails the job: no restart (the Trainer's rerun resumes
-                # from the backups); finished pods stay until the job is deleted, so
-                # the Trainer can read a failed replica's log.
-                "backoffLimit": 0,
-                "cleanPodPolicy": "Running",
-            },
-            # Done only when every worker has exited 0, not when worker 0 has.
-            "successPolicy": "AllWorkers",
-            "tfReplicaSpecs": {
-                REPLICA_TYPE: {
-                    "replicas": workers,
-                    "restartPolicy": "Never",
-                    "template": {
-                        "metadata": {
-                            "labels": labels,
-                            # A mesh sidecar would keep a finished replica's pod running.
-                            "annotations": {"sidecar.istio.io/inject": "false"},
-                        },
-                        "spec": _present(pod_spec),
-                    },
-                }
-            },
-        },
+        "spec": present(pod_spec),
     }
 
 
-def _present(fields: Mapping[str, Any]) -> dict[str, Any]:
+def owner_references(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The job's owner, the step's pod: Kubernetes deletes the job (and its pods) with
+    the pod."""
+    metadata = pod["metadata"]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": metadata["name"],
+            "uid": metadata["uid"],
+            "blockOwnerDeletion": False,
+        }
+    ]
+
+
+def present(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """`fields` without those that are None."""
     return {k: v for k, v in fields.items() if v is not None}

@@ -1,6 +1,6 @@
-"""`python -m imgpipe.components.trainer.join_watchdog PID SECONDS INDEX ADDRESS...`: ends
-worker PID, with one line naming the workers it cannot reach, if it has not joined the
-cluster within SECONDS.
+"""`python -m imgpipe.components.trainer.several_workers.join_watchdog PID SECONDS INDEX
+ADDRESS...`: ends worker PID, with one line naming the workers it cannot reach, if it
+has not joined the cluster within SECONDS.
 
 A separate process, because the wait it bounds cannot be interrupted from inside: while
 TensorFlow's leader (worker 0) waits for a missing worker to register, it holds Python's

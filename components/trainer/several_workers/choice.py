@@ -1,9 +1,10 @@
 """Where the workers of a training on several workers (trainer.workers > 1) run: the
-one choice, and the names the compiled Kubeflow package and the Trainer's pod agree on.
+one choice among the three launchers (launchers.py), and the names the compiled Kubeflow
+package and the Trainer's pod agree on.
 
-The compiler (pipelines/kubeflow) writes these into the Trainer step of a package with
-trainer.workers > 1; the Trainer reads them. Standard library only: compile-time code
-imports it without TensorFlow.
+The compiler (pipelines/kubeflow, through this sub-package's front door) writes these
+into the Trainer step of a package with trainer.workers > 1; the Trainer reads them.
+Standard library only: compile-time code imports it without TensorFlow.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import os
 
 # Which launcher starts the workers; unset is PROCESSES.
 LAUNCHER_ENV = "IMGPIPE_TRAINER_LAUNCHER"
-# Worker processes of the Trainer's own machine (workers.py).
+# Worker processes of the Trainer's own machine (local_processes.py).
 PROCESSES = "processes"
-# A Training Operator TFJob of the Trainer's own cluster (kubernetes_workers.py).
+# A Training Operator TFJob of the Trainer's own cluster (kubernetes_tfjob.py).
 KUBERNETES = "kubernetes"
 # Containers of the Trainer's own image on this machine's Docker engine, which the
-# Trainer's container reaches through the engine's socket (docker_workers.py): the
+# Trainer's container reaches through the engine's socket (docker_containers.py): the
 # stand-in for a TFJob under `imgpipe kfp run-local`.
 DOCKER = "docker"
 LAUNCHERS = (PROCESSES, KUBERNETES, DOCKER)
@@ -32,9 +33,9 @@ POD_NAME_ENV = "IMGPIPE_POD_NAME"
 POD_NAMESPACE_ENV = "IMGPIPE_POD_NAMESPACE"
 POD_FIELDS = {POD_NAME_ENV: "metadata.name", POD_NAMESPACE_ENV: "metadata.namespace"}
 
-# What each worker runs, with the job's folder as its one argument: on this machine and
-# in a TFJob's pods alike.
-WORKER_MODULE = "imgpipe.components.trainer.worker"
+# What each worker runs, with the job's folder as its one argument: on this machine, in
+# a TFJob's pods and in worker containers alike.
+WORKER_MODULE = "imgpipe.components.trainer.several_workers.worker"
 WORKER_COMMAND = ("python", "-m", WORKER_MODULE)
 
 

@@ -1,11 +1,10 @@
-"""The workers of a training on several workers (trainer.workers > 1): the job they
-share (whichever launcher starts them, launchers.py), and the worker processes of this
-machine: started together, watched together, stopped together.
+"""The workers of a training on several workers (trainer.workers > 1) as processes of
+the Trainer's own machine (choice.PROCESSES, the default launcher): started together,
+watched together, stopped together.
 
-The Trainer's process prepares the training once (task.py: the splits, the window of
-spans, the backups' folder) and pickles it into a job folder; `run` starts
-`python -m imgpipe.components.trainer.worker <folder>` once per worker, each with its
-TF_CONFIG (free ports of this machine) and its own GPUs, and waits for all of them:
+`run` starts `python -m imgpipe.components.trainer.several_workers.worker <folder>`
+once per worker, each with its TF_CONFIG (free ports of this machine) and its own GPUs,
+after saving the job into that folder (replicas.save_job), and waits for all of them:
 - all exit 0: the training is done, and the chief (worker 0) has exported;
 - one fails: the others are stopped at once (SIGKILL to each process group: TensorFlow
   catches SIGTERM) and `run` raises one line naming that worker and its error. A worker
@@ -18,9 +17,8 @@ stderr, as a Trainer in one process would write it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-import pickle
-import posixpath
 import shutil
 import signal
 import subprocess
@@ -29,37 +27,26 @@ import time
 from collections.abc import Sequence
 from typing import NoReturn
 
-from imgpipe.components.common.runtime import printable
-from imgpipe.components.common.storage import fileio
-from imgpipe.components.trainer import cluster, launch
+from imgpipe.components.trainer.several_workers import choice, cluster, replicas
 
-JOB_FILE = "job.pickle"
-WORKER_MODULE = launch.WORKER_MODULE
+WORKER_MODULE = choice.WORKER_MODULE
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 _POLL_SECONDS = 0.2
 _KILL_WAIT_SECONDS = 10.0
-_LINE_CHARS = 500
 
 
-class WorkersFailed(RuntimeError):
-    """A worker failed, and the others were stopped; the message is one line."""
+@dataclasses.dataclass(frozen=True)
+class LocalProcesses:
+    """Worker processes of this machine, each with its own GPUs (`gpus`, assign_gpus)
+    (launchers.Launcher)."""
 
+    gpus: Sequence[str]
+    shares_machine = True
 
-def log_path(log_dir: str, index: int) -> str:
-    return posixpath.join(log_dir, f"worker-{index}.log")
-
-
-def save_job(folder: str, job: object) -> None:
-    """Writes the job into `folder` (a local path, or a pipeline root's URI)."""
-    fileio.makedirs(folder)
-    fileio.write_atomic(posixpath.join(folder, JOB_FILE), pickle.dumps(job))
-
-
-def load_job(folder: str) -> object:
-    """The job save_job wrote (the same code unpickles it: this checkout, or the same
-    image in a TFJob's pods)."""
-    data = fileio.read_bytes(posixpath.join(folder, JOB_FILE))
-    return pickle.loads(data)  # noqa: S301 - written by this job's own Trainer
+    def run(
+        self, job: object, workers: int, folder: str, log_dir: str, shared_paths: Sequence[str]
+    ) -> None:
+        run(job, workers, folder, log_dir, self.gpus)
 
 
 def assign_gpus(visible: Sequence[str], num_gpus: int | None, workers: int) -> list[str]:
@@ -119,13 +106,18 @@ def run(
       WorkersFailed: a worker failed (its one line); every worker has ended.
     """
     os.makedirs(log_dir, exist_ok=True)
-    save_job(folder, job)
+    replicas.save_job(folder, job)
     addresses = cluster.local_addresses(workers)
     processes: list[subprocess.Popen] = []
     try:
         for index in range(workers):
             processes.append(
-                _start(cluster.Member(addresses, index), folder, log_path(log_dir, index), gpus)
+                _start(
+                    cluster.Member(addresses, index),
+                    folder,
+                    replicas.log_path(log_dir, index),
+                    gpus,
+                )
             )
         _watch(processes, addresses, log_dir)
     finally:
@@ -164,7 +156,7 @@ def _die_with_parent() -> list[str]:
 def _watch(processes: list[subprocess.Popen], addresses: Sequence[str], log_dir: str) -> None:
     """Waits for every worker to exit 0, forwarding the chief's log; raises at the first
     failure."""
-    with open(log_path(log_dir, cluster.CHIEF), "rb") as chief_log:
+    with open(replicas.log_path(log_dir, cluster.CHIEF), "rb") as chief_log:
         while True:
             _forward(chief_log)
             codes = [p.poll() for p in processes]
@@ -195,54 +187,14 @@ def _fail(index: int, code: int | None, addresses: Sequence[str], log_dir: str) 
         else f"exited with code {code}"
     )
     try:
-        with open(log_path(log_dir, index), errors="replace") as f:
+        with open(replicas.log_path(log_dir, index), errors="replace") as f:
             text = f.read()
     except OSError:
         text = ""
     member = cluster.Member(tuple(addresses), index)
-    raise_failed(member.name, how, text, len(addresses), "the other workers were stopped", log_dir)
-
-
-def raise_failed(
-    who: str, how: str, log_text: str, workers_count: int, stopped: str, log_dir: str
-) -> NoReturn:
-    """Raises the one line of a failed replica: ValueError when it refused a setting
-    (its own line), else WorkersFailed naming it, how it ended and its last error.
-
-    Args:
-      who: the replica, e.g. "trainer worker 1 of 2 (container ...)".
-      how: how it ended, e.g. "exited with code 137".
-      stopped: what became of the others, e.g. "the other workers were stopped".
-    """
-    line = failure_in(log_text)
-    if line.startswith(f"{ValueError.__name__}: "):
-        raise ValueError(
-            f"{who}: {line[len(ValueError.__name__) + 2 :]} (trainer.workers={workers_count})"
-        )
-    raise WorkersFailed(
-        f"{who} {how}{': ' + line if line else ''}; {stopped} and nothing was exported "
-        f"(logs: {log_dir}); a rerun resumes from the last preemption backup"
+    replicas.raise_failed(
+        member.name, how, text, len(addresses), "the other workers were stopped", log_dir
     )
-
-
-def failure_line(log: str) -> str:
-    """failure_in the log file `log`; "" when it cannot be read."""
-    try:
-        with open(log, errors="replace") as f:
-            return failure_in(f.read())
-    except OSError:
-        return ""
-
-
-def failure_in(log_text: str) -> str:
-    """The one line a failed worker wrote after cluster.ERROR_MARK, or else its log's last
-    line that names an error; "" when there is none."""
-    lines = log_text.splitlines()
-    marked = [line for line in lines if line.startswith(cluster.ERROR_MARK)]
-    if marked:
-        return marked[-1][len(cluster.ERROR_MARK) :].strip()
-    errors = [line for line in lines if "Error" in line]
-    return printable.short(" ".join(errors[-1].split()), _LINE_CHARS) if errors else ""
 
 
 def _stop(processes: list[subprocess.Popen]) -> None:

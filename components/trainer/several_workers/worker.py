@@ -1,10 +1,11 @@
-"""`python -m imgpipe.components.trainer.worker FOLDER`: one worker process of a training
-on several workers. workers.py starts one per worker, with TF_CONFIG saying which one it
-is, and FOLDER holding the job (task.WorkerJob) the Trainer's process prepared.
+"""`python -m imgpipe.components.trainer.several_workers.worker FOLDER`: one worker
+process of a training on several workers. Each launcher starts one per worker (a
+process of this machine, a TFJob's pod, a container), with TF_CONFIG saying which one
+it is, and FOLDER holding the job (job.WorkerJob) the Trainer's process prepared.
 
 It joins the others first (cluster.connect: before anything else runs TensorFlow here),
-then trains its part (task.train_worker). A failure ends it with one line after
-cluster.ERROR_MARK, which workers.py reports.
+then trains its part (job.train_worker). A failure ends it with one line after
+cluster.ERROR_MARK, which the launcher reports (replicas.raise_failed).
 """
 
 from __future__ import annotations
@@ -15,20 +16,21 @@ import traceback
 
 from absl import logging
 
-from imgpipe.components.trainer import cluster, task, workers
+from imgpipe.components.trainer.several_workers import choice, cluster, replicas
+from imgpipe.components.trainer.several_workers import job as job_lib
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print(f"usage: python -m {workers.WORKER_MODULE} JOB_FOLDER", file=sys.stderr)
+        print(f"usage: python -m {choice.WORKER_MODULE} JOB_FOLDER", file=sys.stderr)
         return 2
     member = cluster.from_tf_config(os.environ.get(cluster.TF_CONFIG, ""))
-    job = workers.load_job(argv[1])
-    if not isinstance(job, task.WorkerJob):
+    job = replicas.load_job(argv[1])
+    if not isinstance(job, job_lib.WorkerJob):
         raise ValueError(f"{argv[1]} holds no trainer job: {type(job).__name__}")
     strategy = cluster.connect(member, job.timeouts)
     cluster.fix_keras()
-    task.train_worker(job, member, strategy)
+    job_lib.train_worker(job, member, strategy)
     logging.info("%s finished", member.name)
     return 0
 
