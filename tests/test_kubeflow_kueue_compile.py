@@ -83,32 +83,10 @@ def test_without_a_queue_nothing_is_labelled_and_one_worker_is_told_nothing():
     assert not any("podMetadata" in entry for entry in entries.values())
 
 
-def test_a_jobset_is_refused_at_compile_time_until_the_step_can_launch_one():
-    from imgpipe.pipelines import config as cfg
-    from imgpipe.pipelines.kubeflow import compiler
-    from tests.test_kubeflow_compile import TEST_SETTINGS
-
-    settings = {**TEST_SETTINGS, "trainer": {**TEST_SETTINGS["trainer"], "workers": 2}}
-    settings["trainer"]["launcher"] = "jobset"
-    with pytest.raises(
-        ValueError,
-        match=r"^trainer.launcher: jobset: the Trainer step cannot launch a JobSet yet, only "
-        r"a TFJob \(issue 42\); set trainer.launcher=tfjob .*, or trainer.workers=1$",
-    ):
-        compiler.compile_pipeline(cfg.from_dict(settings))
-    settings["trainer"]["workers"] = 1  # no job is launched: nothing to refuse
-    compiler.refuse_unwired_launcher(cfg.from_dict(settings))
-
-
-def test_the_launcher_is_the_trainers_own_setting_in_the_package(monkeypatch):
+def test_the_launcher_is_the_trainers_own_setting_in_the_package():
     """trainer.launcher travels in the Trainer's config (custom_config), which the step
-    reads at run time; the rest of the package is the same for both (the check above
-    aside, which phase 2 of issue 42 removes)."""
+    reads at run time; the rest of the package is the same for both."""
     import json
-
-    from imgpipe.pipelines.kubeflow import compiler as compiler_module
-
-    monkeypatch.setattr(compiler_module, "refuse_unwired_launcher", lambda config: None)
 
     from imgpipe.pipelines import config as cfg
     from imgpipe.pipelines.kubeflow import compiler
