@@ -32,6 +32,8 @@ from imgpipe.components.trainer.several_workers import (
     indexed_tf_config,
     jobset_manifest,
     kubernetes_jobs,
+    kubernetes_replicas,
+    replicas,
     tfjob_manifest,
 )
 from imgpipe.components.trainer.several_workers import step_pod as step_pod_lib
@@ -509,3 +511,189 @@ def test_a_jobset_that_succeeds_streams_the_chiefs_log_keeps_every_log_and_is_de
     assert (logs / "worker-1.log").read_text() == "worker 1 done\n"
     assert ("jobset.x-k8s.io", "jobsets", "create") in server.calls
     assert_calls_are_granted(server.calls)
+
+
+def test_a_failed_worker_is_named_in_one_line_and_the_jobset_is_deleted(in_step_pod, tmp_path):
+    def script(polls):
+        if polls < 3:
+            return [("Running", None), ("Running", None)], None
+        return [("Running", None), ("Failed", 137)], None
+
+    log = "epoch 1/3\nimgpipe-worker-error: ResourceExhaustedError: OOM when allocating\n"
+    server = jobset_server(tmp_path, script, {0: "epoch 1/3\n", 1: log})
+    try:
+        with pytest.raises(replicas.WorkersFailed) as e:
+            run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    (name,) = server.jobs
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"trainer worker 1 of 2 (pod {NAMESPACE}/{name}-worker-0-1-00000) exited with code 137 "
+        "(OOMKilled): ResourceExhaustedError: OOM when allocating; the JobSet was deleted"
+    ), message
+    assert "nothing was exported" in message
+    assert server.deleted == [name]
+    assert (tmp_path / "model_run" / "workers" / "worker-1.log").read_text() == log
+    assert_calls_are_granted(server.calls)
+
+
+@pytest.mark.parametrize(
+    "condition,expected",
+    [
+        ("Failed", r"failed: JobSet imgpipe-train-\w+ is Failed; nothing was exported"),
+        ("terminalState=Failed", r"failed: its terminal state is Failed; nothing was exported"),
+    ],
+)
+def test_a_jobset_that_failed_is_reported_with_its_message(
+    in_step_pod, tmp_path, condition, expected
+):
+    server = jobset_server(tmp_path, lambda polls: ([], condition))
+    try:
+        with pytest.raises(
+            replicas.WorkersFailed, match=rf"^JobSet imgpipe/imgpipe-train-\w+ {expected}"
+        ):
+            run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    assert len(server.deleted) == 1
+
+
+def test_a_jobset_whose_terminal_state_is_completed_has_succeeded(in_step_pod, tmp_path):
+    def script(polls):
+        if polls < 3:
+            return [("Running", None), ("Running", None)], None
+        return [("Succeeded", 0), ("Succeeded", 0)], "terminalState=Completed"
+
+    server = jobset_server(tmp_path, script, {0: "chief done\n"})
+    try:
+        run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    assert len(server.deleted) == 1
+
+
+def _unstarted_failure(server: FakeApiServer, tmp_path, start_timeout_s: float) -> str:
+    try:
+        with pytest.raises(replicas.WorkersFailed) as e:
+            run_launcher(server, tmp_path, start_timeout_s=start_timeout_s)
+    finally:
+        server.close()
+    (name,) = server.jobs
+    assert server.deleted == [name]
+    assert "\n" not in str(e.value) and "the JobSet was deleted" in str(e.value)
+    assert "nothing was exported" in str(e.value)
+    assert_calls_are_granted(server.calls)
+    return str(e.value)
+
+
+def test_a_worker_that_cannot_be_scheduled_fails_once_the_start_bound_passes(in_step_pod, tmp_path):
+    server = jobset_server(tmp_path, lambda polls: ([("Running", None), ("Pending", None)], None))
+    server.pending_status = {
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+            }
+        ]
+    }
+    message = _unstarted_failure(server, tmp_path, start_timeout_s=0.3)
+    assert re.match(
+        r"trainer worker 1 of 2 \(pod .*-worker-0-1-00000\) has not started after \d+ s: it "
+        r"cannot be scheduled: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        message,
+    ), message
+    assert server.polls > 1
+
+
+def test_a_worker_whose_image_name_is_invalid_fails_at_once(in_step_pod, tmp_path):
+    server = jobset_server(tmp_path, lambda polls: ([("Pending", None), ("Pending", None)], None))
+    server.pending_status = {
+        "containerStatuses": [
+            {
+                "name": jobset_manifest.CONTAINER,
+                "ready": False,
+                "restartCount": 0,
+                "image": IMAGE,
+                "imageID": "",
+                "state": {"waiting": {"reason": "InvalidImageName", "message": "bad ref"}},
+            }
+        ]
+    }
+    message = _unstarted_failure(server, tmp_path, start_timeout_s=3600.0)
+    assert "worker 0 of 2" in message
+    assert "its container waits: InvalidImageName: bad ref" in message
+
+
+def test_a_jobset_without_pods_names_the_jobset_controller(in_step_pod, tmp_path):
+    server = jobset_server(tmp_path, lambda polls: ([], None))
+    message = _unstarted_failure(server, tmp_path, start_timeout_s=0.2)
+    assert message.startswith("trainer worker 0 of 2 has not started after")
+    assert "the JobSet controller has made no pod for it" in message
+    assert "kubectl -n jobset-system get deploy jobset-controller-manager" in message
+
+
+def test_an_api_server_that_fails_a_few_polls_does_not_fail_the_jobset(in_step_pod, tmp_path):
+    def script(polls):
+        if polls < 8:
+            return [("Running", None), ("Running", None)], None
+        return [("Succeeded", 0), ("Succeeded", 0)], "Completed"
+
+    server = jobset_server(tmp_path, script, {0: "chief done\n"})
+    server.failing_polls = {2, 3, 5}
+    try:
+        run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    assert server.polls >= 8 and len(server.deleted) == 1
+
+
+def test_an_api_server_gone_past_the_outage_bound_fails_in_one_line(in_step_pod, tmp_path):
+    server = jobset_server(tmp_path, lambda polls: ([("Running", None), ("Running", None)], None))
+    server.api_gone_after = 4
+    try:
+        with pytest.raises(replicas.WorkersFailed) as e:
+            run_launcher(server, tmp_path, api_outage_s=0.3)
+    finally:
+        server.close()
+    (name,) = server.jobs
+    assert str(e.value) == (
+        f"the Kubernetes API has not answered the Trainer about JobSet {NAMESPACE}/{name} for "
+        "0 s (503 Service Unavailable); nothing was exported; a rerun resumes from the last "
+        "preemption backup"
+    )
+    # Its deletion is refused too: the step's pod owns it, and Kubernetes deletes it.
+    assert server.deleted == []
+
+
+@pytest.mark.parametrize(
+    "refused,status,expected",
+    [
+        (
+            ("jobsets", "create"),
+            404,
+            r"^cannot create JobSet imgpipe/imgpipe-train-\w+: this cluster has no JobSet "
+            r"resource \(jobset.x-k8s.io/v1alpha2\); install JobSet v0.12.0's manifest, or set "
+            r"trainer.launcher=tfjob$",
+        ),
+        (
+            ("jobsets", "create"),
+            403,
+            r"^the Trainer's service account may not create JobSet imgpipe/imgpipe-train-\w+ "
+            r"\(create jobsets\): apply k8s/rbac.yaml",
+        ),
+    ],
+)
+def test_a_cluster_that_cannot_run_the_jobset_is_one_line_naming_the_fix(
+    in_step_pod, tmp_path, refused, status, expected
+):
+    server = jobset_server(tmp_path, lambda polls: ([], None), status={refused: status})
+    try:
+        with pytest.raises(kubernetes_replicas.KubernetesUnavailable, match=expected) as e:
+            run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    assert "\n" not in str(e.value) and server.deleted == []

@@ -503,3 +503,21 @@ def test_an_api_server_that_fails_a_few_polls_does_not_fail_the_training(in_step
     finally:
         server.close()
     assert server.polls >= 8 and len(server.deleted) == 1
+
+
+def test_an_api_server_gone_past_the_outage_bound_fails_in_one_line(in_step_pod, tmp_path):
+    server = FakeApiServer(
+        served_step(tmp_path), lambda polls: ([("Running", None), ("Running", None)], None), {}
+    )
+    server.api_gone_after = 4
+    try:
+        with pytest.raises(replicas.WorkersFailed) as e:
+            run_launcher(server, tmp_path, api_outage_s=0.3)
+    finally:
+        server.close()
+    (name,) = server.jobs
+    assert str(e.value).startswith(
+        f"the Kubernetes API has not answered the Trainer about TFJob {NAMESPACE}/{name} for "
+        "0 s (503 Service Unavailable); nothing was exported"
+    )
+    assert "\n" not in str(e.value) and server.polls == 4
