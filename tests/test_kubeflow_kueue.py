@@ -133,7 +133,7 @@ def test_a_job_preempted_after_it_started_runs_again_once_readmitted(
     assert server.admissions == 2 and server.deleted == [name]
     err = capfd.readouterr().err
     job = f"{server.jobs[name]['kind']} {NAMESPACE}/{name}"
-    assert said(err, f"{job} was suspended by Kueue (preempted) after it started")
+    assert said(err, f"{job} was suspended again by Kueue (preempted) after its admission")
     assert len(said(err, f"{job} was admitted after ")) == 2
     assert len(said(err, f"{job} is queued in {QUEUE}")) == 2
     assert (tmp_path / "model_run" / "workers" / "worker-0.log").read_text() == "chief done\n"

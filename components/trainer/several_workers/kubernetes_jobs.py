@@ -247,8 +247,8 @@ class KubernetesJobs(kubernetes_replicas.ReplicaPods):
         if admission.admitted is not None:
             self._stop_chief_log()
             self._say(
-                f"{self._where} was suspended by Kueue (preempted) after it started; its "
-                "workers stopped, and it runs again from the start once readmitted"
+                f"{self._where} was suspended again by Kueue (preempted) after its "
+                "admission; its workers stopped, and it runs again once readmitted"
             )
             admission.admitted, admission.started = None, False
         if admission.queued_since is None:
