@@ -43,6 +43,7 @@ SPANS_PARAMETER = "spans"
 TOLERANCE_PARAMETER = "tolerance"
 ACCEPT_DRIFT_SPAN_PARAMETER = "accept_drift_span"  # -1 (NO_SPAN): none
 ACCEPT_LABEL_ISSUES_SPAN_PARAMETER = "accept_label_issues_span"  # -1 (NO_SPAN): none
+LAUNCHER_PARAMETER = "launcher"  # trainer.launcher: tfjob or jobset
 RUNTIME_PARAMETERS: dict[str, tuple[type, str]] = {
     DATA_ROOT_PARAMETER: (str, "data_root"),
     EPOCHS_PARAMETER: (int, "trainer.epochs"),
@@ -50,6 +51,7 @@ RUNTIME_PARAMETERS: dict[str, tuple[type, str]] = {
     TOLERANCE_PARAMETER: (float, "evaluator.tolerance"),
     ACCEPT_DRIFT_SPAN_PARAMETER: (int, "statistics.accept_drift_span"),
     ACCEPT_LABEL_ISSUES_SPAN_PARAMETER: (int, "statistics.accept_label_issues_span"),
+    LAUNCHER_PARAMETER: (str, "trainer.launcher"),
 }
 # A root parameter's value for a setting that is None (a parameter cannot be None).
 NONE_VALUES: dict[str, Any] = {
@@ -171,6 +173,7 @@ def _model_steps(
         champion=champion,
         epochs=parameters.get(EPOCHS_PARAMETER),
         spans=parameters.get(SPANS_PARAMETER),
+        launcher=parameters.get(LAUNCHER_PARAMETER),
         train_split=output.train_split,
         eval_split=output.eval_split,
     ).with_id(ids.TRAINER)

@@ -10,8 +10,7 @@ import kubernetes
 import pytest
 import yaml
 
-from imgpipe.components.trainer import jobset
-from imgpipe.components.trainer.several_workers import kubernetes_tfjob
+from imgpipe.components.trainer.several_workers import kubernetes_jobs
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines import images
 from imgpipe.pipelines.kubeflow.config import GpuConfig, KubeflowConfig
@@ -204,7 +203,7 @@ def test_the_service_account_is_least_privilege_and_is_the_configs():
         for rule in others
         for group in rule["apiGroups"]
         for resource in rule["resources"]
-    } == {**kubernetes_tfjob.API_RULES, **jobset.API_RULES}
+    } == kubernetes_jobs.API_RULES
 
 
 def test_the_gpu_example_matches_what_the_compiler_writes():

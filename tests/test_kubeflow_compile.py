@@ -586,6 +586,12 @@ def test_the_package_declares_runtime_parameters_with_the_config_defaults(compil
             "isOptional": True,
             "parameterType": "NUMBER_INTEGER",
         },
+        # What the Trainer launches its workers as on Kubeflow (trainer.workers > 1).
+        "launcher": {
+            "defaultValue": config.trainer.launcher,
+            "isOptional": True,
+            "parameterType": "STRING",
+        },
     }
     tasks = spec["root"]["dag"]["tasks"]
 
@@ -594,6 +600,7 @@ def test_the_package_declares_runtime_parameters_with_the_config_defaults(compil
 
     assert consumer(ids.EXAMPLE_GEN, "input_base") == {"componentInputParameter": "data_root"}
     assert consumer(ids.TRAINER, "epochs") == {"componentInputParameter": "epochs"}
+    assert consumer(ids.TRAINER, "launcher") == {"componentInputParameter": "launcher"}
     assert consumer(ids.EVALUATOR, "tolerance") == {"componentInputParameter": "tolerance"}
     assert consumer(ids.IMAGE_STATISTICS, "accept_drift_span") == {
         "componentInputParameter": "accept_drift_span"

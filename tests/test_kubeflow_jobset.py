@@ -1,14 +1,17 @@
-"""trainer.launcher: jobset, and the Kueue queue label (components/trainer/jobset.py,
-indexed_workers.py, components/common/runtime/kueue.py; docs/distributed-training.md).
+"""trainer.launcher: jobset, and the Kueue queue label and queue (components/trainer/
+several_workers/: jobset_manifest.py, indexed_tf_config.py, kubernetes_jobset.py,
+kubernetes_jobs.py; components/common/runtime/kueue.py; docs/distributed-training.md).
 
 No Kubernetes runs here. The JobSet is made from the same V1Pod as the TFJob
-(tests/test_kubeflow_tfjob.py) and checked against JobSet v0.12.0's own CRD schema
+(tests/fake_kubernetes.py) and checked against JobSet v0.12.0's own CRD schema
 (tests/crds/, fetched by bin/refresh-crds) and the kubernetes client's models; each
 worker's TF_CONFIG is made from the manifest's own environment and the index Kubernetes
 gives the pod; the queue label is checked on both kinds of job against their CRDs; the
 manifests docs/distributed-training.md shows are these functions' output. The launcher
-does not create JobSets yet (several_workers/kubernetes_tfjob.py makes TFJobs only): its run against
-the fake API server is still to come.
+is run through the real kubernetes client against the fake API server
+(tests/fake_kubernetes.py) with a scripted JobSet controller and Kueue's suspension:
+success, a failed worker, a JobSet that fails, workers that never start, a queued or
+preempted JobSet, the API going away, and a cluster that refuses the JobSet.
 """
 
 from __future__ import annotations
@@ -23,22 +26,33 @@ import pytest
 import yaml
 
 from imgpipe.components.common.runtime import kueue
-from imgpipe.components.trainer import indexed_workers, jobset
 from imgpipe.components.trainer.config import TrainerConfig
-from imgpipe.components.trainer.several_workers import choice, kubernetes_tfjob, tfjob_manifest
+from imgpipe.components.trainer.several_workers import (
+    choice,
+    indexed_tf_config,
+    jobset_manifest,
+    kubernetes_jobs,
+    kubernetes_replicas,
+    replicas,
+    tfjob_manifest,
+)
 from imgpipe.components.trainer.several_workers import step_pod as step_pod_lib
 from imgpipe.pipelines.kubeflow import security
-from tests.test_k8s_manifests import strict_errors
-from tests.test_kubeflow_tfjob import (
+from tests.fake_kubernetes import (
     IMAGE,
     NAMESPACE,
     POD_NAME,
     POD_UID,
+    FakeApiServer,
     as_served,
+    assert_calls_are_granted,
     role_rules,
+    run_launcher,
+    served_step,
     step_pod,
-    undeclared,
 )
+from tests.test_k8s_manifests import strict_errors
+from tests.test_kubeflow_tfjob import undeclared
 
 pytestmark = pytest.mark.unit
 
@@ -85,7 +99,7 @@ def env_of(container: dict) -> dict[str, dict]:
 
 def test_the_jobset_validates_against_the_crd_and_runs_the_tfjobs_pods(schema):
     pod = as_served(step_pod())
-    body = jobset.manifest(pod, 3, FOLDER)
+    body = jobset_manifest.manifest(pod, 3, FOLDER)
     check_against_the_crd(body, schema)
     assert body["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and body["kind"] == "JobSet"
     tf = tfjob_manifest.manifest(pod, 3, FOLDER)
@@ -131,13 +145,13 @@ def test_the_jobset_validates_against_the_crd_and_runs_the_tfjobs_pods(schema):
     assert pod_spec["automountServiceAccountToken"] is False
     assert pod_spec["terminationGracePeriodSeconds"] == step_pod_lib.TERMINATION_GRACE_PERIOD_S
     env = env_of(container)
-    assert {k: v for k, v in env.items() if k != indexed_workers.ADDRESSES_ENV} == env_of(
+    assert {k: v for k, v in env.items() if k != indexed_tf_config.ADDRESSES_ENV} == env_of(
         tf_container
     )
     for name in security.SECRET_ENV:
         assert env[name]["valueFrom"]["secretKeyRef"]["name"] == security.OBJECT_STORE_SECRET
     name = metadata["name"]
-    assert env[indexed_workers.ADDRESSES_ENV]["value"] == ",".join(
+    assert env[indexed_tf_config.ADDRESSES_ENV]["value"] == ",".join(
         f"{name}-worker-0-{i}.{name}:2222" for i in range(3)
     )
 
@@ -151,7 +165,7 @@ def test_the_steps_launcher_settings_stay_with_the_step(schema):
         {"name": kueue.QUEUE_ENV, "value": "gpu"},
         {"name": "TF_CONFIG", "value": "{}"},
     ]
-    body = jobset.manifest(pod, 2, FOLDER)
+    body = jobset_manifest.manifest(pod, 2, FOLDER)
     check_against_the_crd(body, schema)
     (container,) = job_template(body)["spec"]["template"]["spec"]["containers"]
     env = env_of(container)
@@ -162,23 +176,26 @@ def test_the_steps_launcher_settings_stay_with_the_step(schema):
 def test_every_workers_host_name_is_a_dns_label():
     """The Job controller names each pod's host `<job>-<index>`; a host name over 63
     characters would not resolve."""
-    name = jobset.job_name("f" * 36)
-    for address in jobset.worker_addresses(name, 1000):
+    name = jobset_manifest.job_name("f" * 36)
+    for address in jobset_manifest.worker_addresses(name, 1000):
         host, subdomain = address.split(":")[0].split(".")
         assert len(host) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", host), host
         assert subdomain == name
-    assert jobset.worker_addresses("js", 2) == ("js-worker-0-0.js:2222", "js-worker-0-1.js:2222")
+    assert jobset_manifest.worker_addresses("js", 2) == (
+        "js-worker-0-0.js:2222",
+        "js-worker-0-1.js:2222",
+    )
 
 
 def test_the_crd_check_catches_a_misspelt_and_a_mistyped_field(schema):
-    body = jobset.manifest(as_served(step_pod()), 2, FOLDER)
+    body = jobset_manifest.manifest(as_served(step_pod()), 2, FOLDER)
     job_template(body)["spec"]["completionMod"] = "Indexed"
     assert undeclared(body, schema) == [".spec.replicatedJobs[0].template.spec.completionMod"]
-    body = jobset.manifest(as_served(step_pod()), 2, FOLDER)
+    body = jobset_manifest.manifest(as_served(step_pod()), 2, FOLDER)
     job_template(body)["spec"]["parallelism"] = "2"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(body, schema)
-    body = jobset.manifest(as_served(step_pod()), 2, FOLDER)
+    body = jobset_manifest.manifest(as_served(step_pod()), 2, FOLDER)
     body["spec"]["successPolicy"]["operator"] = "Every"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(body, schema)
@@ -188,7 +205,7 @@ def test_a_pod_without_the_steps_container_is_named():
     pod = as_served(step_pod())
     pod["spec"]["containers"] = [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]
     with pytest.raises(ValueError, match=rf"pod {POD_NAME} has no container 'main'"):
-        jobset.manifest(pod, 2, FOLDER)
+        jobset_manifest.manifest(pod, 2, FOLDER)
 
 
 def test_the_jobset_crd_schema_is_the_releases_own():
@@ -214,23 +231,23 @@ def test_each_pod_makes_its_tf_config_from_the_addresses_and_its_index():
     the index Kubernetes sets, give cluster.py's own TF_CONFIG for that worker."""
     from imgpipe.components.trainer.several_workers import cluster
 
-    body = jobset.manifest(as_served(step_pod()), 3, FOLDER)
+    body = jobset_manifest.manifest(as_served(step_pod()), 3, FOLDER)
     (container,) = job_template(body)["spec"]["template"]["spec"]["containers"]
     template_env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
-    addresses = jobset.worker_addresses(body["metadata"]["name"], 3)
+    addresses = jobset_manifest.worker_addresses(body["metadata"]["name"], 3)
     for index in range(3):
-        env = {**template_env, indexed_workers.INDEX_ENV: str(index)}
-        text = indexed_workers.tf_config_from_env(env)
+        env = {**template_env, indexed_tf_config.INDEX_ENV: str(index)}
+        text = indexed_tf_config.tf_config_from_env(env)
         assert text == cluster.tf_config(cluster.Member(addresses, index))
         assert cluster.from_tf_config(text) == cluster.Member(addresses, index)
         assert json.loads(text)["task"] == {"type": "worker", "index": index}
 
 
 def test_a_tf_config_already_given_wins_and_none_is_none():
-    given = {"TF_CONFIG": '{"cluster": {}}', indexed_workers.ADDRESSES_ENV: "a:1,b:1"}
-    assert indexed_workers.tf_config_from_env(given) == '{"cluster": {}}'
-    assert indexed_workers.tf_config_from_env({}) is None
-    assert indexed_workers.tf_config_from_env({indexed_workers.ADDRESSES_ENV: " "}) is None
+    given = {"TF_CONFIG": '{"cluster": {}}', indexed_tf_config.ADDRESSES_ENV: "a:1,b:1"}
+    assert indexed_tf_config.tf_config_from_env(given) == '{"cluster": {}}'
+    assert indexed_tf_config.tf_config_from_env({}) is None
+    assert indexed_tf_config.tf_config_from_env({indexed_tf_config.ADDRESSES_ENV: " "}) is None
 
 
 @pytest.mark.parametrize(
@@ -261,7 +278,7 @@ def test_a_tf_config_already_given_wins_and_none_is_none():
 )
 def test_a_pod_that_cannot_tell_its_place_is_refused_in_one_line(env, expected):
     with pytest.raises(ValueError, match=expected) as e:
-        indexed_workers.tf_config_from_env(env)
+        indexed_tf_config.tf_config_from_env(env)
     assert "\n" not in str(e.value)
 
 
@@ -273,7 +290,7 @@ def test_the_queue_label_goes_on_either_job_and_both_stay_valid(schema, tfjob_sc
 
     pod = as_served(step_pod())
     for body, check, job_schema in (
-        (jobset.manifest(pod, 2, FOLDER), check_against_the_crd, schema),
+        (jobset_manifest.manifest(pod, 2, FOLDER), check_against_the_crd, schema),
         (tfjob_manifest.manifest(pod, 2, FOLDER), check_tfjob, tfjob_schema),
     ):
         queued = kueue.with_queue(body, "gpu-a100")
@@ -344,7 +361,7 @@ def test_the_role_grants_what_each_launcher_calls_and_no_more():
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
-    assert unnamed == {**kubernetes_tfjob.API_RULES, **jobset.API_RULES}
+    assert unnamed == kubernetes_jobs.API_RULES
     assert unnamed[("jobset.x-k8s.io", "jobsets")] == {"create", "get", "delete"}
 
 
@@ -413,13 +430,11 @@ def doc_pod() -> dict:
 
 
 def shown_manifests() -> dict[str, str]:
-    """The manifests as the docs show them, from doc_pod, 2 workers, queue DOC_QUEUE. The
-    TFJob's replicas inherit the queue variable until the launcher leaves it out of
-    them too (phase 2)."""
+    """The manifests as the docs show them, from doc_pod, 2 workers, queue DOC_QUEUE."""
     pod = doc_pod()
     manifests = {
         "tfjob": kueue.with_queue(tfjob_manifest.manifest(pod, 2, DOC_FOLDER), DOC_QUEUE),
-        "jobset": kueue.with_queue(jobset.manifest(pod, 2, DOC_FOLDER), DOC_QUEUE),
+        "jobset": kueue.with_queue(jobset_manifest.manifest(pod, 2, DOC_FOLDER), DOC_QUEUE),
     }
     return {k: yaml.safe_dump(v, sort_keys=False, width=100) for k, v in manifests.items()}
 
@@ -442,3 +457,243 @@ def test_the_docs_show_the_manifests_the_code_makes(schema, tfjob_schema):
     assert shown == expected, (
         "docs/distributed-training.md shows other manifests; IMGPIPE_UPDATE_GOLDEN=1 rewrites them"
     )
+
+
+# --- the launcher, through the kubernetes client, against a fake API server ---------
+
+
+@pytest.fixture
+def in_step_pod(monkeypatch):
+    monkeypatch.setenv(choice.POD_NAME_ENV, POD_NAME)
+    monkeypatch.setenv(choice.POD_NAMESPACE_ENV, NAMESPACE)
+    monkeypatch.delenv(kueue.QUEUE_ENV, raising=False)
+
+
+def jobset_server(tmp_path, script, logs=None, status=None) -> FakeApiServer:
+    return FakeApiServer(served_step(tmp_path), script, logs or {}, status, kind="jobset")
+
+
+def test_a_jobset_that_succeeds_streams_the_chiefs_log_keeps_every_log_and_is_deleted(
+    in_step_pod, monkeypatch, tmp_path, schema, capfd
+):
+    monkeypatch.setenv(kueue.QUEUE_ENV, "gpu-a100")
+
+    def script(polls):
+        if polls < 2:
+            return [], None  # Kueue holds it (created suspended: it names a queue)
+        if polls < 4:
+            return [("Pending", None), ("Pending", None)], None, False  # admitted
+        if polls < 6:
+            return [("Running", None), ("Running", None)], None
+        return [("Succeeded", 0), ("Succeeded", 0)], "Completed"
+
+    server = jobset_server(tmp_path, script, {0: "epoch 1/3\nchief done\n", 1: "worker 1 done\n"})
+    try:
+        folder = run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    (name,) = server.jobs
+    body = server.jobs[name]
+    check_against_the_crd(body, schema)
+    assert body["kind"] == "JobSet"
+    assert body["metadata"]["labels"][kueue.QUEUE_LABEL] == "gpu-a100"
+    (container,) = job_template(body)["spec"]["template"]["spec"]["containers"]
+    assert container["command"][-1] == folder
+    assert kueue.QUEUE_ENV not in env_of(container)
+    assert server.deleted == [name]
+    err = capfd.readouterr().err
+    assert "chief done" in err
+    assert f"Trainer: JobSet {NAMESPACE}/{name} of 2 workers" in err
+    assert f"Trainer: JobSet {NAMESPACE}/{name} is queued in gpu-a100 (Kueue) for 0 s" in err
+    assert f"Trainer: JobSet {NAMESPACE}/{name} was admitted after 0 s" in err
+    logs = tmp_path / "model_run" / "workers"
+    assert (logs / "worker-0.log").read_text() == "epoch 1/3\nchief done\n"
+    assert (logs / "worker-1.log").read_text() == "worker 1 done\n"
+    assert ("jobset.x-k8s.io", "jobsets", "create") in server.calls
+    assert_calls_are_granted(server.calls)
+
+
+def test_a_failed_worker_is_named_in_one_line_and_the_jobset_is_deleted(in_step_pod, tmp_path):
+    def script(polls):
+        if polls < 3:
+            return [("Running", None), ("Running", None)], None
+        return [("Running", None), ("Failed", 137)], None
+
+    log = "epoch 1/3\nimgpipe-worker-error: ResourceExhaustedError: OOM when allocating\n"
+    server = jobset_server(tmp_path, script, {0: "epoch 1/3\n", 1: log})
+    try:
+        with pytest.raises(replicas.WorkersFailed) as e:
+            run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    (name,) = server.jobs
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"trainer worker 1 of 2 (pod {NAMESPACE}/{name}-worker-0-1-00000) exited with code 137 "
+        "(OOMKilled): ResourceExhaustedError: OOM when allocating; the JobSet was deleted"
+    ), message
+    assert "nothing was exported" in message
+    assert server.deleted == [name]
+    assert (tmp_path / "model_run" / "workers" / "worker-1.log").read_text() == log
+    assert_calls_are_granted(server.calls)
+
+
+@pytest.mark.parametrize(
+    "condition,expected",
+    [
+        ("Failed", r"failed: JobSet imgpipe-train-\w+ is Failed; nothing was exported"),
+        ("terminalState=Failed", r"failed: its terminal state is Failed; nothing was exported"),
+    ],
+)
+def test_a_jobset_that_failed_is_reported_with_its_message(
+    in_step_pod, tmp_path, condition, expected
+):
+    server = jobset_server(tmp_path, lambda polls: ([], condition))
+    try:
+        with pytest.raises(
+            replicas.WorkersFailed, match=rf"^JobSet imgpipe/imgpipe-train-\w+ {expected}"
+        ):
+            run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    assert len(server.deleted) == 1
+
+
+def test_a_jobset_whose_terminal_state_is_completed_has_succeeded(in_step_pod, tmp_path):
+    def script(polls):
+        if polls < 3:
+            return [("Running", None), ("Running", None)], None
+        return [("Succeeded", 0), ("Succeeded", 0)], "terminalState=Completed"
+
+    server = jobset_server(tmp_path, script, {0: "chief done\n"})
+    try:
+        run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    assert len(server.deleted) == 1
+
+
+def _unstarted_failure(server: FakeApiServer, tmp_path, start_timeout_s: float) -> str:
+    try:
+        with pytest.raises(replicas.WorkersFailed) as e:
+            run_launcher(server, tmp_path, start_timeout_s=start_timeout_s)
+    finally:
+        server.close()
+    (name,) = server.jobs
+    assert server.deleted == [name]
+    assert "\n" not in str(e.value) and "the JobSet was deleted" in str(e.value)
+    assert "nothing was exported" in str(e.value)
+    assert_calls_are_granted(server.calls)
+    return str(e.value)
+
+
+def test_a_worker_that_cannot_be_scheduled_fails_once_the_start_bound_passes(in_step_pod, tmp_path):
+    server = jobset_server(tmp_path, lambda polls: ([("Running", None), ("Pending", None)], None))
+    server.pending_status = {
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+            }
+        ]
+    }
+    message = _unstarted_failure(server, tmp_path, start_timeout_s=0.3)
+    assert re.match(
+        r"trainer worker 1 of 2 \(pod .*-worker-0-1-00000\) has not started after \d+ s: it "
+        r"cannot be scheduled: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        message,
+    ), message
+    assert server.polls > 1
+
+
+def test_a_worker_whose_image_name_is_invalid_fails_at_once(in_step_pod, tmp_path):
+    server = jobset_server(tmp_path, lambda polls: ([("Pending", None), ("Pending", None)], None))
+    server.pending_status = {
+        "containerStatuses": [
+            {
+                "name": jobset_manifest.CONTAINER,
+                "ready": False,
+                "restartCount": 0,
+                "image": IMAGE,
+                "imageID": "",
+                "state": {"waiting": {"reason": "InvalidImageName", "message": "bad ref"}},
+            }
+        ]
+    }
+    message = _unstarted_failure(server, tmp_path, start_timeout_s=3600.0)
+    assert "worker 0 of 2" in message
+    assert "its container waits: InvalidImageName: bad ref" in message
+
+
+def test_a_jobset_without_pods_names_the_jobset_controller(in_step_pod, tmp_path):
+    server = jobset_server(tmp_path, lambda polls: ([], None))
+    message = _unstarted_failure(server, tmp_path, start_timeout_s=0.2)
+    assert message.startswith("trainer worker 0 of 2 has not started after")
+    assert "the JobSet controller has made no pod for it" in message
+    assert "kubectl -n jobset-system get deploy jobset-controller-manager" in message
+
+
+def test_an_api_server_that_fails_a_few_polls_does_not_fail_the_jobset(in_step_pod, tmp_path):
+    def script(polls):
+        if polls < 8:
+            return [("Running", None), ("Running", None)], None
+        return [("Succeeded", 0), ("Succeeded", 0)], "Completed"
+
+    server = jobset_server(tmp_path, script, {0: "chief done\n"})
+    server.failing_polls = {2, 3, 5}
+    try:
+        run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    assert server.polls >= 8 and len(server.deleted) == 1
+
+
+def test_an_api_server_gone_past_the_outage_bound_fails_in_one_line(in_step_pod, tmp_path):
+    server = jobset_server(tmp_path, lambda polls: ([("Running", None), ("Running", None)], None))
+    server.api_gone_after = 4
+    try:
+        with pytest.raises(replicas.WorkersFailed) as e:
+            run_launcher(server, tmp_path, api_outage_s=0.3)
+    finally:
+        server.close()
+    (name,) = server.jobs
+    assert str(e.value) == (
+        f"the Kubernetes API has not answered the Trainer about JobSet {NAMESPACE}/{name} for "
+        "0 s (503 Service Unavailable); nothing was exported; a rerun resumes from the last "
+        "preemption backup"
+    )
+    # Its deletion is refused too: the step's pod owns it, and Kubernetes deletes it.
+    assert server.deleted == []
+
+
+@pytest.mark.parametrize(
+    "refused,status,expected",
+    [
+        (
+            ("jobsets", "create"),
+            404,
+            r"^cannot create JobSet imgpipe/imgpipe-train-\w+: this cluster has no JobSet "
+            r"resource \(jobset.x-k8s.io/v1alpha2\); install JobSet v0.12.0's manifest, or set "
+            r"trainer.launcher=tfjob$",
+        ),
+        (
+            ("jobsets", "create"),
+            403,
+            r"^the Trainer's service account may not create JobSet imgpipe/imgpipe-train-\w+ "
+            r"\(create jobsets\): apply k8s/rbac.yaml",
+        ),
+    ],
+)
+def test_a_cluster_that_cannot_run_the_jobset_is_one_line_naming_the_fix(
+    in_step_pod, tmp_path, refused, status, expected
+):
+    server = jobset_server(tmp_path, lambda polls: ([], None), status={refused: status})
+    try:
+        with pytest.raises(kubernetes_replicas.KubernetesUnavailable, match=expected) as e:
+            run_launcher(server, tmp_path)
+    finally:
+        server.close()
+    assert "\n" not in str(e.value) and server.deleted == []

@@ -83,33 +83,13 @@ def test_without_a_queue_nothing_is_labelled_and_one_worker_is_told_nothing():
     assert not any("podMetadata" in entry for entry in entries.values())
 
 
-def test_a_jobset_is_refused_at_compile_time_until_the_step_can_launch_one():
-    from imgpipe.pipelines import config as cfg
-    from imgpipe.pipelines.kubeflow import compiler
-    from tests.test_kubeflow_compile import TEST_SETTINGS
-
-    settings = {**TEST_SETTINGS, "trainer": {**TEST_SETTINGS["trainer"], "workers": 2}}
-    settings["trainer"]["launcher"] = "jobset"
-    with pytest.raises(
-        ValueError,
-        match=r"^trainer.launcher: jobset: the Trainer step cannot launch a JobSet yet, only "
-        r"a TFJob \(issue 42\); set trainer.launcher=tfjob .*, or trainer.workers=1$",
-    ):
-        compiler.compile_pipeline(cfg.from_dict(settings))
-    settings["trainer"]["workers"] = 1  # no job is launched: nothing to refuse
-    compiler.refuse_unwired_launcher(cfg.from_dict(settings))
-
-
-def test_the_launcher_is_the_trainers_own_setting_in_the_package(monkeypatch):
+def test_the_launcher_is_the_trainers_own_setting_in_the_package():
     """trainer.launcher travels in the Trainer's config (custom_config), which the step
-    reads at run time; the rest of the package is the same for both (the check above
-    aside, which phase 2 of issue 42 removes)."""
+    reads at run time, and is the default of the run parameter `launcher`, which a run
+    may set; the rest of the package is the same for both."""
     import json
 
-    from imgpipe.pipelines.kubeflow import compiler as compiler_module
-
-    monkeypatch.setattr(compiler_module, "refuse_unwired_launcher", lambda config: None)
-
+    from imgpipe.pipelines import component_ids as ids
     from imgpipe.pipelines import config as cfg
     from imgpipe.pipelines.kubeflow import compiler
     from tests.test_kubeflow_compile import TEST_SETTINGS
@@ -119,8 +99,39 @@ def test_the_launcher_is_the_trainers_own_setting_in_the_package(monkeypatch):
         settings = {**TEST_SETTINGS, "trainer": {**TEST_SETTINGS["trainer"], "workers": 2}}
         settings["trainer"]["launcher"] = launcher
         spec, platform = compiler.compile_pipeline(cfg.from_dict(settings))
+        parameter = spec["root"]["inputDefinitions"]["parameters"].pop("launcher")
+        assert parameter == {
+            "defaultValue": launcher,
+            "isOptional": True,
+            "parameterType": "STRING",
+        }
+        trainer = spec["root"]["dag"]["tasks"][ids.TRAINER]["inputs"]["parameters"]
+        assert trainer["launcher"] == {"componentInputParameter": "launcher"}
         text = json.dumps([spec, platform], sort_keys=True)
         setting = f'\\"launcher\\": \\"{launcher}\\"'
         assert text.count(setting) == 1, launcher
         compiled[launcher] = text.replace(setting, "")
     assert compiled["tfjob"] == compiled["jobset"]
+
+
+def test_a_runs_launcher_parameter_overrides_the_config_and_a_bad_one_is_refused(tmp_path):
+    """The run parameter `launcher` reaches the Trainer as an execution property, which
+    its executor puts in the config run_fn reads; a name that is neither launcher is
+    refused before anything runs."""
+    from tfx.types import standard_artifacts
+
+    from imgpipe.components.trainer import config as trainer_config
+    from imgpipe.components.trainer import executor, spec
+
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path)
+    inputs = {spec.EXAMPLES_KEY: [examples]}
+    settings = executor.run_fn_settings(inputs, {spec.LAUNCHER_KEY: "jobset"})
+    assert settings["launcher"] == "jobset"
+    custom = {**trainer_config.to_custom_config(trainer_config.TrainerConfig()), **settings}
+    assert trainer_config.from_custom_config(custom).launcher == "jobset"
+    assert "launcher" not in executor.run_fn_settings(inputs, {spec.LAUNCHER_KEY: None})
+    with pytest.raises(
+        ValueError, match=r"^launcher 'slurm' is unknown; choose one of tfjob, jobset$"
+    ):
+        executor.run_fn_settings(inputs, {spec.LAUNCHER_KEY: "slurm"})

@@ -1,36 +1,31 @@
 """trainer.workers > 1 on Kubeflow: the Trainer step's TFJob (components/trainer/
 several_workers/: step_pod.py, tfjob_manifest.py, kubernetes_replicas.py,
-kubernetes_tfjob.py; docs/distributed-training.md).
+kubernetes_jobs.py, kubernetes_tfjob.py; docs/distributed-training.md).
 
 No Kubernetes runs here. The manifest is made from a real V1Pod as a KFP step's pod
 looks, and checked against the TFJob CRD's schema (tests/crds/, from the Training
 Operator's repository) and the kubernetes client's models. The launcher is run through
-the real kubernetes client against a small fake API server (FakeApiServer): the six
-endpoints the launcher calls, with a scripted TFJob controller behind them, which makes
-the replicas' pods and moves them through their phases. It checks what the launcher
+the real kubernetes client against a small fake API server (tests/fake_kubernetes.py,
+shared with the JobSet's tests): the endpoints the launcher calls, with a scripted TFJob
+controller behind them, which makes the replicas' pods and moves them through their
+phases, and Kueue's suspension of a queued job. It checks what the launcher
 asks for and does (create, follow, name the failed replica, delete), and that every
 call it makes is one k8s/rbac.yaml's Role grants; not the Training Operator itself.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import threading
-import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jsonschema
-import kubernetes
 import pytest
 import yaml
 
-from imgpipe.components.trainer import jobset
 from imgpipe.components.trainer.several_workers import (
     choice,
+    kubernetes_jobs,
     kubernetes_replicas,
-    kubernetes_tfjob,
     launchers,
     local_processes,
     replicas,
@@ -38,100 +33,25 @@ from imgpipe.components.trainer.several_workers import (
 )
 from imgpipe.components.trainer.several_workers import step_pod as step_pod_lib
 from imgpipe.pipelines.kubeflow import security
-from tests.test_k8s_manifests import K8S_DIR, strict_errors
+from tests.fake_kubernetes import (
+    CLAIM,
+    IMAGE,
+    NAMESPACE,
+    POD_NAME,
+    POD_UID,
+    FakeApiServer,
+    as_served,
+    assert_calls_are_granted,
+    role_rules,
+    run_launcher,
+    served_step,
+    step_pod,
+)
+from tests.test_k8s_manifests import strict_errors
 
 pytestmark = pytest.mark.unit
 
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "crds", "kubeflow.org_tfjobs.v1.schema.yaml")
-NAMESPACE = "imgpipe"
-POD_NAME = "golden-pipeline-abcde-system-container-impl-123"
-POD_UID = "0b5c6a3e-1111-4c4c-9d9d-000000000001"
-IMAGE = "ghcr.io/tfx-image-pipeline/tfx-image-pipeline-gpu:0.1.0-abc"
-CLAIM = "imgpipe-data"
-
-
-def step_pod(mount_path: str = "/mnt/imgpipe") -> kubernetes.client.V1Pod:
-    """A KFP step's pod as Argo makes it: the step's `main` beside Argo's `wait`, the
-    compiled package's settings on it, and KFP's and Kubernetes' own volumes."""
-    c = kubernetes.client
-    secret_env = [
-        c.V1EnvVar(
-            name=name,
-            value_from=c.V1EnvVarSource(
-                secret_key_ref=c.V1SecretKeySelector(
-                    name=security.OBJECT_STORE_SECRET, key=name, optional=True
-                )
-            ),
-        )
-        for name in security.SECRET_ENV
-    ]
-    main = c.V1Container(
-        name="main",
-        image=IMAGE,
-        command=["/kfp-launcher/launch", "--copy", "/kfp-launcher/launch"],
-        env=[
-            c.V1EnvVar(name=choice.LAUNCHER_ENV, value=choice.KUBERNETES),
-            c.V1EnvVar(name="TMPDIR", value="/tmp"),
-            *secret_env,
-        ],
-        resources=c.V1ResourceRequirements(
-            requests={"cpu": "8", "memory": "30Gi", "nvidia.com/gpu": "2"},
-            limits={"nvidia.com/gpu": "2"},
-        ),
-        security_context=c.V1SecurityContext(
-            run_as_user=1000,
-            run_as_group=1000,
-            run_as_non_root=True,
-            allow_privilege_escalation=False,
-            capabilities=c.V1Capabilities(drop=["ALL"]),
-        ),
-        volume_mounts=[
-            c.V1VolumeMount(name="kfp-launcher", mount_path="/kfp-launcher"),
-            c.V1VolumeMount(name="imgpipe-tmp", mount_path="/tmp"),
-            c.V1VolumeMount(name="data", mount_path=mount_path),
-            c.V1VolumeMount(
-                name="kube-api-access-x",
-                mount_path="/var/run/secrets/kubernetes.io/serviceaccount",
-                read_only=True,
-            ),
-        ],
-    )
-    wait = c.V1Container(name="wait", image="quay.io/argoproj/argoexec:v3.4.17")
-    return c.V1Pod(
-        api_version="v1",
-        kind="Pod",
-        metadata=c.V1ObjectMeta(name=POD_NAME, namespace=NAMESPACE, uid=POD_UID),
-        spec=c.V1PodSpec(
-            containers=[wait, main],
-            service_account_name="imgpipe-runner",
-            node_selector={"cloud.google.com/gke-accelerator": "nvidia-l4"},
-            tolerations=[
-                c.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
-            ],
-            security_context=c.V1PodSecurityContext(
-                run_as_user=1000,
-                run_as_non_root=True,
-                seccomp_profile=c.V1SeccompProfile(type="RuntimeDefault"),
-            ),
-            volumes=[
-                c.V1Volume(name="kfp-launcher", empty_dir=c.V1EmptyDirVolumeSource()),
-                c.V1Volume(name="imgpipe-tmp", empty_dir=c.V1EmptyDirVolumeSource()),
-                c.V1Volume(
-                    name="data",
-                    persistent_volume_claim=c.V1PersistentVolumeClaimVolumeSource(claim_name=CLAIM),
-                ),
-                c.V1Volume(
-                    name="kube-api-access-x",
-                    projected=c.V1ProjectedVolumeSource(sources=[]),
-                ),
-            ],
-        ),
-        status=c.V1PodStatus(phase="Running"),
-    )
-
-
-def as_served(pod: kubernetes.client.V1Pod) -> dict:
-    return kubernetes.client.ApiClient().sanitize_for_serialization(pod)
 
 
 def undeclared(data, schema: dict, where: str = "") -> list[str]:
@@ -278,10 +198,10 @@ def test_a_pod_without_the_steps_container_is_named():
 def test_only_paths_on_an_object_store_or_the_claim_are_shared():
     mounts = step_pod_lib.shared_mounts(as_served(step_pod()))
     assert mounts == {"/mnt/imgpipe": CLAIM}
-    kubernetes_tfjob.check_shared(["s3://b/x", "gs://b/y", "/mnt/imgpipe/root/x"], mounts, 2)
+    kubernetes_jobs.check_shared(["s3://b/x", "gs://b/y", "/mnt/imgpipe/root/x"], mounts, 2)
     for path in ("/tmp/imgpipe-shards-1/x", "/mnt/imgpipe-other/x", "/s3/bucket/root"):
         with pytest.raises(kubernetes_replicas.KubernetesUnavailable) as e:
-            kubernetes_tfjob.check_shared(["s3://b/x", path], mounts, 2)
+            kubernetes_jobs.check_shared(["s3://b/x", path], mounts, 2)
         assert str(e.value).startswith(
             f"trainer.workers=2: {path} is on the Trainer pod's own disk"
         )
@@ -290,201 +210,11 @@ def test_only_paths_on_an_object_store_or_the_claim_are_shared():
 
 # --- the launcher, through the kubernetes client, against a fake API server ---------
 
-_TFJOBS = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/tfjobs(?:/([^/]+))?$")
-_PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(/log)?$")
-
-
-class FakeApiServer:
-    """The endpoints the launcher calls, over HTTP, with a scripted TFJob controller.
-
-    `script(polls)` -> (each replica's pod phase, its container's exit code or None,
-    the TFJob's condition or None), asked at every read of the TFJob; replica logs are
-    `logs[index]`. Every request is recorded as (api group, resource, verb).
-    """
-
-    def __init__(self, step: dict, script, logs: dict[int, str], status: dict | None = None):
-        self.step = step
-        self.script = script
-        self.logs = logs
-        self.refuse = status or {}  # (resource, verb) -> HTTP status
-        self.calls: list[tuple[str, str, str]] = []
-        self.jobs: dict[str, dict] = {}
-        self.deleted: list[str] = []
-        self.polls = 0
-        self.phases: list[tuple[str, int | None]] = []
-        self.failing_polls: set[int] = set()  # reads of the TFJob answered with a 500
-        self.pending_status: dict = {}  # merged into a Pending replica's status
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):  # noqa: N802 - http.server's name
-                server.handle(self, "GET")
-
-            def do_POST(self):  # noqa: N802
-                server.handle(self, "POST")
-
-            def do_DELETE(self):  # noqa: N802
-                server.handle(self, "DELETE")
-
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._http.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._http.server_address[1]}"
-
-    def client(self) -> kubernetes.client.ApiClient:
-        configuration = kubernetes.client.Configuration()
-        configuration.host = self.url
-        return kubernetes.client.ApiClient(configuration)
-
-    def close(self) -> None:
-        self._http.shutdown()
-        self._http.server_close()
-
-    def handle(self, request: BaseHTTPRequestHandler, method: str) -> None:
-        url = urllib.parse.urlparse(request.path)
-        query = urllib.parse.parse_qs(url.query)
-        length = int(request.headers.get("Content-Length") or 0)
-        body = json.loads(request.rfile.read(length)) if length else None
-        if match := _TFJOBS.match(url.path):
-            verb = {"POST": "create", "GET": "get", "DELETE": "delete"}[method]
-            self.calls.append(("kubeflow.org", "tfjobs", verb))
-            if ("tfjobs", verb) in self.refuse:
-                return _send(request, self.refuse[("tfjobs", verb)], {"kind": "Status"})
-            if verb == "create":
-                self.jobs[body["metadata"]["name"]] = body
-                return _send(request, 201, body)
-            name = match.group(2)
-            if verb == "delete":
-                self.deleted.append(name)
-                return _send(request, 200, {"kind": "Status", "status": "Success"})
-            self.polls += 1
-            if self.polls in self.failing_polls:
-                return _send(request, 500, {"kind": "Status", "reason": "InternalError"})
-            phases, condition = self.script(self.polls)
-            self.phases = phases
-            status = (
-                {
-                    "conditions": [
-                        {
-                            "type": condition,
-                            "status": "True",
-                            "message": f"TFJob {name} is {condition}",
-                        }
-                    ]
-                }
-                if condition
-                else {}
-            )
-            return _send(request, 200, {**self.jobs[name], "status": status})
-        match = _PODS.match(url.path)
-        assert match, url.path
-        if match.group(3):
-            self.calls.append(("", "pods/log", "get"))
-            index = int(match.group(2).rsplit("-", 1)[1])
-            return _send_text(request, self.logs.get(index, ""))
-        if match.group(2):
-            self.calls.append(("", "pods", "get"))
-            if ("pods", "get") in self.refuse:
-                return _send(request, self.refuse[("pods", "get")], {"kind": "Status"})
-            assert match.group(2) == POD_NAME
-            return _send(request, 200, self.step)
-        self.calls.append(("", "pods", "list"))
-        selector = query["labelSelector"][0]
-        name = selector.split("=", 1)[1]
-        return _send(request, 200, {"kind": "PodList", "items": self.replica_pods(name)})
-
-    def replica_pods(self, name: str) -> list[dict]:
-        pods = []
-        for index, (phase, code) in enumerate(self.phases):
-            state = (
-                {
-                    "terminated": {
-                        "exitCode": code,
-                        "reason": "OOMKilled" if code == 137 else "Error",
-                    }
-                }
-                if code is not None
-                else {"running": {}}
-            )
-            pods.append(
-                {
-                    "metadata": {
-                        "name": f"{name}-worker-{index}",
-                        "namespace": NAMESPACE,
-                        "labels": {
-                            tfjob_manifest.JOB_NAME_LABEL: name,
-                            tfjob_manifest.REPLICA_TYPE_LABEL: "worker",
-                            tfjob_manifest.REPLICA_INDEX_LABEL: str(index),
-                        },
-                    },
-                    "spec": {"containers": [{"name": tfjob_manifest.CONTAINER, "image": IMAGE}]},
-                    "status": {
-                        "phase": phase,
-                        "containerStatuses": [
-                            {
-                                "name": tfjob_manifest.CONTAINER,
-                                "ready": phase == "Running",
-                                "restartCount": 0,
-                                "image": IMAGE,
-                                "imageID": "",
-                                "state": state,
-                            }
-                        ],
-                        **(self.pending_status if phase == "Pending" else {}),
-                    },
-                }
-            )
-        return pods
-
-
-def _send(request, code: int, body: dict) -> None:
-    data = json.dumps(body).encode()
-    request.send_response(code)
-    request.send_header("Content-Type", "application/json")
-    request.send_header("Content-Length", str(len(data)))
-    request.end_headers()
-    request.wfile.write(data)
-
-
-def _send_text(request, text: str) -> None:
-    data = text.encode()
-    request.send_response(200)
-    request.send_header("Content-Type", "text/plain")
-    request.send_header("Content-Length", str(len(data)))
-    request.end_headers()
-    request.wfile.write(data)
-
 
 @pytest.fixture
 def in_step_pod(monkeypatch):
     monkeypatch.setenv(choice.POD_NAME_ENV, POD_NAME)
     monkeypatch.setenv(choice.POD_NAMESPACE_ENV, NAMESPACE)
-
-
-def run_launcher(
-    server: FakeApiServer, tmp_path, workers_count: int = 2, start_timeout_s: float = 60.0
-) -> str:
-    folder = str(tmp_path / "model_run" / ".workers-job")
-    launcher = kubernetes_tfjob.KubernetesWorkers(
-        server.client, poll_seconds=0.02, start_timeout_s=start_timeout_s
-    )
-    launcher.run(
-        {"the": "job"},
-        workers_count,
-        folder,
-        str(tmp_path / "model_run" / "workers"),
-        ["s3://b/train"],
-    )
-    return folder
-
-
-def served_step(tmp_path) -> dict:
-    return as_served(step_pod(mount_path=str(tmp_path)))
 
 
 def test_a_tfjob_that_succeeds_streams_the_chiefs_log_keeps_every_log_and_is_deleted(
@@ -588,8 +318,9 @@ def test_a_tfjob_the_operator_failed_is_reported_with_its_message(in_step_pod, t
         (
             ("tfjobs", "create"),
             404,
-            r"this cluster has no TFJob resource \(kubeflow.org/v1\); install the Kubeflow "
-            r"Training Operator v1.9, or set trainer.workers=1",
+            r"^cannot create TFJob imgpipe/imgpipe-train-\w+: this cluster has no TFJob "
+            r"resource \(kubeflow.org/v1\); install the Kubeflow Training Operator v1.9, or "
+            r"set trainer.launcher=jobset on a cluster with JobSet, or trainer.workers=1$",
         ),
         (
             ("tfjobs", "create"),
@@ -622,17 +353,17 @@ def test_outside_a_pod_the_kubernetes_launcher_names_the_setting_and_the_fix(mon
         kubernetes_replicas.KubernetesUnavailable,
         match=r"needs the Trainer pod's name and namespace in IMGPIPE_POD_NAME",
     ):
-        kubernetes_tfjob.KubernetesWorkers().run({}, 2, str(tmp_path), str(tmp_path))
+        kubernetes_jobs.KubernetesJobs().run({}, 2, str(tmp_path), str(tmp_path))
     monkeypatch.setenv(choice.POD_NAME_ENV, POD_NAME)
     monkeypatch.setenv(choice.POD_NAMESPACE_ENV, NAMESPACE)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(
         kubernetes_replicas.KubernetesUnavailable,
-        match=r"^IMGPIPE_TRAINER_LAUNCHER=kubernetes creates a TFJob from the Trainer's pod, "
-        r"and this process is not in a Kubernetes pod .*; run the compiled package on "
-        r"Kubeflow, or set trainer.workers=1",
+        match=r"^IMGPIPE_TRAINER_LAUNCHER=kubernetes creates a TFJob or a JobSet from the "
+        r"Trainer's pod, and this process is not in a Kubernetes pod .*; run the compiled "
+        r"package on Kubeflow, or set trainer.workers=1",
     ):
-        kubernetes_tfjob.KubernetesWorkers().run({}, 2, str(tmp_path), str(tmp_path))
+        kubernetes_jobs.KubernetesJobs("jobset").run({}, 2, str(tmp_path), str(tmp_path))
 
 
 def test_an_unknown_launcher_is_refused_naming_the_variable(monkeypatch):
@@ -642,32 +373,25 @@ def test_an_unknown_launcher_is_refused_naming_the_variable(monkeypatch):
         match=r"IMGPIPE_TRAINER_LAUNCHER='slurm' names no launcher .* use one of "
         "processes, kubernetes",
     ):
-        launchers.launcher(lambda: [])
+        launchers.launcher(lambda: [], "tfjob")
     monkeypatch.setenv(choice.LAUNCHER_ENV, choice.KUBERNETES)
-    assert isinstance(launchers.launcher(lambda: []), kubernetes_tfjob.KubernetesWorkers)
+    for kind in ("tfjob", "jobset"):
+        launcher = launchers.launcher(lambda: [], kind)
+        assert isinstance(launcher, kubernetes_jobs.KubernetesJobs)
+        assert launcher._kind is kubernetes_jobs.KINDS[kind]
+    # The kind of job, refused in one line naming the two (trainer.launcher's check
+    # refuses it first, when the config is loaded).
+    with pytest.raises(
+        ValueError, match=r"^trainer.launcher 'slurm' is unknown; choose one of tfjob, jobset$"
+    ):
+        launchers.launcher(lambda: [], "slurm")
     monkeypatch.delenv(choice.LAUNCHER_ENV)
-    assert launchers.launcher(lambda: ["0", "1"]) == local_processes.LocalProcesses(["0", "1"])
+    assert launchers.launcher(lambda: ["0", "1"], "tfjob") == local_processes.LocalProcesses(
+        ["0", "1"]
+    )
 
 
 # --- the Role ------------------------------------------------------------------------
-
-
-def role_rules() -> list[dict]:
-    with open(os.path.join(K8S_DIR, "rbac.yaml")) as f:
-        (role,) = [d for d in yaml.safe_load_all(f) if d and d["kind"] == "Role"]
-    return role["rules"]
-
-
-def assert_calls_are_granted(calls) -> None:
-    granted = {
-        (group, resource, verb)
-        for rule in role_rules()
-        if "resourceNames" not in rule
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-    assert set(calls) <= granted, set(calls) - granted
 
 
 def test_the_role_grants_the_trainer_exactly_the_calls_it_makes():
@@ -678,8 +402,8 @@ def test_the_role_grants_the_trainer_exactly_the_calls_it_makes():
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
-    # The TFJob launcher's rules, and the JobSet's (tests/test_kubeflow_jobset.py).
-    assert unnamed == {**kubernetes_tfjob.API_RULES, **jobset.API_RULES}
+    # The launcher's rules for either kind of job (tests/test_kubeflow_jobset.py).
+    assert unnamed == kubernetes_jobs.API_RULES
     # No update, patch, watch, deletecollection; nothing on pods but reading them.
     assert all(verbs <= {"create", "get", "list", "delete"} for verbs in unnamed.values())
     assert unnamed[("", "pods")] == {"get", "list"}
@@ -779,3 +503,21 @@ def test_an_api_server_that_fails_a_few_polls_does_not_fail_the_training(in_step
     finally:
         server.close()
     assert server.polls >= 8 and len(server.deleted) == 1
+
+
+def test_an_api_server_gone_past_the_outage_bound_fails_in_one_line(in_step_pod, tmp_path):
+    server = FakeApiServer(
+        served_step(tmp_path), lambda polls: ([("Running", None), ("Running", None)], None), {}
+    )
+    server.api_gone_after = 4
+    try:
+        with pytest.raises(replicas.WorkersFailed) as e:
+            run_launcher(server, tmp_path, api_outage_s=0.3)
+    finally:
+        server.close()
+    (name,) = server.jobs
+    assert str(e.value).startswith(
+        f"the Kubernetes API has not answered the Trainer about TFJob {NAMESPACE}/{name} for "
+        "0 s (503 Service Unavailable); nothing was exported"
+    )
+    assert "\n" not in str(e.value) and server.polls == 4

@@ -43,6 +43,7 @@ class ImageTrainer(Trainer):
         champion: types.BaseChannel | None = None,
         epochs: int | data_types.RuntimeParameter | None = None,
         spans: int | data_types.RuntimeParameter | None = None,
+        launcher: str | data_types.RuntimeParameter | None = None,
         train_split: str = TRAIN_SPLIT,
         eval_split: str = EVAL_SPLIT,
     ):
@@ -56,6 +57,8 @@ class ImageTrainer(Trainer):
           champion: the ChampionResolver's `champion`, for config.warm_start.
           epochs: overrides config.epochs (a Kubeflow runtime parameter).
           spans: overrides config.spans, the window of spans (the same).
+          launcher: overrides config.launcher, what the step launches its workers as
+            on Kubeflow (the same).
           train_split: the split trained on.
           eval_split: the split validated on during training.
 
@@ -79,6 +82,7 @@ class ImageTrainer(Trainer):
                     ),
                     spec.EPOCHS_KEY: epochs,
                     spec.SPANS_KEY: spans,
+                    spec.LAUNCHER_KEY: launcher,
                     spec.CHAMPION_KEY: champion,
                     spec.RUN_FN_KEY: run_fn,
                     spec.CUSTOM_CONFIG_KEY: json_utils.dumps(to_custom_config(config)),

@@ -247,11 +247,7 @@ class TrainerConfig:
                 f"workers must be 1 (train in the Trainer's process) or more (worker "
                 f"processes that train together), got {self.workers}; set trainer.workers=1"
             )
-        if self.launcher not in CLUSTER_LAUNCHERS:
-            raise ValueError(
-                f"launcher {printable.shown(self.launcher)} is unknown; choose one of "
-                f"{', '.join(CLUSTER_LAUNCHERS)}"
-            )
+        checked_launcher(self.launcher)
         if self.mixed_precision not in (PRECISION_AUTO, PRECISION_ON, PRECISION_OFF):
             raise ValueError(
                 f"mixed_precision must be auto, on or off, got {self.mixed_precision!r}"
@@ -315,6 +311,20 @@ class TrainerConfig:
         size = self.resolved().image_size
         assert size is not None
         return size
+
+
+def checked_launcher(launcher: str) -> str:
+    """`launcher`, if it names one of CLUSTER_LAUNCHERS.
+
+    Raises:
+      ValueError: it does not, in one line naming them.
+    """
+    if launcher not in CLUSTER_LAUNCHERS:
+        raise ValueError(
+            f"launcher {printable.shown(launcher)} is unknown; choose one of "
+            f"{', '.join(CLUSTER_LAUNCHERS)}"
+        )
+    return launcher
 
 
 def to_custom_config(config: TrainerConfig) -> dict[str, Any]:

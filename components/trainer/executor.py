@@ -20,8 +20,8 @@ from imgpipe.components.trainer import spec
 class Executor(trainer_executor.GenericExecutor):
     """TFX's Trainer keys plus the optional inputs `image_statistics` and `champion`,
     whose URIs run_fn gets as fn_args.custom_config["image_statistics_uri"] and
-    ["champion_uri"], the Examples' span as ["span"], and the parameters `epochs` and
-    `spans` (override custom_config's). While it trains, the Trainer holds the run's
+    ["champion_uri"], the Examples' span as ["span"], and the parameters `epochs`,
+    `spans` and `launcher` (override custom_config's). While it trains, the Trainer holds the run's
     serving lease (a failure gives it back)."""
 
     @disk_full.explained("Trainer", disk_full.first_output)
@@ -62,6 +62,8 @@ def run_fn_settings(
         settings["epochs"] = int(exec_properties[spec.EPOCHS_KEY])
     if exec_properties.get(spec.SPANS_KEY) is not None:
         settings["spans"] = int(exec_properties[spec.SPANS_KEY])
+    if exec_properties.get(spec.LAUNCHER_KEY):
+        settings["launcher"] = config_lib.checked_launcher(str(exec_properties[spec.LAUNCHER_KEY]))
     span = span_of(artifact_utils.get_single_instance(input_dict[spec.EXAMPLES_KEY]))
     if span is not None:
         settings[config_lib.SPAN_KEY] = span

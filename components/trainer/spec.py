@@ -20,19 +20,21 @@ EVAL_ARGS_KEY = standard_component_specs.EVAL_ARGS_KEY
 RUN_FN_KEY = standard_component_specs.RUN_FN_KEY
 CUSTOM_CONFIG_KEY = standard_component_specs.CUSTOM_CONFIG_KEY
 # Separate from custom_config so that a Kubeflow run can set them (a runtime parameter
-# is a whole execution property): epochs and spans override the config's.
+# is a whole execution property): epochs, spans and launcher override the config's.
 EPOCHS_KEY = "epochs"
 SPANS_KEY = "spans"
+LAUNCHER_KEY = "launcher"
 
 
 class ImageTrainerSpec(standard_component_specs.TrainerSpec):
     """TrainerSpec with the ImageStatistics and ServedChampion artifacts as optional
-    inputs, and the epochs as a parameter."""
+    inputs, and the epochs, the spans and the launcher as parameters."""
 
     PARAMETERS = {
         **standard_component_specs.TrainerSpec.PARAMETERS,
         EPOCHS_KEY: component_spec.ExecutionParameter(type=int, optional=True),
         SPANS_KEY: component_spec.ExecutionParameter(type=int, optional=True),
+        LAUNCHER_KEY: component_spec.ExecutionParameter(type=str, optional=True),
     }
     INPUTS = {
         **standard_component_specs.TrainerSpec.INPUTS,

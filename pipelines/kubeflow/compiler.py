@@ -133,7 +133,6 @@ def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
     """
     refuse_credentials(config.beam_args)
     refuse_unshared_workers(config)
-    refuse_unwired_launcher(config)
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as v2
 
     components = pl.create_components(config, parameterized=True)
@@ -188,31 +187,16 @@ def refuse_unshared_workers(config: PipelineConfig) -> None:
     if config.trainer.workers > 1 and config.kubeflow.artifact_io == MODE_LOCAL:
         raise ValueError(
             f"trainer.workers={config.trainer.workers} with kubeflow.artifact_io: "
-            f"{MODE_LOCAL}: the Trainer's TFJob workers cannot see the pod's local artifact "
-            f"copies; set kubeflow.artifact_io to {MODE_AUTO} or {MODE_DIRECT}, or "
+            f"{MODE_LOCAL}: the Trainer's TFJob or JobSet workers cannot see the pod's local "
+            f"artifact copies; set kubeflow.artifact_io to {MODE_AUTO} or {MODE_DIRECT}, or "
             "trainer.workers=1"
-        )
-
-
-def refuse_unwired_launcher(config: PipelineConfig) -> None:
-    """Raises ValueError for trainer.launcher: jobset with trainer.workers > 1 while the
-    Trainer step still launches TFJobs only: its manifest, its TF_CONFIG, its Role and
-    this package are ready, its launcher's follow loop is not (issue 42, phase 2, which
-    removes this check). Refused here rather than run as a TFJob the config did not ask
-    for."""
-    # The trainer's config.JOBSET_LAUNCHER, which its front door does not export.
-    if config.trainer.workers > 1 and config.trainer.launcher == "jobset":
-        raise ValueError(
-            "trainer.launcher: jobset: the Trainer step cannot launch a JobSet "
-            "yet, only a TFJob (issue 42); set trainer.launcher=tfjob on a cluster with the "
-            "Kubeflow Training Operator v1, or trainer.workers=1"
         )
 
 
 def trainer_env(config: PipelineConfig) -> dict[str, str]:
     """The Trainer step's own environment: with trainer.workers > 1, its workers run as
     a TFJob or a JobSet (trainer.launcher; components/trainer/several_workers/
-    kubernetes_tfjob.py) that reads and writes the artifacts through their URIs (artifact
+    kubernetes_jobs.py) that reads and writes the artifacts through their URIs (artifact
     I/O direct), and names the Kueue queue kubeflow.queue_name, if any."""
     if config.trainer.workers <= 1:
         return {}

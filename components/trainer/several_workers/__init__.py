@@ -1,7 +1,7 @@
 """Training on several workers (trainer.workers > 1; docs/distributed-training.md): the
-launch of the workers, processes of this machine (local_processes.py), a TFJob of the
-Trainer pod's cluster (kubernetes_tfjob.py) or containers on this machine's Docker
-engine (docker_containers.py), and what each worker runs (worker.py, job.py).
+launch of the workers, processes of this machine (local_processes.py), a TFJob or a
+JobSet of the Trainer pod's cluster (kubernetes_jobs.py) or containers on this machine's
+Docker engine (docker_containers.py), and what each worker runs (worker.py, job.py).
 
 The public names, loaded on first use without TensorFlow: those the compiled Kubeflow
 package and the Trainer's pod agree on (choice.py), which pipelines/kubeflow writes:

@@ -15,7 +15,7 @@ import os
 LAUNCHER_ENV = "IMGPIPE_TRAINER_LAUNCHER"
 # Worker processes of the Trainer's own machine (local_processes.py).
 PROCESSES = "processes"
-# A Training Operator TFJob of the Trainer's own cluster (kubernetes_tfjob.py).
+# A TFJob or a JobSet of the Trainer's own cluster (trainer.launcher; kubernetes_jobs.py).
 KUBERNETES = "kubernetes"
 # Containers of the Trainer's own image on this machine's Docker engine, which the
 # Trainer's container reaches through the engine's socket (docker_containers.py): the

@@ -2,7 +2,7 @@
 image on this machine's Docker engine (choice.DOCKER): what `imgpipe kfp run-local`
 runs in place of a TFJob, whose controller this launcher stands in for. A local check
 of the multi-worker path in containers only; on a cluster the TFJob runs
-(kubernetes_tfjob.py).
+(kubernetes_jobs.py).
 
 The Trainer's container reaches the engine through its socket (choice.DOCKER_SOCKET,
 which run-local mounts into the Trainer's container alone), reads its own container,

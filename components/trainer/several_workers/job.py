@@ -82,8 +82,8 @@ def train_on_workers(
     inputs: model_input.ModelInput,
 ) -> None:
     """Trains on config.workers workers, which the launcher choice.py names starts
-    (launchers.py: processes of this machine, a TFJob of the Trainer pod's cluster, or
-    containers on this machine's Docker engine), the chief exporting into the model
+    (launchers.py: processes of this machine, a TFJob or a JobSet of the Trainer pod's
+    cluster, or containers on this machine's Docker engine), the chief exporting into the model
     artifact's work folder, which is published only once every worker has finished;
     then writes the run summary, and removes the backups.
 
@@ -106,7 +106,7 @@ def train_on_workers(
             local_processes.visible_gpu_ids(len(physical)), config.num_gpus, config.workers
         )
 
-    launcher = launchers.launcher(local_gpus)
+    launcher = launchers.launcher(local_gpus, config.launcher)
     per_worker = config
     if launcher.shares_machine:
         per_worker = dataclasses.replace(

@@ -2,7 +2,8 @@
 interface, three launchers, chosen by choice.LAUNCHER_ENV (which a compiled Kubeflow
 package, or `imgpipe kfp run-local`, sets on its Trainer step):
 - worker processes of this machine (local_processes.py), the default;
-- a TFJob of the Trainer pod's cluster (kubernetes_tfjob.py);
+- a TFJob or a JobSet of the Trainer pod's cluster, as trainer.launcher says
+  (kubernetes_jobs.py);
 - containers of the Trainer's image on this machine's Docker engine (docker_containers.py).
 """
 
@@ -36,17 +37,19 @@ class Launcher(Protocol):
         """
 
 
-def launcher(gpus: Callable[[], Sequence[str]]) -> Launcher:
-    """The launcher choice.LAUNCHER_ENV names; `gpus` gives local processes' GPUs.
+def launcher(gpus: Callable[[], Sequence[str]], kind: str) -> Launcher:
+    """The launcher choice.LAUNCHER_ENV names; `gpus` gives local processes' GPUs, `kind`
+    the kind of job of the Kubernetes launcher (trainer.launcher: tfjob or jobset).
 
     Raises:
-      ValueError: an unknown launcher, or GPUs that do not divide among the workers.
+      ValueError: an unknown launcher or kind, or GPUs that do not divide among the
+        workers.
     """
     name = choice.launcher_name()
     if name == choice.KUBERNETES:
-        from imgpipe.components.trainer.several_workers import kubernetes_tfjob
+        from imgpipe.components.trainer.several_workers import kubernetes_jobs
 
-        return kubernetes_tfjob.KubernetesWorkers()
+        return kubernetes_jobs.KubernetesJobs(kind)
     if name == choice.DOCKER:
         from imgpipe.components.trainer.several_workers import docker_containers
 

@@ -1,8 +1,8 @@
 """What every launcher of a training's worker replicas shares (launchers.py): the job's
 folder, which each replica reads (save_job, load_job); where each replica's log goes;
 the one line that names a failed replica (raise_failed); and, for the launchers whose
-replicas do not share the Trainer's disk (a TFJob, kubernetes_tfjob.py; containers,
-docker_containers.py), the check that every path the replicas use is one they can see,
+replicas do not share the Trainer's disk (a TFJob or a JobSet, kubernetes_jobs.py;
+containers, docker_containers.py), the check that every path the replicas use is one they can see,
 the chief's log streamed into the Trainer's, and each replica's log kept in the
 model_run artifact.
 """

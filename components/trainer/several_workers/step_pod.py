@@ -21,7 +21,8 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from imgpipe.components.trainer.several_workers import choice
+from imgpipe.components.common.runtime import kueue
+from imgpipe.components.trainer.several_workers import choice, indexed_tf_config
 
 # Argo's name for a KFP step's own container (beside its `wait` sidecar).
 STEP_CONTAINER = "main"
@@ -39,6 +40,16 @@ TERMINATION_GRACE_PERIOD_S = 60
 # Volume kinds a replica can mount as the step does: a shared claim, and emptyDirs
 # (/tmp). Others (the service account token, KFP's own) are the step's alone.
 CARRIED_VOLUMES = ("persistentVolumeClaim", "emptyDir")
+# The step's variables a replica does not inherit: the launcher and the queue are the
+# step's own choices, and each replica's place among the workers is its job's to give.
+NOT_INHERITED_ENV = frozenset(
+    {
+        choice.LAUNCHER_ENV,
+        kueue.QUEUE_ENV,
+        indexed_tf_config.TF_CONFIG,
+        indexed_tf_config.ADDRESSES_ENV,
+    }
+)
 
 
 def job_name(pod_uid: str) -> str:
@@ -103,7 +114,7 @@ def replica_template(
         "image": main["image"],
         "imagePullPolicy": main.get("imagePullPolicy"),
         "command": [*choice.WORKER_COMMAND, job_folder],
-        "env": [e for e in main.get("env") or [] if e["name"] != choice.LAUNCHER_ENV] or None,
+        "env": [e for e in main.get("env") or [] if e["name"] not in NOT_INHERITED_ENV] or None,
         "envFrom": main.get("envFrom"),
         "resources": main.get("resources"),
         "securityContext": main.get("securityContext"),

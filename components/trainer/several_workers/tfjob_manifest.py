@@ -28,6 +28,19 @@ REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 
 
+def replica_template(pod: Mapping[str, Any], job_folder: str) -> dict[str, Any]:
+    """Each replica's pod template (step_pod.replica_template), its container and port
+    named as the operator looks for them; the JobSet's pods are made from it too
+    (jobset_manifest.py).
+
+    Raises:
+      ValueError: the pod has no step container (step_pod.step_container).
+    """
+    return step_pod.replica_template(
+        pod, job_folder, CONTAINER, [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}]
+    )
+
+
 def manifest(pod: Mapping[str, Any], workers: int, job_folder: str) -> dict[str, Any]:
     """The TFJob of `workers` replicas that train the job in `job_folder`, made from the
     step's `pod` (camelCase, as the API serves it).
@@ -36,12 +49,7 @@ def manifest(pod: Mapping[str, Any], workers: int, job_folder: str) -> dict[str,
       ValueError: the pod has no step container (step_pod.step_container).
     """
     metadata = pod["metadata"]
-    template = step_pod.replica_template(
-        pod,
-        job_folder,
-        CONTAINER,
-        [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
-    )
+    template = replica_template(pod, job_folder)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,

@@ -1,7 +1,8 @@
 """`python -m imgpipe.components.trainer.several_workers.worker FOLDER`: one worker
 process of a training on several workers. Each launcher starts one per worker (a
-process of this machine, a TFJob's pod, a container), with TF_CONFIG saying which one
-it is, and FOLDER holding the job (job.WorkerJob) the Trainer's process prepared.
+process of this machine, a TFJob's or a JobSet's pod, a container), with TF_CONFIG
+saying which one it is (or a JobSet pod's index, indexed_tf_config.py), and FOLDER
+holding the job (job.WorkerJob) the Trainer's process prepared.
 
 It joins the others first (cluster.connect: before anything else runs TensorFlow here),
 then trains its part (job.train_worker). A failure ends it with one line after
@@ -16,7 +17,7 @@ import traceback
 
 from absl import logging
 
-from imgpipe.components.trainer.several_workers import choice, cluster, replicas
+from imgpipe.components.trainer.several_workers import choice, cluster, indexed_tf_config, replicas
 from imgpipe.components.trainer.several_workers import job as job_lib
 
 
@@ -24,7 +25,8 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(f"usage: python -m {choice.WORKER_MODULE} JOB_FOLDER", file=sys.stderr)
         return 2
-    member = cluster.from_tf_config(os.environ.get(cluster.TF_CONFIG, ""))
+    # Its own TF_CONFIG, or one made from its index among the JobSet's addresses.
+    member = cluster.from_tf_config(indexed_tf_config.tf_config_from_env(os.environ) or "")
     job = replicas.load_job(argv[1])
     if not isinstance(job, job_lib.WorkerJob):
         raise ValueError(f"{argv[1]} holds no trainer job: {type(job).__name__}")

@@ -1,9 +1,10 @@
-"""TF_CONFIG for a worker that runs as one pod of an Indexed Job (the JobSet's; jobset.py).
+"""TF_CONFIG for a worker that runs as one pod of an Indexed Job (the JobSet's;
+jobset_manifest.py).
 
 A TFJob's operator writes each replica's TF_CONFIG, and the Trainer writes each worker
 process's and container's. A JobSet sets nothing of the kind: its pods share one
 template. So the template carries what every worker shares, the address of each worker
-in index order (ADDRESSES_ENV, written by jobset.manifest from the pods' stable host
+in index order (ADDRESSES_ENV, written by jobset_manifest.manifest from the pods' stable host
 names), and Kubernetes gives each pod its own index (INDEX_ENV, JOB_COMPLETION_INDEX,
 set in every pod of an Indexed Job). The worker's entrypoint makes its TF_CONFIG from
 the two (`tf_config_from_env`) before TensorFlow starts.

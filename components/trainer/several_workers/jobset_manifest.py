@@ -1,7 +1,7 @@
 """The JobSet (jobset.x-k8s.io/v1alpha2, JobSet v0.12) that trains on several workers from
 a Kubeflow Trainer step with trainer.launcher: jobset: the TFJob's workers
-(several_workers/tfjob_manifest.py), made the same way from the step's own pod
-(several_workers/step_pod.py), as one Indexed Job that JobSet runs.
+(tfjob_manifest.py), made the same way from the step's own pod (step_pod.py), as one
+Indexed Job that JobSet runs (kubernetes_jobset.py launches it).
 
 What a TFJob's operator does for its replicas, the manifest asks of JobSet and of
 Kubernetes' Job controller:
@@ -11,9 +11,9 @@ Kubernetes' Job controller:
   after the JobSet, and every pod is `<jobset>-worker-0-<index>.<jobset>` on it (its
   address resolves before the pod is ready: publishNotReadyAddresses);
 - TF_CONFIG: the pod template lists every worker's address (worker_addresses, in
-  indexed_workers.ADDRESSES_ENV) and Kubernetes gives each pod its index
+  indexed_tf_config.ADDRESSES_ENV) and Kubernetes gives each pod its index
   (JOB_COMPLETION_INDEX); the worker's entrypoint makes its TF_CONFIG from the two
-  (indexed_workers.tf_config_from_env);
+  (indexed_tf_config.tf_config_from_env, in worker.py);
 - the policies: a failed pod fails its Job (backoffLimit 0), a failed Job the JobSet
   (failurePolicy maxRestarts 0: the Trainer's rerun resumes from the backups), and the
   JobSet succeeds when every worker has exited 0 (successPolicy All).
@@ -30,13 +30,10 @@ Pure: a dict in (the pod, as the API returns it), a dict out.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
-from imgpipe.components.common.runtime import kueue
-from imgpipe.components.trainer import indexed_workers
-from imgpipe.components.trainer.several_workers import step_pod, tfjob_manifest
+from imgpipe.components.trainer.several_workers import indexed_tf_config, step_pod, tfjob_manifest
 
 GROUP = "jobset.x-k8s.io"
 VERSION = "v1alpha2"
@@ -53,14 +50,6 @@ PORT_NAME = "tf-worker"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-# The step's variables a worker pod does not inherit: the launcher's choices are the
-# step's own (step_pod.replica_template already leaves out choice.LAUNCHER_ENV).
-NOT_INHERITED_ENV = (kueue.QUEUE_ENV, indexed_workers.TF_CONFIG, indexed_workers.ADDRESSES_ENV)
-# The API calls the launcher makes on JobSets, as RBAC rules (api group, resource) ->
-# verbs; it reads pods and their logs as for a TFJob (kubernetes_tfjob.API_RULES).
-API_RULES: dict[tuple[str, str], frozenset[str]] = {
-    (GROUP, PLURAL): frozenset({"create", "get", "delete"}),
-}
 
 
 def job_name(pod_uid: str) -> str:
@@ -84,18 +73,17 @@ def manifest(pod: Mapping[str, Any], workers: int, job_folder: str) -> dict[str,
       ValueError: the pod has no step container (step_pod.step_container).
     """
     # The replicas' pod template is the TFJob's, so both launchers run the same pods.
-    replica = tfjob_manifest.manifest(pod, workers, job_folder)
-    replica_spec = replica["spec"]["tfReplicaSpecs"][tfjob_manifest.REPLICA_TYPE]
-    template = copy.deepcopy(replica_spec["template"])
-    metadata = replica["metadata"]
-    name = metadata["name"]
+    template = tfjob_manifest.replica_template(pod, job_folder)
+    metadata = pod["metadata"]
+    name = job_name(metadata["uid"])
     spec = template["spec"]
     spec["restartPolicy"] = "Never"  # a Job's pods' own (the TFJob's is the replica's)
     (container,) = spec["containers"]
     container["ports"] = [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}]
+    addresses = ",".join(worker_addresses(name, workers))
     container["env"] = [
-        *(e for e in container.get("env") or [] if e["name"] not in NOT_INHERITED_ENV),
-        {"name": indexed_workers.ADDRESSES_ENV, "value": ",".join(worker_addresses(name, workers))},
+        *(container.get("env") or []),
+        {"name": indexed_tf_config.ADDRESSES_ENV, "value": addresses},
     ]
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -103,10 +91,10 @@ def manifest(pod: Mapping[str, Any], workers: int, job_folder: str) -> dict[str,
         "metadata": {
             "name": name,
             "namespace": metadata["namespace"],
-            "labels": dict(metadata["labels"]),
+            "labels": dict(template["metadata"]["labels"]),
             # The step's pod, as the TFJob's; not its `controller`: Kueue would count a
             # JobSet whose controller is a pod it manages as part of that pod's workload.
-            "ownerReferences": copy.deepcopy(metadata["ownerReferences"]),
+            "ownerReferences": step_pod.owner_references(pod),
         },
         "spec": {
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
