@@ -21,7 +21,12 @@ import pytest
 from imgpipe.pipelines import images
 
 IMAGE_ENV = "IMGPIPE_TEST_IMAGE"
-ENGINE_TIMEOUT_S = 20
+# The engine's answer to a ping, which decides whether the tier runs or is skipped
+# (loudly): measured busy, the heaviest docker command (`run --detach`) under 4 s.
+ENGINE_TIMEOUT_S = 60
+# One call to the engine (the client's timeout), and the run of one container of the
+# tier's checks (the image's facts, `pip check`, an import probe): measured busy, under
+# 4 s for a call and 1-34 s for a check.
 RUN_TIMEOUT_S = 300
 
 

@@ -43,7 +43,15 @@ SHARED_PARENT = "/tmp"
 # Generous: on this shared 2-core machine under load, start-up took 180 s; the wait ends at
 # once when a container exits.
 STARTUP_TIMEOUT_SECONDS = 600.0
+# One docker client command (version, inspect, ps, logs, exec of a probe, run --detach,
+# pause, kill, rm): measured busy, under 0.2 s for a query, up to 3.7 s for a `run`.
 DOCKER_TIMEOUT_SECONDS = 120.0
+# One request to the JobManager's REST API, from the readiness poll (which retries it) or
+# from a test (which does not): measured busy, 0.01-0.15 s (`imgpipe engine flink`'s).
+REST_TIMEOUT_SECONDS = 60.0
+# One gRPC handshake with the job server in the readiness poll, which retries it until
+# STARTUP_TIMEOUT_SECONDS: short, so that a server not yet there is asked again soon.
+_HANDSHAKE_SECONDS = 2.0
 _POLL_SECONDS = 0.5
 _LOG_TAIL_LINES = 20
 
@@ -75,11 +83,11 @@ def engine_problem() -> str | None:
             ["docker", "version", "--format", "{{.Server.Version}}"],
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=DOCKER_TIMEOUT_SECONDS,
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return "the Docker engine did not answer in 30 s"
+        return f"the Docker engine did not answer in {DOCKER_TIMEOUT_SECONDS:.0f} s"
     if result.returncode != 0:
         lines = result.stderr.strip().splitlines() or ["(no error text)"]
         return f"no Docker engine answers: {lines[-1]}"
@@ -87,7 +95,7 @@ def engine_problem() -> str | None:
 
 
 def image_exists(image: str) -> bool:
-    return docker("image", "inspect", image, check=False, timeout=30) != ""
+    return docker("image", "inspect", image, check=False) != ""
 
 
 @dataclass(frozen=True)
@@ -108,7 +116,9 @@ class ContainerCluster:
 
     def rest(self, path: str) -> dict:
         """GET the JobManager's REST API at `path` (e.g. "/overview")."""
-        with urllib.request.urlopen(f"{self.rest_url}{path}", timeout=5) as response:
+        with urllib.request.urlopen(
+            f"{self.rest_url}{path}", timeout=REST_TIMEOUT_SECONDS
+        ) as response:
             return json.loads(response.read())
 
     def overview(self) -> dict:
@@ -129,7 +139,7 @@ class ContainerCluster:
             ["docker", "logs", "--tail", str(_LOG_TAIL_LINES), container],
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=DOCKER_TIMEOUT_SECONDS,
             check=False,
         )
         return (result.stdout + result.stderr).strip()
@@ -226,7 +236,7 @@ def _job_server_ready(port: int) -> bool:
 
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
-        grpc.channel_ready_future(channel).result(timeout=2)
+        grpc.channel_ready_future(channel).result(timeout=_HANDSHAKE_SECONDS)
     except grpc.FutureTimeoutError:
         return False
     finally:
@@ -241,7 +251,7 @@ def _worker_pool_ready(taskmanager: str) -> bool:
         subprocess.run(
             ["docker", "exec", taskmanager, "bash", "-c", probe],
             capture_output=True,
-            timeout=30,
+            timeout=DOCKER_TIMEOUT_SECONDS,
             check=False,
         ).returncode
         == 0

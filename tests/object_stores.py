@@ -19,7 +19,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 HOST = "127.0.0.1"
+# From the emulator's start to its port answering (moto's server, the GCS emulator):
+# measured busy, 0.2-1.3 s.
 START_TIMEOUT_S = 60.0
+# A stopped emulator's exit after SIGTERM, before SIGKILL ends it (no failure either way).
+STOP_WAIT_S = 10.0
 BUCKET = "imgpipe-test"
 
 
@@ -66,7 +70,7 @@ def _process(argv: list[str], port: int, name: str) -> Iterator[None]:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:
-            process.wait(10)
+            process.wait(STOP_WAIT_S)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()

@@ -12,7 +12,7 @@ import zipfile
 import pytest
 import tomllib
 
-from tests import import_graph
+from tests import import_graph, waiting
 
 pytestmark = pytest.mark.unit
 
@@ -175,7 +175,7 @@ def test_each_component_package_is_its_own_front_door_and_loads_tfx_only_when_as
         "print('resolved')\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=waiting.COMMAND_S
     )
     assert result.stdout.split() == ["[]", "True", "resolved"], result.stderr
 

@@ -18,7 +18,7 @@ import yaml
 
 from imgpipe.pipelines import cli
 from imgpipe.pipelines.cli import chatter, errors, temporary
-from tests import imagegen
+from tests import imagegen, waiting
 from tests.outputs import tree
 
 IN_PROCESS = ["--runner=DirectRunner", "--direct_num_workers=1"]
@@ -431,7 +431,7 @@ def test_a_real_process_prints_one_line_and_nothing_else(tmp_path):
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=waiting.COMMAND_S,
     )
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.splitlines() == [
@@ -473,7 +473,7 @@ def test_a_run_prints_its_summary_without_the_libraries_chatter_unless_verbose(t
             ],
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=waiting.JOB_S,
             env={**os.environ, "TMPDIR": str(temporary)},
         )
         assert result.returncode == 0, result.stderr
@@ -508,7 +508,7 @@ process_exit.end_process(0)  # as the imgpipe command ends
         [sys.executable, "-c", library],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=waiting.COMMAND_S,
         env={**os.environ, "TMPDIR": str(temporary)},
     )
     assert result.returncode == 0, result.stderr
@@ -530,14 +530,22 @@ class Freed:
         print("freed one by one")
 
 kept = Freed()
-threading.Thread(target=lambda: (time.sleep(0.2), print("thread finished"))).start()
+written = threading.Event()
+
+def late():
+    written.wait()  # after the main thread's write, however slow the machine
+    time.sleep(0.2)  # most likely still running as end_process starts: its join waits
+    print("thread finished")
+
+threading.Thread(target=late).start()
 atexit.register(print, "registered first, runs last")
 atexit.register(print, "registered last, runs first")
 sys.stdout.write("buffered; ")
+written.set()
 process_exit.end_process(7)
 """
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=waiting.COMMAND_S
     )
     assert (result.returncode, result.stderr) == (7, "")
     assert result.stdout.splitlines() == [
@@ -548,7 +556,7 @@ process_exit.end_process(7)
     # The same script left to Python's own exit frees the object: the check can fail.
     ordinary = script.replace("process_exit.end_process(7)", "sys.exit(7)")
     result = subprocess.run(
-        [sys.executable, "-c", ordinary], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", ordinary], capture_output=True, text=True, timeout=waiting.COMMAND_S
     )
     assert result.returncode == 7 and result.stdout.splitlines()[-1] == "freed one by one"
 
@@ -561,7 +569,7 @@ def test_the_command_keeps_pythons_exit_codes(tmp_path):
             cwd=tmp_path,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=waiting.COMMAND_S,
         )
         assert result.returncode == code, (argv, result.stderr)
         assert result.stdout if code == 0 else result.stderr.startswith("imgpipe: error: ")
@@ -603,7 +611,11 @@ def test_a_path_error_comes_before_tensorflow_and_beam_load(tmp_path, argv):
         "print(code, heavy)\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=waiting.COMMAND_S,
     )
     assert result.stdout.split("\n")[0] == "1 []", result.stderr
     assert "no such" in result.stderr or "does not exist" in result.stderr
@@ -810,7 +822,7 @@ def test_an_unwritable_pipeline_root_names_the_folder_and_the_fix_before_anythin
                 cwd=base,
                 capture_output=True,
                 text=True,
-                timeout=120,
+                timeout=waiting.COMMAND_S,
                 **user,
             )
     finally:

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tests import waiting
+
 pytestmark = pytest.mark.unit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,7 +26,7 @@ def test_without_an_engine_the_container_tier_is_skipped_loudly(tmp_path, worker
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=waiting.COMMAND_S,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     summary = result.stdout.splitlines()

@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from imgpipe.components.common.runtime import cpu
+from tests import waiting
 
 pytestmark = pytest.mark.unit
 
@@ -98,7 +99,7 @@ def test_a_real_cgroup_quota_caps_the_count():
         )
         with open(os.path.join(group, "cgroup.procs"), "w") as f:
             f.write(str(child.pid))
-        out, _ = child.communicate("go\n", timeout=60)
+        out, _ = child.communicate("go\n", timeout=waiting.COMMAND_S)
         assert out.strip() == "1"
     finally:
         os.rmdir(group)

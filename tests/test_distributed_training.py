@@ -37,7 +37,7 @@ from imgpipe.components.trainer.several_workers import (
 )
 from imgpipe.components.trainer.several_workers import job as job_lib
 from imgpipe.pipelines import run_summary
-from tests import procfs
+from tests import procfs, waiting
 from tests import trainer_helpers as th
 
 SIZE = 32
@@ -46,10 +46,13 @@ GLOBAL_BATCH = 16
 # the exported models differ by at most this (3 of the 30 eval images).
 ACCURACY_TOLERANCE = 0.10
 MIN_ACCURACY = 0.85
-# A worker killed mid-epoch fails the job within this many seconds (3 s measured here).
-FAILURE_BOUND_SECONDS = 60.0
-# A worker alone: its connect timeout, and how long past it it may take to end (the
-# TensorFlow import and the probe, on two busy cores).
+# A worker killed mid-epoch fails the job within this many seconds: the launcher notices
+# it within a poll (0.2 s), where the survivor alone would end only at its heartbeat
+# timeout. The product's promise, "at once"; measured busy, 0.6 s.
+FAILURE_BOUND_SECONDS = cluster.Timeouts().heartbeat_s
+# A worker alone: its connect timeout (nothing listens at its peer's address, so it
+# always runs out), and how long past it it may take to end: the TensorFlow import and
+# the probe. Measured busy: both ended 18 s after they started, 12 s past it.
 CONNECT_SECONDS = 6.0
 CONNECT_SLACK_SECONDS = 90.0
 
@@ -324,7 +327,7 @@ def test_a_worker_killed_mid_epoch_fails_the_job_and_the_rerun_resumes(data, tmp
 
     def kill_worker_1_after_a_backup() -> None:
         backups = os.path.join(out, "Trainer", resume.BACKUPS_DIR)
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + waiting.JOB_S
         while time.monotonic() < deadline:
             steps = [
                 int(name.split("-")[1])
@@ -345,7 +348,7 @@ def test_a_worker_killed_mid_epoch_fails_the_job_and_the_rerun_resumes(data, tmp
     with pytest.raises(replicas.WorkersFailed) as failed:
         task.run_fn(first)
     ended = time.monotonic()
-    killer.join(5)
+    killer.join(waiting.AT_ONCE_S)
     assert killed_at, "the workers ended before a backup of step 8"
     print(f"the job failed {ended - killed_at[0]:.1f} s after the kill: {failed.value}")
     assert ended - killed_at[0] < FAILURE_BOUND_SECONDS

@@ -23,6 +23,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from imgpipe.pipelines import images
+from tests import waiting
 
 pytestmark = pytest.mark.unit
 
@@ -159,7 +160,7 @@ def test_pin_base_images_rewrites_the_from_lines_to_what_the_tags_name(tmp_path)
             env={**os.environ, "IMGPIPE_REGISTRY_URL": f"http://127.0.0.1:{server.server_port}"},
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=waiting.COMMAND_S,
         )
 
     try:
@@ -368,7 +369,7 @@ def test_the_dockerfiles_compileall_writes_the_same_bytes_whatever_the_sources_t
             env={**os.environ, "PYTHONPYCACHEPREFIX": str(prefix)},
             check=True,
             capture_output=True,
-            timeout=300,
+            timeout=waiting.COMMAND_S,
         )
         trees.append({p.relative_to(prefix): p.read_bytes() for p in prefix.rglob("*.pyc")})
     assert len(trees[0]) == len(list(source.rglob("*.py"))) > 100

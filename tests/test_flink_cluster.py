@@ -13,7 +13,7 @@ import time
 import pytest
 
 from imgpipe.pipelines.engines import artifacts, flink, processes
-from tests import procfs
+from tests import procfs, stopping, waiting
 
 pytestmark = pytest.mark.engine
 
@@ -40,7 +40,9 @@ def test_an_error_inside_the_block_stops_the_processes(tmp_path):
     with pytest.raises(RuntimeError, match="the step failed"):
         with processes.supervised(str(tmp_path)) as supervisor:
             server = supervisor.start("sleeper", ["sh", "-c", "sleep 300 & sleep 300"])
-            supervisor.wait_until(lambda: len(procfs.group(server.process.pid)) >= 2, "two", 10)
+            supervisor.wait_until(
+                lambda: len(procfs.group(server.process.pid)) >= 2, "two", waiting.AT_ONCE_S
+            )
             raise RuntimeError("the step failed")
     assert procfs.group(server.process.pid) == []
 
@@ -69,13 +71,12 @@ def test_ctrl_c_stops_the_cluster_command_and_leaves_no_process(tmp_path):
         children = procfs.children(command.pid)
         assert len(children) == 4  # JobManager, TaskManager, job server, worker pool
         os.killpg(command.pid, signal.SIGINT)
-        command.wait(60)
+        command.wait(stopping.GIVE_UP_S)
     finally:
         if command.poll() is None:
             os.killpg(command.pid, signal.SIGKILL)
             command.wait()
-    time.sleep(0.5)
-    assert procfs.living(children) == []
+    waiting.until(lambda: not procfs.living(children), "the cluster's processes gone")
     assert command.returncode == 0
     assert command.stdout.read().splitlines()[-1] == "Flink cluster stopped."
 
@@ -96,13 +97,13 @@ def test_ctrl_c_while_the_cluster_starts_stops_it_the_same_way(tmp_path):
         while command.poll() is None and not (started := procfs.children(command.pid)):
             time.sleep(0.01)
         os.killpg(command.pid, signal.SIGINT)
-        output, _ = command.communicate(timeout=60)
+        output, _ = command.communicate(timeout=stopping.GIVE_UP_S)
     finally:
         if command.poll() is None:
             os.killpg(command.pid, signal.SIGKILL)
             command.wait()
-    time.sleep(0.5)
-    assert started and procfs.living(started) == []
+    assert started
+    waiting.until(lambda: not procfs.living(started), "the started processes gone")
     assert command.returncode == 0, output
     assert output.splitlines()[-1] == "Flink cluster stopped."
     assert "Flink 1" not in output  # it never served
@@ -122,10 +123,7 @@ def test_a_supervisor_killed_outright_leaves_no_server(tmp_path):
     server = int(parent.stdout.readline())
     parent.kill()
     parent.wait()
-    deadline = time.monotonic() + 10
-    while procfs.living([server]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not procfs.living([server])
+    waiting.until(lambda: not procfs.living([server]), "the server gone with its supervisor")
 
 
 def test_a_missing_artifact_is_a_one_line_error_naming_the_fetch(tmp_path, monkeypatch):
@@ -157,10 +155,15 @@ def test_a_missing_artifact_is_a_one_line_error_naming_the_fetch(tmp_path, monke
 def test_stopping_returns_only_when_every_process_of_every_group_is_gone(tmp_path):
     """A server whose children ignore SIGTERM and keep forking: stop_all still leaves
     nothing running when it returns (SIGKILL is waited for, not just sent)."""
-    stubborn = "trap '' TERM; while true; do sleep 0.01 & wait; done"
+    stubborn = "trap '' TERM; : > \"$0\"; while true; do sleep 0.01 & wait; done"
+    ready = [tmp_path / f"stubborn-{i}.ready" for i in range(3)]
     with processes.supervised(str(tmp_path)) as supervisor:
-        servers = [supervisor.start(f"stubborn-{i}", ["sh", "-c", stubborn]) for i in range(3)]
+        servers = [
+            supervisor.start(f"stubborn-{i}", ["sh", "-c", stubborn, str(path)])
+            for i, path in enumerate(ready)
+        ]
         groups = [server.process.pid for server in servers]
-        time.sleep(0.3)
+        # Each has set its trap before the stop: the SIGTERM is ignored, as meant.
+        waiting.until(lambda: all(path.exists() for path in ready), "the traps set")
         assert processes.running_in_groups(groups)
     assert processes.running_in_groups(groups) == []

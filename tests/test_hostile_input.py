@@ -35,7 +35,9 @@ from tests.trees import make_deep, touch
 
 pytestmark = pytest.mark.component
 
-# Long enough for a loaded machine; a run that blocks on a FIFO never ends at all.
+# When the FIFO watchdog frees a reader blocked on a FIFO, which would never end. It
+# decides no outcome of a run that is slow but not blocked (a FIFO nobody opened is not
+# "freed"): only how long a run that opened one hangs before its test fails.
 TIMEOUT_SECONDS = 240
 
 

@@ -58,7 +58,7 @@ from imgpipe.components.image_statistics.pixel_summaries import (
     thumbnail_jpeg,
 )
 from imgpipe.components.image_statistics.produce import produce
-from tests import imagegen
+from tests import imagegen, waiting
 from tests import trainer_helpers as th
 from tests.outputs import tree
 
@@ -556,7 +556,7 @@ def _run_chromium(args: list[str], profile: str) -> subprocess.CompletedProcess:
             *args,
         ],
         capture_output=True,
-        timeout=120,
+        timeout=waiting.COMMAND_S,
         check=True,
     )
 

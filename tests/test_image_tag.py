@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from imgpipe.pipelines import images
+from tests import waiting
 
 pytestmark = pytest.mark.unit
 
@@ -93,7 +94,11 @@ def test_a_missing_input_is_named(checkout):
 def build_image(*args: str, path: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": path if path is not None else os.environ["PATH"]}
     return subprocess.run(
-        [sys.executable, BUILD_IMAGE, *args], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, BUILD_IMAGE, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=waiting.COMMAND_S,
     )
 
 

@@ -15,6 +15,8 @@ import tempfile
 
 import pytest
 
+from tests import waiting
+
 pytestmark = [
     pytest.mark.unit,
     pytest.mark.skipif(
@@ -81,7 +83,7 @@ def run_in_chroot(base: str, script: str = WRITE_THROUGH_CHROOT_EXEC, *args: str
         env={**os.environ, "REPO": REPO},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=waiting.COMMAND_S,
     )
     assert result.returncode == 0, result.stderr
     return result.stdout

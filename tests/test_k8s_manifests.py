@@ -14,6 +14,7 @@ from imgpipe.components.trainer.several_workers import kubernetes_jobs
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines import images
 from imgpipe.pipelines.kubeflow.config import GpuConfig, KubeflowConfig
+from tests import waiting
 
 pytestmark = pytest.mark.unit
 
@@ -47,7 +48,10 @@ def test_the_manifests_name_the_build_kfp_compile_names():
     import sys
 
     check = subprocess.run(
-        [sys.executable, K8S_IMAGES, "--check"], capture_output=True, text=True, timeout=120
+        [sys.executable, K8S_IMAGES, "--check"],
+        capture_output=True,
+        text=True,
+        timeout=waiting.COMMAND_S,
     )
     assert check.returncode == 0, f"{check.stdout}{check.stderr}{STALE}"
 
@@ -545,8 +549,12 @@ def test_third_party_images_name_a_version_and_make_pin_images_pins_them(tmp_pat
     files = sorted(str(p) for p in tmp_path.glob("*.yaml"))
     script = os.path.join(ROOT, "bin", "pin-base-images")
     try:
-        pinned = subprocess.run([script, *files], env=env, capture_output=True, timeout=60)
-        check = subprocess.run([script, "--check", *files], env=env, capture_output=True)
+        pinned = subprocess.run(
+            [script, *files], env=env, capture_output=True, timeout=waiting.COMMAND_S
+        )
+        check = subprocess.run(
+            [script, "--check", *files], env=env, capture_output=True, timeout=waiting.COMMAND_S
+        )
     finally:
         server.shutdown()
     assert pinned.returncode == 0, pinned.stderr

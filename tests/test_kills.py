@@ -35,7 +35,7 @@ from imgpipe.components.image_statistics import spec as statistics_spec
 from imgpipe.components.image_statistics.executor import Executor as StatisticsExecutor
 from imgpipe.components.trainer import task
 from imgpipe.pipelines import cli
-from tests import imagegen
+from tests import imagegen, waiting
 from tests.outputs import tree
 
 pytestmark = pytest.mark.component
@@ -72,7 +72,7 @@ def convert_in_a_process(
         env={**os.environ, phases.STOP_AT_ENV: stop_at, **(env or {})},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=waiting.JOB_S,
     )
 
 
@@ -193,7 +193,7 @@ def test_sigterm_in_a_kubeflow_step_cleans_up_and_exits_non_zero(images, tmp_pat
         env={**os.environ, phases.STOP_AT_ENV: f"{phases.WRITING}:TERM"},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=waiting.JOB_S,
     )
 
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]

@@ -25,7 +25,7 @@ from imgpipe.pipelines import cli
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
 from imgpipe.pipelines.kubeflow import local_docker
-from tests import containers
+from tests import containers, waiting
 from tests import test_kubeflow_docker as single
 
 pytestmark = pytest.mark.container
@@ -86,7 +86,7 @@ def test_a_trainer_container_killed_outright_takes_its_workers_with_it(tmp_path)
         assert worker.status == "running"
 
         trainer.kill()  # SIGKILL
-        code = worker.wait(timeout=60)["StatusCode"]
+        code = worker.wait(timeout=waiting.AT_ONCE_S)["StatusCode"]
         worker.reload()
         assert worker.status == "exited" and code == 137
     finally:
@@ -145,7 +145,7 @@ def test_two_worker_containers_train_a_killed_one_fails_the_run_and_a_rerun_serv
     try:
         code = cli.main(run)
         ended = time.monotonic()
-        killer.join(5)
+        killer.join(waiting.AT_ONCE_S)
         out, err = capsys.readouterr()
         assert "killed_at" in seen, f"no training was seen to start: {err[-3000:]}"
         with capsys.disabled():

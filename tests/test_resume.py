@@ -23,7 +23,7 @@ from imgpipe.components.common.formats import layout, manifest
 from imgpipe.components.common.storage import fileio
 from imgpipe.components.trainer import backbones, export, resume, summary, task, training
 from imgpipe.components.trainer.config import TrainerConfig
-from tests import object_stores
+from tests import object_stores, waiting
 from tests import trainer_helpers as th
 
 SIZE = 32
@@ -261,14 +261,14 @@ def _kill_mid_epoch(args: dict, pipeline_root: str) -> int:
             done = [s for s in _complete_backups(pipeline_root) if s >= KILL_AFTER_STEPS]
             if done:
                 process.send_signal(signal.SIGKILL)
-                assert process.wait(60) == -signal.SIGKILL
+                assert process.wait(waiting.AT_ONCE_S) == -signal.SIGKILL
                 return done[0]
             time.sleep(0.02)
         pytest.fail(f"the Trainer ended before its backup: {process.stderr.read()[-3000:]}")
     finally:
         if process.poll() is None:
             process.kill()
-            process.wait(60)
+            process.wait(waiting.AT_ONCE_S)
     raise AssertionError("unreachable")
 
 
@@ -469,6 +469,7 @@ print("RESUMED", trained.resume.step, trained.resume.optimizer_steps,
 
 
 @pytest.mark.component
+@pytest.mark.timeout(waiting.TRAINING_TEST_S)
 def test_a_mirrored_run_resumes_mid_epoch(data, tmp_path):
     """MirroredStrategy on two logical CPUs (set before TF starts: a fresh process),
     stopped at step 10 of 12 (6 a epoch): the retry resumes from the backup at step 9."""
@@ -476,7 +477,7 @@ def test_a_mirrored_run_resumes_mid_epoch(data, tmp_path):
         [sys.executable, "-c", MIRRORED_SCRIPT, data["examples"], data["stats"], str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=waiting.TRAINING_S,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "STOPPED" in result.stdout

@@ -15,12 +15,16 @@ from imgpipe.components.common.formats import model_config, served_models
 from imgpipe.components.common.runtime import phases
 from imgpipe.components.common.storage import fileio, serving_lock
 from imgpipe.components.pusher import executor as pusher
-from tests import object_stores
+from tests import object_stores, waiting
 from tests.test_serving_folder import fake_model
 
 pytestmark = pytest.mark.platform
 
 SERVERS = {"s3": object_stores.s3_server, "gcs": object_stores.gcs_server}
+# check_writable refuses a missing bucket "in seconds", before any training: not after a
+# client's retries, which take minutes (google-cloud-storage's, two). The product's
+# promise, held with a margin: measured busy, under 1.5 s on each emulator.
+REFUSAL_BOUND_S = 60.0
 
 
 @pytest.fixture(scope="module", params=sorted(SERVERS))
@@ -74,8 +78,7 @@ def test_the_lease_heartbeats_and_is_checked_writable_on_each_store(store, monke
     lease = serving_lock.acquire(serving, "run-1")
     with serving_lock.hold(serving, lease.token):
         first = serving_lock.current(serving)
-        time.sleep(0.5)
-        assert serving_lock.current(serving).beat > first.beat
+        waiting.until(lambda: serving_lock.current(serving).beat > first.beat, "a heartbeat")
     assert not serving_lock.current(serving).working
     assert serving_lock.release(serving, lease.token)
     fileio.remove(store.uri("beat"))
@@ -83,7 +86,7 @@ def test_the_lease_heartbeats_and_is_checked_writable_on_each_store(store, monke
     started = time.monotonic()
     with pytest.raises(serving_lock.ServingDirError, match="cannot be written"):
         serving_lock.check_writable(missing)
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < REFUSAL_BOUND_S
 
 
 def test_two_retrains_at_once_take_turns_on_s3(s3, tmp_path, monkeypatch):

@@ -14,10 +14,12 @@ import socket
 import subprocess
 import threading
 import time
+import types
 
 import pytest
 
 from imgpipe.components.common.storage import serving_lock
+from tests import waiting
 
 pytestmark = pytest.mark.unit
 
@@ -41,13 +43,18 @@ def killed_pid() -> int:
     return process.pid
 
 
-def test_a_holder_killed_on_this_host_is_noticed_at_once(tmp_path, caplog):
+def test_a_holder_killed_on_this_host_is_noticed_at_once(tmp_path, monkeypatch, caplog):
     serving = str(tmp_path / "serving")
     plant(serving, host=socket.gethostname(), pid=killed_pid(), beat=time.time(), working=True)
-    started = time.monotonic()
+    # "At once": without waiting a single poll (counted, not timed: a busy machine is slow).
+    polls: list[float] = []
+    clock = types.SimpleNamespace(
+        time=time.time, gmtime=time.gmtime, strftime=time.strftime, sleep=polls.append
+    )
+    monkeypatch.setattr(serving_lock, "time", clock)
     with caplog.at_level(logging.WARNING):
         lease = serving_lock.acquire(serving, "run-2")
-    assert time.monotonic() - started < serving_lock.POLL_SECONDS
+    assert polls == []
     assert serving_lock.current(serving) == lease and lease.owner == "run-2"
     assert "taking over the lease of other-run: its holder, pid" in caplog.text
     assert "has ended" in caplog.text
@@ -70,12 +77,10 @@ def test_a_run_between_its_steps_is_waited_for_and_the_wait_is_said(tmp_path, mo
     with caplog.at_level(logging.WARNING):
         waiter = threading.Thread(target=lambda: taken.append(serving_lock.acquire(serving, "r2")))
         waiter.start()
-        deadline = time.monotonic() + 30
-        while "waiting for another retrain" not in caplog.text and time.monotonic() < deadline:
-            time.sleep(0.02)
+        waiting.until(lambda: "waiting for another retrain" in caplog.text, "the wait said")
         assert not taken
         assert serving_lock.release(serving, held.token)
-        waiter.join(30)
+        waiter.join(waiting.AT_ONCE_S)
     assert taken and taken[0].owner == "r2"
     assert "waiting for another retrain to finish (other-run, between its steps)" in caplog.text
     assert "the lease is ours after" in caplog.text
@@ -88,8 +93,7 @@ def test_a_working_step_renews_hands_on_and_gives_back_on_failure(tmp_path, monk
     with serving_lock.hold(serving, lease.token):
         first = serving_lock.current(serving)
         assert first.working and first.host == socket.gethostname()
-        time.sleep(0.3)
-        assert serving_lock.current(serving).beat > first.beat  # the heartbeat
+        waiting.until(lambda: serving_lock.current(serving).beat > first.beat, "a heartbeat")
     between = serving_lock.current(serving)
     assert between.token == lease.token and not between.working  # handed on
     with pytest.raises(RuntimeError, match="the step failed"):

@@ -20,7 +20,7 @@ import pytest
 
 from imgpipe.components.common.formats import layout
 from imgpipe.components.common.runtime import phases
-from tests import imagegen, procfs
+from tests import imagegen, procfs, stopping
 from tests.test_in_env import REPO
 
 pytestmark = [
@@ -72,7 +72,7 @@ def test_a_signal_to_the_outer_pid_stops_the_conversion_like_ctrl_c(tmp_path, si
         stopped_tree = procfs.descendants(run.pid)
         os.kill(run.pid, signum)
         os.kill(run.pid, signal.SIGCONT)
-        _, stderr = run.communicate(timeout=120)
+        _, stderr = run.communicate(timeout=stopping.GIVE_UP_S)
     finally:
         left = [pid for pid in pids_with(out) if pid != os.getpid()]
         for pid in {*left, *([run.pid] if run.poll() is None else [])}:

@@ -10,13 +10,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
 from imgpipe.pipelines.cli import main as imgpipe
 from imgpipe.pipelines.engines import artifacts, spark
-from tests import imagegen, outputs, procfs
+from tests import imagegen, outputs, procfs, stopping, waiting
 
 pytestmark = pytest.mark.engine
 
@@ -46,7 +45,11 @@ def test_convert_on_spark_writes_the_direct_runners_bytes_and_leaves_no_process(
             ("ALIVE", spark.WORKER_CORES)
         ]
         code = imgpipe([*convert[:2], str(tmp_path / "spark"), *convert[2:], *cluster.beam_args()])
-        applications = cluster.status()["completedapps"]
+        # The driver's stop reaches the master as a message after the job's end reaches
+        # the command: the application is listed as completed soon after, not at once.
+        applications = waiting.until(
+            lambda: cluster.status()["completedapps"], "the application listed as completed"
+        )
         groups = {s.name: s.process.pid for s in cluster.supervisor.servers}
         members = [pid for pgid in groups.values() for pid in procfs.group(pgid)]
         jvms = {name for name, pid in groups.items() if procfs.is_java(pid)}
@@ -97,13 +100,12 @@ def test_ctrl_c_stops_the_cluster_command_and_leaves_no_process(tmp_path):
         assert len(children) == 4
         assert len([pid for pid in children if procfs.is_java(pid)]) == 3
         os.killpg(command.pid, signal.SIGINT)
-        command.wait(60)
+        command.wait(stopping.GIVE_UP_S)
     finally:
         if command.poll() is None:
             os.killpg(command.pid, signal.SIGKILL)
             command.wait()
-    time.sleep(0.5)
-    assert procfs.living(descendants) == []
+    waiting.until(lambda: not procfs.living(descendants), "the cluster's processes gone")
     assert command.returncode == 0
     assert command.stdout.read().splitlines()[-1] == "Spark cluster stopped."
 

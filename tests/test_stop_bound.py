@@ -25,8 +25,7 @@ pytestmark = pytest.mark.component
 SIGNALS = [signal.SIGTERM, signal.SIGINT]
 # What the command is started with: the imgpipe command as its console script runs it.
 COMMAND = [sys.executable, "-m", "imgpipe.pipelines.cli"]
-# Waits for a process that should have ended long before (a failure, not the bound).
-GIVE_UP_S = 90
+GIVE_UP_S = stopping.GIVE_UP_S
 
 
 @pytest.fixture(scope="module")

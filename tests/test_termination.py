@@ -7,11 +7,13 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
 
 from imgpipe.pipelines import termination
+from tests import waiting
 
 pytestmark = pytest.mark.unit
 
@@ -57,7 +59,7 @@ def test_the_signal_reaches_the_children():
             with termination.stop_on_signals():
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(5)
-        assert child.wait(timeout=10) == -signal.SIGTERM
+        assert child.wait(timeout=waiting.AT_ONCE_S) == -signal.SIGTERM
     finally:
         child.kill()
         child.wait()
@@ -67,9 +69,16 @@ def test_a_stop_handled_by_a_block_of_its_own_disarms_its_deadline(monkeypatch):
     """A caller that did not install the process's handlers (a library, these tests) goes
     on after the stop: the deadline that ends a stopping process must not end it."""
     monkeypatch.setattr(termination, "STOP_DEADLINE_S", 0.2)
+    before = set(threading.enumerate())  # earlier tests' deadlines (8 s) may still wait
     with pytest.raises(termination.Terminated):
         with termination.stop_on_signals():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
-    time.sleep(1)  # the process is still here
+    # The deadline's thread has had its say (not a sleep: on a busy machine it may not
+    # yet have woken), and the process is still here.
+    (deadline,) = [
+        t for t in set(threading.enumerate()) - before if t.name == "imgpipe-stop-deadline"
+    ]
+    deadline.join(waiting.AT_ONCE_S)
+    assert not deadline.is_alive()
     assert termination.received() is None

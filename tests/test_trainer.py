@@ -36,7 +36,7 @@ from imgpipe.components.trainer import (
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
 from imgpipe.components.trainer.config import TrainerConfig, from_custom_config
-from tests import imagegen
+from tests import imagegen, waiting
 from tests import trainer_helpers as th
 
 SIZE = 32
@@ -641,6 +641,7 @@ MIRRORED_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.component
+@pytest.mark.timeout(waiting.TRAINING_TEST_S)
 def test_mirrored_strategy_on_two_logical_cpus(data, tmp_path):
     """Logical devices must be set before TF initializes them: a fresh process."""
     out = str(tmp_path / "mirrored")
@@ -648,7 +649,7 @@ def test_mirrored_strategy_on_two_logical_cpus(data, tmp_path):
         [sys.executable, "-c", MIRRORED_SCRIPT, data["examples"], data["stats"], out],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=waiting.TRAINING_S,
         env={
             **os.environ,
             "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
