@@ -40,11 +40,11 @@ TASKMANAGERS = 2
 # by the containers' users (flink 9999, the project image's 1000), which pytest's own
 # temporary folders (mode 0700) are not.
 SHARED_PARENT = "/tmp"
-# Generous: on this shared 2-core machine under load, start-up took 180 s; the wait ends at
+# Generous: on this shared 2-core machine under load, start-up took 44-180 s; the wait ends at
 # once when a container exits.
 STARTUP_TIMEOUT_SECONDS = 600.0
 # One docker client command (version, inspect, ps, logs, exec of a probe, run --detach,
-# pause, kill, rm): measured busy, under 0.2 s for a query, up to 3.7 s for a `run`.
+# pause, kill, rm): measured busy, under 1.5 s for a query, up to 3.7 s for a `run`.
 DOCKER_TIMEOUT_SECONDS = 120.0
 # One request to the JobManager's REST API, from the readiness poll (which retries it) or
 # from a test (which does not): measured busy, 0.01-0.15 s (`imgpipe engine flink`'s).
