@@ -127,7 +127,7 @@ def test_two_worker_containers_train_a_killed_one_fails_the_run_and_a_rerun_serv
     seen: dict[str, object] = {}
 
     def kill_worker_1_once_training() -> None:
-        deadline = time.monotonic() + 1800
+        deadline = time.monotonic() + waiting.TRAINING_S
         while time.monotonic() < deadline:
             found = _by_index(_worker_containers(client, workers_network))
             if len(found) == WORKERS and all(c.status == "running" for c in found.values()):

@@ -14,13 +14,12 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
 from imgpipe.components.common.formats import layout
 from imgpipe.components.common.runtime import phases
-from tests import imagegen, procfs, stopping
+from tests import imagegen, procfs, stopping, waiting
 from tests.test_in_env import REPO
 
 pytestmark = [
@@ -66,8 +65,7 @@ def test_a_signal_to_the_outer_pid_stops_the_conversion_like_ctrl_c(tmp_path, si
         text=True,
     )
     try:
-        while state(run.pid) not in ("T", None):
-            time.sleep(0.2)
+        waiting.until(lambda: state(run.pid) in ("T", None), "writing, or ended", waiting.JOB_S)
         assert state(run.pid) == "T", "the conversion ended before it was writing"
         stopped_tree = procfs.descendants(run.pid)
         os.kill(run.pid, signum)

@@ -39,7 +39,9 @@ JOB_S = 600.0
 # A training in a fresh process (MirroredStrategy on two logical CPUs, a few dozen
 # steps; one stopped and resumed): measured 248 s and 438 s, where the old bounds were
 # 240 s and 600 s. Past the component tier's hang bound (pyproject.toml, 900 s): such a
-# test has its own, TRAINING_TEST_S, for the training and the fixtures before it.
+# test has its own, TRAINING_TEST_S, for the training and the fixtures before it. Also
+# the wait for two worker containers to start training (inside the container tier's
+# 3600 s hang bound).
 TRAINING_S = 2400.0
 TRAINING_TEST_S = TRAINING_S + JOB_S
 # Polls of `until`: often enough that a test does not wait noticeably longer than the
