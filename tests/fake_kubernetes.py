@@ -353,6 +353,31 @@ def _send_text(request, text: str) -> None:
     request.wfile.write(data)
 
 
+class LogicalClock:
+    """The launcher's clock (kubernetes_jobs.time), moved on only by its own waits: each
+    poll's sleep adds the poll interval, and takes no time. A bound the launcher counts
+    in seconds (the start timeout, the API's outage, the queued reports) is then a
+    number of polls, and what it says in seconds ("queued for 0 s") is the same however
+    slow the machine: on a busy one, the real clock ran past a 0.3 s start timeout
+    before the first poll had answered."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def logical_clock(monkeypatch) -> LogicalClock:
+    """Gives the launcher a LogicalClock for the rest of the test."""
+    clock = LogicalClock()
+    monkeypatch.setattr(kubernetes_jobs, "time", clock)
+    return clock
+
+
 def run_launcher(
     server: FakeApiServer,
     tmp_path,

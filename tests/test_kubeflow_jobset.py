@@ -38,6 +38,7 @@ from imgpipe.components.trainer.several_workers import (
 )
 from imgpipe.components.trainer.several_workers import step_pod as step_pod_lib
 from imgpipe.pipelines.kubeflow import security
+from tests import fake_kubernetes
 from tests.fake_kubernetes import (
     IMAGE,
     NAMESPACE,
@@ -55,6 +56,14 @@ from tests.test_k8s_manifests import strict_errors
 from tests.test_kubeflow_tfjob import undeclared
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def launcher_clock(monkeypatch):
+    """The launcher's seconds are its polls' (fake_kubernetes.LogicalClock), not the
+    machine's: what these tests read in seconds does not depend on its speed."""
+    return fake_kubernetes.logical_clock(monkeypatch)
+
 
 CRDS = os.path.join(os.path.dirname(__file__), "crds")
 JOBSET_SCHEMA = os.path.join(CRDS, "jobset.x-k8s.io_jobsets.v1alpha2.schema.yaml")
