@@ -33,6 +33,7 @@ from imgpipe.components.trainer.several_workers import (
 )
 from imgpipe.components.trainer.several_workers import step_pod as step_pod_lib
 from imgpipe.pipelines.kubeflow import security
+from tests import fake_kubernetes
 from tests.fake_kubernetes import (
     CLAIM,
     IMAGE,
@@ -50,6 +51,14 @@ from tests.fake_kubernetes import (
 from tests.test_k8s_manifests import strict_errors
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def launcher_clock(monkeypatch):
+    """The launcher's seconds are its polls' (fake_kubernetes.LogicalClock), not the
+    machine's: what these tests read in seconds does not depend on its speed."""
+    return fake_kubernetes.logical_clock(monkeypatch)
+
 
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "crds", "kubeflow.org_tfjobs.v1.schema.yaml")
 
