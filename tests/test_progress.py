@@ -24,10 +24,9 @@ import time
 import pytest
 
 from imgpipe.components.common.runtime import phases, progress
-from imgpipe.pipelines import termination
 from imgpipe.pipelines.cli import chatter
 from imgpipe.pipelines.cli import progress as bars
-from tests import imagegen, procfs, retraining_data
+from tests import imagegen, procfs, retraining_data, stopping, waiting
 
 COMMAND = [sys.executable, "-m", "imgpipe.pipelines.cli"]
 # A terminal's size, as a terminal emulator sets it.
@@ -80,7 +79,9 @@ class Terminal:
             if self.process.poll() is None:
                 self.process.kill()
                 self.process.wait()
-            self._reader.join(10)
+            # Every writer has closed the terminal: the reader ends at its EIO.
+            self._reader.join(waiting.AT_ONCE_S)
+            assert not self._reader.is_alive(), "the terminal's reader did not end"
             os.close(self._master)
         return code
 
@@ -115,7 +116,7 @@ def test_run_local_on_a_terminal_shows_the_conversion_and_the_statistics_between
     argv += ["--pipeline-root", str(tmp_path / "root"), "--serving-dir", str(tmp_path / "serving")]
     terminal = Terminal(argv, env={"TMPDIR": str(tmp_path)})
 
-    code = terminal.wait(timeout=1200)
+    code = terminal.wait(timeout=waiting.TRAINING_S)
 
     assert code == 0, terminal.text[-3000:]
     lines = screen_lines(terminal.text)
@@ -135,7 +136,7 @@ def test_convert_on_a_terminal_shows_a_bar_that_ends_before_the_summary(tmp_path
     imagegen.make_image_folder(src, {"a": 10, "b": 10})
     terminal = Terminal(["convert", src, str(tmp_path / "out")])
 
-    assert terminal.wait(timeout=300) == 0, terminal.text[-3000:]
+    assert terminal.wait(timeout=waiting.JOB_S) == 0, terminal.text[-3000:]
     lines = screen_lines(terminal.text)
     written = lines.index("images written   20")
     assert BAR.match(lines[written - 1]).groups() == ("converted", "100", "20", "20")
@@ -150,14 +151,14 @@ def test_no_bar_on_a_pipe_nor_with_no_progress(tmp_path):
         [*COMMAND, "convert", src, str(tmp_path / "piped")],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=waiting.JOB_S,
     )
     assert piped.returncode == 0, piped.stderr
     assert "images written   20" in piped.stdout
     assert BAR_TEXT not in piped.stderr + piped.stdout
 
     terminal = Terminal(["convert", src, str(tmp_path / "told"), "--no-progress"])
-    assert terminal.wait(timeout=300) == 0, terminal.text[-3000:]
+    assert terminal.wait(timeout=waiting.JOB_S) == 0, terminal.text[-3000:]
     assert "images written   20" in terminal.text
     assert BAR_TEXT not in terminal.text
 
@@ -174,7 +175,7 @@ def test_a_stop_ends_the_bar_and_the_command_within_the_bound(tmp_path, signum):
         env={phases.STOP_AT_ENV: f"{phases.CONVERTING}:STOP"},
     )
     pid = terminal.process.pid
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + waiting.JOB_S
     while (procfs.stat(pid) or ["Z"])[0] not in ("T", "Z") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert (procfs.stat(pid) or ["Z"])[0] == "T", terminal.text[-3000:]
@@ -182,11 +183,11 @@ def test_a_stop_ends_the_bar_and_the_command_within_the_bound(tmp_path, signum):
     sent = time.monotonic()
     os.kill(pid, signum)
     os.kill(pid, signal.SIGCONT)
-    code = terminal.wait(timeout=60)
+    code = terminal.wait(timeout=waiting.AT_ONCE_S)
     took = time.monotonic() - sent
 
     assert code == 128 + signum, terminal.text[-3000:]
-    assert took < termination.STOP_DEADLINE_S, took
+    assert took < stopping.STOP_BOUND_S, took  # the product's promise (issue 45)
     lines = screen_lines(terminal.text)
     error = next(i for i, line in enumerate(lines) if line.startswith("imgpipe: error: stopped"))
     bar = BAR.match(lines[error - 1])
