@@ -17,6 +17,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kubernetes
+import pytest
 import yaml
 
 from imgpipe.components.common.runtime import kueue
@@ -376,6 +377,14 @@ def logical_clock(monkeypatch) -> LogicalClock:
     clock = LogicalClock()
     monkeypatch.setattr(kubernetes_jobs, "time", clock)
     return clock
+
+
+@pytest.fixture(autouse=True)
+def launcher_clock(monkeypatch) -> LogicalClock:
+    """Autouse in every module that imports it: the launcher's seconds are its polls'
+    (LogicalClock), not the machine's, so what a test reads in seconds does not depend on
+    the machine's speed."""
+    return logical_clock(monkeypatch)
 
 
 def run_launcher(

@@ -38,7 +38,6 @@ from imgpipe.components.trainer.several_workers import (
 )
 from imgpipe.components.trainer.several_workers import step_pod as step_pod_lib
 from imgpipe.pipelines.kubeflow import security
-from tests import fake_kubernetes
 from tests.fake_kubernetes import (
     IMAGE,
     NAMESPACE,
@@ -47,6 +46,7 @@ from tests.fake_kubernetes import (
     FakeApiServer,
     as_served,
     assert_calls_are_granted,
+    launcher_clock,  # noqa: F401 - an autouse fixture
     role_rules,
     run_launcher,
     served_step,
@@ -56,13 +56,6 @@ from tests.test_k8s_manifests import strict_errors
 from tests.test_kubeflow_tfjob import undeclared
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture(autouse=True)
-def launcher_clock(monkeypatch):
-    """The launcher's seconds are its polls' (fake_kubernetes.LogicalClock), not the
-    machine's: what these tests read in seconds does not depend on its speed."""
-    return fake_kubernetes.logical_clock(monkeypatch)
 
 
 CRDS = os.path.join(os.path.dirname(__file__), "crds")

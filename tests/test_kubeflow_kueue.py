@@ -17,23 +17,16 @@ import pytest
 
 from imgpipe.components.common.runtime import kueue
 from imgpipe.components.trainer.several_workers import choice, kubernetes_jobs, replicas
-from tests import fake_kubernetes
 from tests.fake_kubernetes import (
     NAMESPACE,
     POD_NAME,
     FakeApiServer,
     assert_calls_are_granted,
+    launcher_clock,  # noqa: F401 - an autouse fixture
     served_step,
 )
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture(autouse=True)
-def launcher_clock(monkeypatch):
-    """The launcher's seconds are its polls' (fake_kubernetes.LogicalClock), not the
-    machine's: what these tests read in seconds does not depend on its speed."""
-    return fake_kubernetes.logical_clock(monkeypatch)
 
 
 QUEUE = "gpu-a100"

@@ -33,7 +33,6 @@ from imgpipe.components.trainer.several_workers import (
 )
 from imgpipe.components.trainer.several_workers import step_pod as step_pod_lib
 from imgpipe.pipelines.kubeflow import security
-from tests import fake_kubernetes
 from tests.fake_kubernetes import (
     CLAIM,
     IMAGE,
@@ -43,6 +42,7 @@ from tests.fake_kubernetes import (
     FakeApiServer,
     as_served,
     assert_calls_are_granted,
+    launcher_clock,  # noqa: F401 - an autouse fixture
     role_rules,
     run_launcher,
     served_step,
@@ -51,13 +51,6 @@ from tests.fake_kubernetes import (
 from tests.test_k8s_manifests import strict_errors
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture(autouse=True)
-def launcher_clock(monkeypatch):
-    """The launcher's seconds are its polls' (fake_kubernetes.LogicalClock), not the
-    machine's: what these tests read in seconds does not depend on its speed."""
-    return fake_kubernetes.logical_clock(monkeypatch)
 
 
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "crds", "kubeflow.org_tfjobs.v1.schema.yaml")
