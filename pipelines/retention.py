@@ -39,10 +39,6 @@ if TYPE_CHECKING:
 # The config loads with PipelineConfig, which loads no TensorFlow: the file seam (and
 # TensorFlow with it) is imported by the functions that read and delete.
 
-# Left by a push killed mid-copy (components/pusher/executor.py STAGING_PREFIX) and by a
-# writability probe killed between its write and its removal (serving_lock).
-STAGING_PREFIX = ".push-"
-PROBE_PREFIX = ".write-probe-"
 # A probe or staging folder younger than this may belong to a run starting now.
 LEFTOVER_AGE_S = 3600.0
 
@@ -184,7 +180,9 @@ def serving_plan(
 
 def _leftovers(serving_dir: str, versions: Sequence[int], now: float) -> Iterable[Removal]:
     """Interrupted pushes and killed writability probes, when old enough to be no run's."""
+    from imgpipe.components.common.formats.served_models import STAGING_PREFIX
     from imgpipe.components.common.storage import fileio
+    from imgpipe.components.common.storage.serving_lock import PROBE_PREFIX
 
     for name in sorted(fileio.list_dir(serving_dir)):
         path = posixpath.join(serving_dir, name)

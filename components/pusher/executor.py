@@ -52,7 +52,7 @@ from imgpipe.components.common.runtime import config_loader, phases
 from imgpipe.components.common.storage import disk_full, fileio, serving_lock
 from imgpipe.components.pusher import decision_record, serving_files
 
-STAGING_PREFIX = ".push-"
+STAGING_PREFIX = served_models.STAGING_PREFIX
 # The SavedModel's graph, copied last: a model server takes it as a version's sign.
 _GRAPH_FILE = "saved_model.pb"
 

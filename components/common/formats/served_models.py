@@ -61,6 +61,8 @@ WEIGHT_SHAPES_FILE = "weight_shapes.json"
 # spans' Examples and every setting ({"digest": ..., "spans": [...], ...}).
 TRAINING_FILE = "training.json"
 PUSH_COMPLETE_FILE = "PUSH_COMPLETE"
+# A push being copied on a local disk, renamed into place whole (the Pusher).
+STAGING_PREFIX = ".push-"
 MANIFEST_FILE = layout.MANIFEST_FILE
 
 # Statuses of a push that `find` passed over or took with a caveat.

@@ -297,7 +297,7 @@ def release(serving_dir: str, token: str) -> bool:
 
 
 # Written and removed at once to prove the serving directory takes writes.
-_PROBE_PREFIX = ".write-probe-"
+PROBE_PREFIX = ".write-probe-"
 
 
 class ServingDirError(ValueError):
@@ -311,7 +311,7 @@ def check_writable(serving_dir: str) -> None:
     Raises:
       ServingDirError: the message names the folder, what refused, and the fix.
     """
-    probe = posixpath.join(serving_dir, f"{_PROBE_PREFIX}{uuid.uuid4().hex}")
+    probe = posixpath.join(serving_dir, f"{PROBE_PREFIX}{uuid.uuid4().hex}")
     try:
         fileio.makedirs(serving_dir)
         fileio.write_atomic(probe, b"")
