@@ -18,3 +18,14 @@ ARTIFACT_IO_MODES = (MODE_AUTO, MODE_DIRECT, MODE_LOCAL)
 # KFP schema titles are "<namespace>.<Type>"; project artifact types whose TYPE_NAME is
 # not of that form are compiled as "imgpipe.<TYPE_NAME>" (tfx_patches.py).
 PROJECT_TITLE_PREFIX = "imgpipe."
+
+# Retention on Kubeflow (pipelines/retention_runs.py): JSON the compiler writes into every
+# step's environment. Each step records its run's folder in RUN_FOLDERS_PIPELINE_ROOT; the
+# Pusher's step alone also has RUN_FOLDERS_COLLECT (the serving folder, the window's
+# `trainer.spans` and the `retention` settings) and collects after its executor.
+RUN_FOLDERS_ENV = "IMGPIPE_KFP_RUN_FOLDERS"
+RUN_FOLDERS_PIPELINE_ROOT = "pipeline_root"
+RUN_FOLDERS_SERVING_DIR = "serving_dir"
+RUN_FOLDERS_COLLECT = "collect"
+RUN_FOLDERS_TRAINER_SPANS = "trainer_spans"
+RUN_FOLDERS_RETENTION = "retention"

@@ -1,5 +1,6 @@
-"""Retention: what a recurring run no longer needs goes, at the end of every local run and
-by `imgpipe gc`, so the disk of a year of daily runs stays flat.
+"""Retention: what a recurring run no longer needs goes, at the end of every run (local, or
+on Kubeflow its Pusher's step) and by `imgpipe gc`, so the disk of a year of daily runs
+stays flat. On Kubeflow the pipeline root's half is retention_runs.py.
 
 What stays:
 - in the serving folder, the served version (what models.config names), and the
@@ -53,11 +54,14 @@ class RetentionConfig:
         `imgpipe rollback` can go back to.
       spare_spans: admitted spans kept beyond the window's `trainer.spans`, so a window
         whose span cannot be read refills from an older one.
+      kubeflow_run_hours: on Kubeflow, a run folder younger than this stays whole: its
+        run may still be going (retention_runs.py). Longer than a run can last.
     """
 
     enabled: bool = True
     keep_pushes: int = 3
     spare_spans: int = 2
+    kubeflow_run_hours: float = 48.0
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
@@ -65,6 +69,8 @@ class RetentionConfig:
             raise ValueError(f"keep_pushes must be 0 or more, got {self.keep_pushes}")
         if self.spare_spans < 0:
             raise ValueError(f"spare_spans must be 0 or more, got {self.spare_spans}")
+        if self.kubeflow_run_hours < 0:
+            raise ValueError(f"kubeflow_run_hours must be 0 or more, got {self.kubeflow_run_hours}")
 
 
 @dataclasses.dataclass(frozen=True)

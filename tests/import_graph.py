@@ -14,8 +14,9 @@ The floors:
                                      their modules
   imgpipe.pipelines                  may import the components
   imgpipe.pipelines.kubeflow         (compile time) never imports pipelines.container
-  imgpipe.pipelines.container        (in the pod) imports only kfp_contract, tfx_patches
-                                     and termination
+  imgpipe.pipelines.container        (in the pod) imports only kfp_contract, tfx_patches,
+                                     termination, and the end of a run's collection
+                                     (collect, run_folders, launcher_mounts)
   imgpipe.pipelines.cli              nothing below imports the CLI
 """
 
@@ -39,6 +40,11 @@ CONTAINER_MAY_IMPORT = (
     f"{NAMESPACE}.pipelines.kfp_contract",
     f"{NAMESPACE}.pipelines.tfx_patches",
     f"{NAMESPACE}.pipelines.termination",
+    # Retention on Kubeflow (pipelines/retention_runs.py), loaded after the executor.
+    f"{NAMESPACE}.pipelines.collect",
+    f"{NAMESPACE}.pipelines.retention",
+    f"{NAMESPACE}.pipelines.run_folders",
+    f"{NAMESPACE}.components.common.storage.launcher_mounts",
 )
 
 

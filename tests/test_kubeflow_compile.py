@@ -17,6 +17,7 @@ import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from imgpipe.components.common.runtime import config_loader
 from imgpipe.pipelines import cli, tfx_patches
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
@@ -24,7 +25,7 @@ from imgpipe.pipelines.beam_args import DEFAULT_LOCAL_BEAM_ARGS
 from imgpipe.pipelines.cli import kfp as cli_kfp
 from imgpipe.pipelines.container import entrypoint
 from imgpipe.pipelines.images import RUNTIME_GID, RUNTIME_UID
-from imgpipe.pipelines.kfp_contract import ARTIFACT_IO_ENV, MODE_AUTO, MODE_LOCAL
+from imgpipe.pipelines.kfp_contract import ARTIFACT_IO_ENV, MODE_AUTO, MODE_LOCAL, RUN_FOLDERS_ENV
 from imgpipe.pipelines.kubeflow import compiler
 from imgpipe.pipelines.kubeflow.config import DEFAULT_IMAGE_KEY
 from imgpipe.pipelines.kubeflow.quantities import cpu_cores, memory_gb
@@ -140,6 +141,26 @@ def test_data_components_get_requests_no_gpu_and_the_runtime_image(compiled):
         assert "accelerator" not in container["resources"]
         label = compiler.executor_labels(spec)[task]
         assert "nodeSelector" not in executors[label] and "tolerations" not in executors[label]
+
+
+def test_every_step_records_its_run_folder_and_the_pushers_step_collects(compiled):
+    """Retention on Kubeflow (pipelines/retention_runs.py), from the config's settings;
+    none with retention off."""
+    config, _, _, spec, _ = compiled
+    for task in ids.COMPONENT_IDS:
+        env = {e["name"]: e.get("value") for e in executor(spec, task)["container"]["env"]}
+        settings = json.loads(env[RUN_FOLDERS_ENV])
+        assert settings["pipeline_root"] == config.pipeline_root
+        if task == ids.PUSHER:
+            assert settings["collect"] == {
+                "serving_dir": config.serving_dir,
+                "trainer_spans": config.trainer.spans,
+                "retention": config_loader.to_dict(config.retention),
+            }
+        else:
+            assert "collect" not in settings, task
+    off = cfg.from_dict({**TEST_SETTINGS, "retention": {"enabled": False}})
+    assert compiler.run_folders_env(off, collects=True) == {}
 
 
 def test_every_step_runs_the_project_entrypoint_with_tfxs_arguments(compiled):

@@ -218,3 +218,38 @@ def test_a_rollback_on_each_store_is_atomic_and_followed(store, tmp_path):
     decisions, _ = serving_history.read(serving)
     assert [(d.kind, d.model_version) for d in decisions] == [(serving_history.ROLLBACK, 100)]
     fileio.remove(store.uri("rollback"))
+
+
+def test_earlier_kubeflow_run_folders_are_collected_on_each_store(store, tmp_path):
+    """Retention on Kubeflow (pipelines/retention_runs.py) on the store KFP writes to: an
+    earlier run's folder goes, but the Examples of a span whose record stays."""
+    import time
+
+    from imgpipe.components.common.formats import spans
+    from imgpipe.pipelines import retention, run_folders
+    from imgpipe.pipelines.collect import Scope, collect
+
+    serving, root = store.uri("kfp", "serving"), store.uri("kfp", "root")
+    pusher.publish(fake_model(str(tmp_path / "model")), serving, now=100)
+
+    def kfp_run(run_id: str) -> str:
+        folder = f"{root}/imgpipe/{run_id}"
+        for task, artifact in (("ImageExampleGen", "examples"), ("Trainer", "model")):
+            fileio.write_atomic(f"{folder}/{task}/{artifact}/data.bin", b"x" * 10)
+        return folder
+
+    old, kept = kfp_run("run-1"), kfp_run("run-2")
+    now = time.time()
+    run_folders.register(root, old, now - 5 * 86400)
+    run_folders.register(root, kept, now - 4 * 86400)
+    spans.admit(serving, 2, f"{kept}/ImageExampleGen/examples", ("a",))
+
+    collected = collect(
+        Scope(serving, retention.RetentionConfig(), trainer_spans=1, pipeline_root=root)
+    )
+
+    assert collected.problems == ()
+    assert fileio.list_files(old) == []
+    assert fileio.list_files(kept) == ["ImageExampleGen/examples/data.bin"]
+    assert [r.run_folder for r in run_folders.registered(root)] == [kept]
+    fileio.remove(store.uri("kfp"))

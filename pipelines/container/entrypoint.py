@@ -26,6 +26,9 @@ The patches of TFX's private helpers (1-3) are in imgpipe/pipelines/tfx_patches.
    executor output is written, failing a step whose outputs exist. Once the output
    metadata is written, the process ends with os._exit.
 
+Retention (retention_step.py): each step records its run's folder in the pipeline root
+before its executor, and the Pusher's step collects after it.
+
 SIGTERM, which Kubernetes sends on eviction, stops the executor through
 imgpipe/pipelines/termination.py, so that the executor removes its work folders on
 the way out; a retry into the same output URI then starts from a clean folder.
@@ -40,7 +43,9 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from imgpipe.components.common.storage.launcher_mounts import local_path
 from imgpipe.pipelines import termination, tfx_patches
+from imgpipe.pipelines.container import retention_step
 from imgpipe.pipelines.kfp_contract import (
     ARTIFACT_IO_ENV,
     ARTIFACT_IO_MODES,
@@ -49,8 +54,6 @@ from imgpipe.pipelines.kfp_contract import (
     MODE_LOCAL,
 )
 
-# The KFP launcher's local mirror of each object store (kfp.dsl.types.artifact_types).
-LOCAL_MOUNTS = {"gs://": "/gcs/", "minio://": "/minio/", "s3://": "/s3/"}
 # Schemes TensorFlow's filesystems open without plugins.
 TF_NATIVE_SCHEMES = ("gs://",)
 
@@ -101,14 +104,6 @@ def restore_input_types(executor_input, inputs_spec) -> list[str]:
 
 
 # ---- 4: artifact I/O and directory markers ----------------------------------------
-
-
-def local_path(uri: str) -> str | None:
-    """The KFP launcher's local path of a remote URI; None for other URIs."""
-    for prefix, mount in LOCAL_MOUNTS.items():
-        if uri.startswith(prefix):
-            return mount + uri[len(prefix) :]
-    return None
 
 
 def uses_local_path(uri: str, mode: str) -> bool:
@@ -217,10 +212,16 @@ def run(parsed: tuple[Any, list[str]]) -> None:
     mode = os.environ.get(ARTIFACT_IO_ENV, MODE_AUTO)
     load_executor(args.executor_class_path)
     executor_input, remote_of = prepare(args, mode)
+    retention = retention_step.settings(os.environ)
+    folder = retention_step.run_folder(executor_input, remote_of) if retention else ""
+    if retention:
+        retention_step.record(retention, folder)
     tfx_patches.run_executor(args, beam_args)
     restore_output_uris(executor_input.outputs.output_file, remote_of)
     outputs = [a.uri for al in executor_input.outputs.artifacts.values() for a in al.artifacts]
     delete_gcs_directory_markers([u for u in outputs if u.startswith("gs://")])
+    if retention:
+        retention_step.collect(retention, folder)
 
 
 def _exit_now(code: int) -> None:

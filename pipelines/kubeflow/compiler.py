@@ -21,15 +21,18 @@ all taken from the one `PipelineConfig` (its `kubeflow` section and the Trainer'
   from the downward API, artifact I/O direct, the Kueue queue its job names
   (trainer_env);
 - the pipeline's output PUSHED_OUTPUT, the Pusher's PushedModel, whose `pushed`
-  metadata (1 or 0) tells a scheduler whether the run pushed a model.
+  metadata (1 or 0) tells a scheduler whether the run pushed a model;
+- retention (run_folders_env): every step records its run's folder in the pipeline
+  root, and the Pusher's step collects at the end of the run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
-from imgpipe.components.common.runtime import kueue
+from imgpipe.components.common.runtime import config_loader, kueue
 from imgpipe.components.trainer.several_workers import (
     KUBERNETES_LAUNCHER,
     TRAINER_POD_FIELDS,
@@ -46,6 +49,12 @@ from imgpipe.pipelines.kfp_contract import (
     MODE_AUTO,
     MODE_DIRECT,
     MODE_LOCAL,
+    RUN_FOLDERS_COLLECT,
+    RUN_FOLDERS_ENV,
+    RUN_FOLDERS_PIPELINE_ROOT,
+    RUN_FOLDERS_RETENTION,
+    RUN_FOLDERS_SERVING_DIR,
+    RUN_FOLDERS_TRAINER_SPANS,
 )
 from imgpipe.pipelines.kubeflow.config import DEFAULT_IMAGE_KEY, Resources
 from imgpipe.pipelines.kubeflow.quantities import cpu_cores, memory_gb
@@ -155,12 +164,13 @@ def compile_pipeline(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
         job = runner.run(pipeline, write_out=False)
     spec = job["pipelineSpec"]
     name_components_as_the_sdk_does(spec)
-    trainer_label = executor_labels(spec)[ids.TRAINER]
+    labels = executor_labels(spec)
     for label, executor in spec["deploymentSpec"]["executors"].items():
         container = executor.get("container")
         if container is not None:
             env = {ARTIFACT_IO_ENV: config.kubeflow.artifact_io, **STEP_ENV}
-            if label == trainer_label:
+            env.update(run_folders_env(config, collects=label == labels[ids.PUSHER]))
+            if label == labels[ids.TRAINER]:
                 env.update(trainer_env(config))
             container.setdefault("env", []).extend(
                 {"name": name, "value": value} for name, value in env.items()
@@ -191,6 +201,23 @@ def refuse_unshared_workers(config: PipelineConfig) -> None:
             f"artifact copies; set kubeflow.artifact_io to {MODE_AUTO} or {MODE_DIRECT}, or "
             "trainer.workers=1"
         )
+
+
+def run_folders_env(config: PipelineConfig, collects: bool) -> dict[str, str]:
+    """Retention on Kubeflow (pipelines/retention_runs.py): every step records its run's
+    folder in the pipeline root; the Pusher's step (`collects`) then collects, with the
+    serving folder, the window's reach and the retention settings. Nothing with
+    retention.enabled off."""
+    if not config.retention.enabled:
+        return {}
+    document: dict[str, Any] = {RUN_FOLDERS_PIPELINE_ROOT: config.pipeline_root}
+    if collects:
+        document[RUN_FOLDERS_COLLECT] = {
+            RUN_FOLDERS_SERVING_DIR: config.serving_dir,
+            RUN_FOLDERS_TRAINER_SPANS: config.trainer.spans,
+            RUN_FOLDERS_RETENTION: config_loader.to_dict(config.retention),
+        }
+    return {RUN_FOLDERS_ENV: json.dumps(document, sort_keys=True)}
 
 
 def trainer_env(config: PipelineConfig) -> dict[str, str]:

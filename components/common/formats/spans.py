@@ -20,7 +20,7 @@ import posixpath
 
 from imgpipe.components.common.formats import record_folders
 from imgpipe.components.common.runtime import config_loader
-from imgpipe.components.common.storage import fileio
+from imgpipe.components.common.storage import fileio, launcher_mounts
 
 SPANS_DIR = ".spans"
 VERSION = 1
@@ -58,10 +58,12 @@ def admit(
     labels: tuple[str, ...],
     accepted: bool = False,
 ) -> str:
-    """Records the span (a rerun of it replaces the record); returns the file."""
+    """Records the span (a rerun of it replaces the record); returns the file. A path
+    below a KFP launcher mount is recorded as its store's URI: later runs read it from
+    other pods."""
     fileio.makedirs(posixpath.join(serving_dir, SPANS_DIR))
     path = record_path(serving_dir, span)
-    record = AdmittedSpan(span, examples_uri, tuple(labels), accepted)
+    record = AdmittedSpan(span, launcher_mounts.store_uri(examples_uri), tuple(labels), accepted)
     fileio.write_atomic(path, config_loader.to_document(record).encode())
     return path
 
