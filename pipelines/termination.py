@@ -11,7 +11,7 @@ pipeline: the exception unwinds it, and the workers' next writes fail because th
 folders are gone. The `imgpipe` command and the Kubeflow container entrypoint then exit
 with 128 + the signal's number, as a shell reports a process the signal killed.
 
-Three things make the bound hold at any moment, not only at the convenient ones:
+Four things make the bound hold at any moment, not only at the convenient ones:
 - `install()` sets the handlers first thing in a process, so a signal during the
   imports (seconds) stops it too; a signal that arrives once the command's work is done
   (`ending`) does not undo it: the process ends as it would have, at once.
@@ -24,6 +24,13 @@ Three things make the bound hold at any moment, not only at the convenient ones:
   bundle and stops it in a `finally` only when a flag set one line after the start says
   so, and a signal between the two left it running, which held `imgpipe convert` in the
   interpreter's thread join for good (CI: 120 s, then the test's timeout).
+
+- An exception raised by a signal handler can be swallowed: Python discards what a
+  weakref callback or a `__del__` raises (CI: SIGINT during `imgpipe convert`'s imports
+  landed in importlib's module-lock callback, and the conversion ran on and published).
+  The request is recorded (components/common/runtime/stop_request.py): an output's
+  commit point, its manifest, refuses from then on, and `stop_on_signals` raises again
+  at its start and its end.
 
 The signal is passed on to the process's descendants: Beam's multi-process runner
 starts its workers as subprocesses and, on the way out, waits for them to end, which
@@ -40,6 +47,8 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+
+from imgpipe.components.common.runtime import stop_request
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # From the signal to the process's end, at most: the clean-up's budget, inside the 10 s
@@ -128,6 +137,7 @@ def _watch_wakeups(read_end: int) -> None:
 def _note(signum: int) -> bool:
     """Records the first stop signal, passes it on and arms the deadline; from any
     thread. True for the first one."""
+    stop_request.request(signum)  # the commit points refuse from now on
     with _process.lock:
         first = _process.signum is None
         if first:
@@ -193,7 +203,9 @@ def stop_on_signals() -> Iterator[None]:
     one line that says what happened. Whatever exception leaves the block after a
     signal leaves as Terminated: Beam, for one, re-raises what a DoFn raised as a
     RuntimeError. A signal that arrived before the block (during the imports) raises at
-    its start.
+    its start; one whose Terminated was swallowed on its way out (a weakref callback or
+    a `__del__` discards what it raises) raises at its end, and from the signal on no
+    output is committed (stop_request: manifest.write refuses).
 
     Enter it on the main thread. Logging comes back when it ends. Where `install()` was
     not called (a library caller, a test), the block installs the handlers and restores
@@ -208,10 +220,12 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(signum, _on_signal)
     _process.phase = _WORKING
     try:
-        if _process.signum is not None and not _process.raised:
+        if _process.signum is not None:  # before the block, raised or swallowed
             _process.raised = True
             raise Terminated(_process.signum)
         yield
+        if _process.signum is not None:  # its Terminated was swallowed on the way
+            raise Terminated(_process.signum)
     except BaseException as e:
         first = _process.signum
         if first is not None and not isinstance(e, Terminated):
@@ -229,6 +243,7 @@ def stop_on_signals() -> Iterator[None]:
 def _reset() -> None:
     """Forgets a stop handled by a block that installed its own handlers: the process
     goes on (a test, a library caller), and a later block starts afresh."""
+    stop_request.clear()
     with _process.lock:
         _process.phase = _STARTING
         _process.signum = None

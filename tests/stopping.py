@@ -34,6 +34,18 @@ LATEST_S = 2.5
 BURNERS = 2
 
 
+def catches(pid: int, signum: int) -> bool:
+    """Process `pid` has a handler for `signum` (/proc/PID/status SigCgt): a container's
+    PID 1 has installed termination's handlers, the first thing it does; the kernel
+    drops a signal PID 1 has no handler for."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            caught = next(line for line in f if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(caught.split()[1], 16) >> (signum - 1) & 1)
+
+
 def moments(seed: int, count: int) -> list[float]:
     """`count` offsets after the output appears: 0 (as it appears), then seeded ones."""
     rng = random.Random(seed)

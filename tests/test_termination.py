@@ -82,3 +82,52 @@ def test_a_stop_handled_by_a_block_of_its_own_disarms_its_deadline(monkeypatch):
     deadline.join(waiting.AT_ONCE_S)
     assert not deadline.is_alive()
     assert termination.received() is None
+
+
+def test_a_stop_swallowed_in_a_weakref_callback_still_stops_and_commits_nothing(
+    tmp_path, monkeypatch
+):
+    """CI: SIGINT during `imgpipe convert`'s imports landed in importlib's module-lock
+    callback, whose exception Python discards ("Exception ignored in ..."), and the
+    conversion ran on and published. From the signal on no manifest is written, and the
+    block raises Terminated at its end."""
+    import sys
+    import weakref
+
+    from imgpipe.components.common.formats import manifest
+    from imgpipe.components.common.runtime import stop_request
+
+    discarded = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: discarded.append(u.exc_type))
+
+    class Held:
+        pass
+
+    def callback(_ref):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the handler raises here, and Python discards it
+
+    held = Held()
+    ref = weakref.ref(held, callback)
+    with pytest.raises(termination.Terminated) as stopped:
+        with termination.stop_on_signals():
+            del held  # the callback runs now
+            assert discarded == [termination.Terminated]
+            with pytest.raises(stop_request.StopRequested):
+                manifest.write(str(tmp_path), {})
+            assert not (tmp_path / manifest.MANIFEST_FILE).exists()
+    assert stopped.value.signum == signal.SIGINT
+    assert ref() is None
+    assert stop_request.requested() is None  # a handled stop is forgotten: work goes on
+    manifest.write(str(tmp_path), {})
+
+
+def test_a_stop_a_library_swallowed_raises_when_the_block_ends():
+    with pytest.raises(termination.Terminated) as stopped:
+        with termination.stop_on_signals():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            except BaseException:  # noqa: S110 - a library's `except BaseException: pass`
+                pass
+    assert stopped.value.signum == signal.SIGTERM

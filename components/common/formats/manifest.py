@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 import google_crc32c
 
 from imgpipe.components.common.formats.layout import MANIFEST_FILE
-from imgpipe.components.common.runtime import config_loader
+from imgpipe.components.common.runtime import config_loader, stop_request
 from imgpipe.components.common.storage import fileio
 
 SCHEMA_VERSION = 1
@@ -109,7 +109,12 @@ def describe(folder: str, relpaths: Iterable[str]) -> dict[str, FileEntry]:
 
 
 def write(folder: str, files: Mapping[str, FileEntry]) -> str:
-    """Writes folder/manifest.json atomically, the last file of an output; returns its path."""
+    """Writes folder/manifest.json atomically, the last file of an output; returns its path.
+
+    Raises:
+      stop_request.StopRequested: a stop signal came first; the output stays incomplete.
+    """
+    stop_request.refuse_commit(folder)
     manifest = Manifest(SCHEMA_VERSION, dict(sorted(files.items())))
     manifest.validate()
     path = os.path.join(folder, MANIFEST_FILE)
