@@ -178,7 +178,9 @@ def test_a_signal_to_the_containers_pid_1_stops_the_work_and_publishes_nothing(
                         container.reload()
                         pid, signum = container.attrs["State"]["Pid"], code - 128
                         waiting.until(
-                            lambda: stopping.catches(pid, signum) or not procfs.living([pid]),
+                            lambda pid=pid, signum=signum: (
+                                stopping.catches(pid, signum) or not procfs.living([pid])
+                            ),
                             "PID 1's stop handlers",
                             containers.RUN_TIMEOUT_S,
                         )
