@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -34,16 +35,17 @@ LATEST_S = 2.5
 BURNERS = 2
 
 
-def catches(pid: int, signum: int) -> bool:
-    """Process `pid` has a handler for `signum` (/proc/PID/status SigCgt): a container's
-    PID 1 has installed termination's handlers, the first thing it does; the kernel
-    drops a signal PID 1 has no handler for."""
+def has_stop_handlers(pid: int) -> bool:
+    """Process `pid` has installed termination's handlers, the first thing the command
+    does: it catches SIGTERM (/proc/PID/status SigCgt), which Python alone never does
+    (SIGINT it catches from its start). Before that the kernel drops a signal to a
+    container's PID 1 (docs/kubeflow.md, "Between SIGTERM and SIGKILL")."""
     try:
         with open(f"/proc/{pid}/status") as f:
             caught = next(line for line in f if line.startswith("SigCgt:"))
     except (OSError, StopIteration):
         return False
-    return bool(int(caught.split()[1], 16) >> (signum - 1) & 1)
+    return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
 
 
 def moments(seed: int, count: int) -> list[float]:

@@ -176,10 +176,10 @@ def test_a_signal_to_the_containers_pid_1_stops_the_work_and_publishes_nothing(
                     container.start()
                     if moment is None:  # as soon as it has its handlers: the imports follow
                         container.reload()
-                        pid, signum = container.attrs["State"]["Pid"], code - 128
+                        pid = container.attrs["State"]["Pid"]
                         waiting.until(
-                            lambda pid=pid, signum=signum: (
-                                stopping.catches(pid, signum) or not procfs.living([pid])
+                            lambda pid=pid: (
+                                stopping.has_stop_handlers(pid) or not procfs.living([pid])
                             ),
                             "PID 1's stop handlers",
                             containers.RUN_TIMEOUT_S,
