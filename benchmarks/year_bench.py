@@ -272,6 +272,13 @@ class Year:
         self.served_before: list[str] = []  # every model served so far, in order
         self.decisions_seen = 0
 
+    def keep(self, model_dir: str) -> str:
+        """A copy of a served version outside the serving folder (not counted in its bytes)."""
+        kept = os.path.join(self.work, "bench-served", os.path.basename(model_dir))
+        if not os.path.isdir(kept):
+            shutil.copytree(model_dir, kept)
+        return kept
+
     def guesses(self, model_dir: str, camera: bool) -> list[str]:
         if (model_dir, camera) not in self.cache:
             self.cache[(model_dir, camera)] = predictions(model_dir, self.sets[camera][0])
@@ -286,6 +293,10 @@ class Year:
         images, labels = self.sets[camera]
         index = [i for i, t in enumerate(labels) if t in span.classes]
         version, path = served_path(self.serving)
+        if path:
+            # The bench's own copy: retention deletes served versions a rollback no longer
+            # needs, and the record and the replaced model are re-scored on later sets.
+            path = self.keep(path)
         decisions = history(self.serving)
         new, self.decisions_seen = decisions[self.decisions_seen :], len(decisions)
         row: dict = {
