@@ -183,3 +183,17 @@ def test_a_champion_too_weak_to_judge_labels_reports_and_does_not_gate(world, tm
     assert "not gated: the champion agreed with 16.0% of its own held-out labels" in (
         audited.reason
     )
+
+
+def test_too_few_images_to_audit_is_decided_before_any_model_loads(world, tmp_path):
+    """The audit's minimum depends on the labels alone, so a split too small (a small
+    span's eval split) is skipped without loading a SavedModel (5-7 s): here there is no
+    model at all, and the reason is the minimum, not a model that could not score."""
+    absent = str(tmp_path / "no-model")
+    result = scoring.run(absent, bench.CLASSES, world["examples"], SPLITS, max_images=5).result
+    assert not result.checked
+    assert "the audit needs at least" in result.reason and "a sample of 5 of" in result.reason
+    assert (result.audited, result.unknown_class, result.flagged) == (5, 0, 0)
+    assert result.images == PER_CLASS * len(bench.CLASSES) and result.model == absent
+    unknown = scoring.run(absent, ["x", "y"], world["examples"], SPLITS, max_images=50).result
+    assert (unknown.checked, unknown.audited, unknown.unknown_class) == (False, 0, 50)

@@ -92,6 +92,21 @@ def find_label_issues(labels: np.ndarray, probabilities: np.ndarray) -> np.ndarr
     )
 
 
+def too_few(model_classes: Sequence[str], given: Sequence[str]) -> str:
+    """Why the audit cannot run on these labels, before any model scores them; "" when
+    it can: fewer than MIN_AUDITED_IMAGES images, or MIN_CLASSES classes, that the model
+    knows."""
+    known = set(model_classes)
+    rows = [name for name in given if name in known]
+    present = set(rows)
+    if len(rows) < MIN_AUDITED_IMAGES or len(present) < MIN_CLASSES:
+        return (
+            f"{len(rows)} images of {len(present)} classes the model knows: the audit needs "
+            f"at least {MIN_AUDITED_IMAGES} images of {MIN_CLASSES} classes"
+        )
+    return ""
+
+
 def audit(model_classes: Sequence[str], given: Sequence[str], probabilities: np.ndarray) -> Found:
     """Flags likely label errors among images scored by a model.
 
@@ -117,12 +132,9 @@ def audit(model_classes: Sequence[str], given: Sequence[str], probabilities: np.
     def found(flagged: tuple[int, ...], reason: str = "") -> Found:
         return Found(len(rows), unknown, flagged, suggested, confidence, given_confidence, reason)
 
-    if len(rows) < MIN_AUDITED_IMAGES or len(present) < MIN_CLASSES:
-        return found(
-            (),
-            f"{len(rows)} images of {len(present)} classes the model knows: the audit needs "
-            f"at least {MIN_AUDITED_IMAGES} images of {MIN_CLASSES} classes",
-        )
+    reason = too_few(model_classes, given)
+    if reason:
+        return found((), reason)
     local = {c: j for j, c in enumerate(present)}
     labels = np.array([local[column[given[i]]] for i in rows], np.int64)
     kept = np.clip(probabilities[np.ix_(rows, present)], _MIN_PROBABILITY, None)

@@ -169,6 +169,26 @@ def run(
         return skipped(f"the Examples of {list(splits)} could not be read: {e}")
     if not records:
         return skipped(f"no image in the splits {list(splits)} to audit")
+    given = [r.label for r in records]
+    reason = label_audit.too_few(model_classes, given)
+    if reason:  # decided by the labels alone: no model is loaded (a SavedModel, 5-7 s)
+        known = sum(name in set(model_classes) for name in given)
+        if total > len(records):
+            reason += f"; a sample of {len(records)} of {total} images (label_audit_max_images)"
+        return Audited(
+            schema.LabelAudit(
+                checked=False,
+                reason=reason,
+                model=model_dir,
+                model_version=model_version,
+                images=total,
+                audited=known,
+                not_sampled=total - len(records),
+                unknown_class=len(given) - known,
+                flagged=0,
+                flagged_fraction=0.0,
+            )
+        )
     try:
         probabilities = score(model_dir, records)
     except READ_ERRORS as e:
