@@ -172,7 +172,8 @@ def run(
     given = [r.label for r in records]
     reason = label_audit.too_few(model_classes, given)
     if reason:  # decided by the labels alone: no model is loaded (a SavedModel, 5-7 s)
-        known = sum(name in set(model_classes) for name in given)
+        classes = set(model_classes)
+        known = sum(name in classes for name in given)
         if total > len(records):
             reason += f"; a sample of {len(records)} of {total} images (label_audit_max_images)"
         return Audited(
