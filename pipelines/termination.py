@@ -88,6 +88,7 @@ class _Process:
     phase: str = _STARTING
     signum: int | None = None  # the first signal received
     raised: bool = False  # Terminated was raised in the main thread
+    handled: bool = False  # caught on purpose by a command a signal is meant to end
     interruptible: bool = False  # the ending phase waits where a signal may cut it short
     exit_code: int | None = None  # the command's own code, once its work is done
     deadline_armed: bool = False
@@ -224,7 +225,7 @@ def stop_on_signals() -> Iterator[None]:
             _process.raised = True
             raise Terminated(_process.signum)
         yield
-        if _process.signum is not None:  # its Terminated was swallowed on the way
+        if _process.signum is not None and not _process.handled:  # swallowed on the way
             raise Terminated(_process.signum)
     except BaseException as e:
         first = _process.signum
@@ -248,8 +249,16 @@ def _reset() -> None:
         _process.phase = _STARTING
         _process.signum = None
         _process.raised = False
+        _process.handled = False
         _process.deadline_armed = False
         _process.generation += 1
+
+
+def stop_handled() -> None:
+    """The block caught Terminated on purpose (a command a signal is meant to end, such
+    as `imgpipe engine`) and stopped what it started: stop_on_signals lets it return
+    rather than raising the stop again. Outputs stay refused (stop_request)."""
+    _process.handled = True
 
 
 def ending(exit_code: int) -> None:

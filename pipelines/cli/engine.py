@@ -93,8 +93,10 @@ def _stopped_by_a_signal() -> Iterator[None]:
     have stopped what they started on the way out."""
     from imgpipe.pipelines import termination
 
-    with contextlib.suppress(termination.Terminated):
+    try:
         yield
+    except termination.Terminated:
+        termination.stop_handled()
 
 
 def _serve_until_interrupted(cluster: flink.FlinkCluster | spark.SparkCluster) -> None:
