@@ -164,7 +164,10 @@ def _wait_for_exec(process: subprocess.Popen, launcher: str, timeout: float = 10
                 first = f.read().split(b"\0", 1)[0].decode(errors="replace")
         except OSError:
             return
-        if os.path.basename(first) != launcher_name:
+        # Empty while an exec is under way: the launcher's own, whose Popen returned
+        # as the old image went and before the new one's arguments are in place (this
+        # once let a supervisor die before setpriv set the death signal).
+        if first and os.path.basename(first) != launcher_name:
             return
         time.sleep(0.005)
 
