@@ -90,6 +90,27 @@ def test_eval_and_train_inputs_see_the_upright_opaque_image():
     assert (served == 255).all()
 
 
+def _ops(function, *args) -> list[str]:
+    """The op types of `function`'s graph, its branches' and loops' bodies included."""
+    graph = tf.function(function).get_concrete_function(*args).graph.as_graph_def()
+    return [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+
+
+@pytest.mark.unit
+def test_each_input_graph_reads_the_batchs_orientations_once():
+    """The EXIF parser (one DecodePaddedRaw) is built once per batch graph, not again in
+    each per-image branch: every trace of the train, eval and serving inputs builds it,
+    and six copies made each small run's Trainer and Evaluator 2-4 times as long."""
+    batch = tf.TensorSpec([None], tf.string)
+    for ops in (
+        _ops(lambda e: preprocessing.eval_images(e, 32, 0.875), batch),
+        _ops(lambda e: preprocessing.train_images(e, 32), batch),
+        _ops(lambda e: preprocessing.image_shapes(e), batch),
+    ):
+        assert ops.count("DecodePaddedRaw") == 1
+        assert len(ops) < 2_500
+
+
 QUADRANTS = ["top-left", "top-right", "bottom-left", "bottom-right"]
 
 

@@ -62,19 +62,20 @@ def eval_images(
     Returns:
       A uint8 tensor [B, image_size, image_size, 3].
     """
-    all_jpeg = all_plain_jpeg(encoded)
-    windows = center_crop_windows(image_shapes(encoded, all_jpeg), crop_fraction)
+    orientations = upright.exif_orientations(encoded)
+    all_jpeg = all_plain_jpeg(encoded, orientations)
+    windows = center_crop_windows(image_shapes(encoded, all_jpeg, orientations), crop_fraction)
     # A batch whose crops are all at the output size skips the resize (a same-size
     # bilinear resize is the identity): shards stored at the crop size decode about
     # 1.5 times as fast.
     same_size = tf.reduce_all(windows[:, 2] == image_size)
 
     def map_images(crop: Callable, resize: bool) -> tf.Tensor:
-        def one(args: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+        def one(args: tuple[tf.Tensor, tf.Tensor, tf.Tensor]) -> tf.Tensor:
             image = crop(*args)
             return eval_resize(image, image_size) if resize else image
 
-        return _map_to_images(one, (encoded, windows), image_size)
+        return _map_to_images(one, (encoded, windows, orientations), image_size)
 
     def decode(crop: Callable) -> tf.Tensor:
         return tf.cond(
@@ -108,32 +109,38 @@ def _map_to_images(fn: Callable, elements: tuple, image_size: int) -> tf.Tensor:
     )
 
 
-def all_plain_jpeg(encoded: tf.Tensor) -> tf.Tensor:
+def all_plain_jpeg(encoded: tf.Tensor, orientations: tf.Tensor | None = None) -> tf.Tensor:
     """Whether every image of `encoded` [B] is a JPEG with no EXIF rotation: the batch
-    can take the crop-while-decoding path (a bool scalar)."""
-    return tf.reduce_all(tf.io.is_jpeg(encoded)) & tf.logical_not(upright.needs_upright(encoded))
+    can take the crop-while-decoding path (a bool scalar). `orientations`: the batch's
+    upright.exif_orientations, when the caller has read them."""
+    if orientations is None:
+        orientations = upright.exif_orientations(encoded)
+    return tf.reduce_all(tf.io.is_jpeg(encoded)) & tf.logical_not(
+        upright.needs_upright(orientations)
+    )
 
 
 def _crop_decoder(jpeg_only: bool, dct_method: str = "") -> Callable:
-    """fn(encoded, window) -> the window of the upright image as uint8 [h, w, 3].
-    `jpeg_only` (every image a plain JPEG: all_plain_jpeg) leaves out the per-image
-    format branch (a tf.cond per image costs about as much as the arithmetic of a whole
-    batch)."""
+    """fn(encoded, window, orientation) -> the window of the upright image as uint8
+    [h, w, 3], given the image's EXIF orientation. `jpeg_only` (every image a plain
+    JPEG: all_plain_jpeg) leaves out the per-image format branch (a tf.cond per image
+    costs about as much as the arithmetic of a whole batch)."""
 
-    def jpeg(e: tf.Tensor, window: tf.Tensor) -> tf.Tensor:
+    def jpeg(e: tf.Tensor, window: tf.Tensor, orientation: tf.Tensor) -> tf.Tensor:
+        del orientation  # 1: a plain JPEG
         return tf.image.decode_and_crop_jpeg(e, window, channels=3, dct_method=dct_method)
 
-    def any_format(e: tf.Tensor, window: tf.Tensor) -> tf.Tensor:
+    def any_format(e: tf.Tensor, window: tf.Tensor, orientation: tf.Tensor) -> tf.Tensor:
         def other() -> tf.Tensor:
-            image = upright.decode_upright(e, dct_method)
+            image = upright.decode_upright(e, dct_method, orientation)
             # Kept inside the image: windows from shapes stored before the rotation.
             shape = tf.shape(image)[:2]
             start = tf.minimum(window[:2], shape - 1)
             size = tf.maximum(tf.minimum(window[2:], shape - start), 1)
             return tf.slice(image, [start[0], start[1], 0], [size[0], size[1], 3])
 
-        plain = tf.io.is_jpeg(e) & tf.equal(upright.exif_orientation(e), 1)
-        return tf.cond(plain, lambda: jpeg(e, window), other)
+        plain = tf.io.is_jpeg(e) & tf.equal(orientation, 1)
+        return tf.cond(plain, lambda: jpeg(e, window, orientation), other)
 
     return jpeg if jpeg_only else any_format
 
@@ -176,7 +183,9 @@ def random_crop_windows(
     return tf.cast(tf.stack([offset_y, offset_x, crop_h, crop_w], axis=1), tf.int32)
 
 
-def image_shapes(encoded: tf.Tensor, all_jpeg: tf.Tensor | None = None) -> tf.Tensor:
+def image_shapes(
+    encoded: tf.Tensor, all_jpeg: tf.Tensor | None = None, orientations: tf.Tensor | None = None
+) -> tf.Tensor:
     """[height, width] int32 [B, 2] of each upright image in `encoded` [B], from the
     headers: JPEG's frame header (swapped by an EXIF orientation of 5..8), PNG's IHDR;
     other formats are decoded.
@@ -184,15 +193,18 @@ def image_shapes(encoded: tf.Tensor, all_jpeg: tf.Tensor | None = None) -> tf.Te
     Args:
       all_jpeg: whether every image is a JPEG with no EXIF rotation (all_plain_jpeg),
         when the caller already knows.
+      orientations: the batch's upright.exif_orientations, when the caller has read them.
     """
 
     def jpeg(e: tf.Tensor) -> tf.Tensor:
         return tf.image.extract_jpeg_shape(e)[:2]
 
-    def any_format(e: tf.Tensor) -> tf.Tensor:
+    def any_format(args: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+        e, orientation = args
+
         def rotated_jpeg() -> tf.Tensor:
             shape = jpeg(e)
-            return tf.where(upright.exif_orientation(e) >= 5, tf.reverse(shape, [0]), shape)
+            return tf.where(orientation >= 5, tf.reverse(shape, [0]), shape)
 
         def png() -> tf.Tensor:  # IHDR: big-endian width, then height, at byte 16
             width_height = tf.io.decode_raw(
@@ -212,13 +224,15 @@ def image_shapes(encoded: tf.Tensor, all_jpeg: tf.Tensor | None = None) -> tf.Te
             exclusive=True,
         )
 
+    if orientations is None:
+        orientations = upright.exif_orientations(encoded)
     if all_jpeg is None:
-        all_jpeg = all_plain_jpeg(encoded)
+        all_jpeg = all_plain_jpeg(encoded, orientations)
     signature = tf.TensorSpec([2], tf.int32)
     return tf.cond(
         all_jpeg,
         lambda: tf.map_fn(jpeg, encoded, fn_output_signature=signature),
-        lambda: tf.map_fn(any_format, encoded, fn_output_signature=signature),
+        lambda: tf.map_fn(any_format, (encoded, orientations), fn_output_signature=signature),
     )
 
 
@@ -241,23 +255,24 @@ def train_images(
     Returns:
       A uint8 tensor [B, image_size, image_size, 3].
     """
-    all_jpeg = all_plain_jpeg(encoded)
+    orientations = upright.exif_orientations(encoded)
+    all_jpeg = all_plain_jpeg(encoded, orientations)
     if shapes is None:
-        shapes = image_shapes(encoded, all_jpeg)
+        shapes = image_shapes(encoded, all_jpeg, orientations)
     windows = random_crop_windows(tf.cast(shapes, tf.int32), area_range, aspect_ratio_range)
     flips = tf.random.uniform(tf.shape(encoded)) < 0.5
 
     def map_images(crop: Callable) -> tf.Tensor:
-        def one(args: tuple[tf.Tensor, tf.Tensor, tf.Tensor]) -> tf.Tensor:
-            e, window, flip = args
-            image = crop(e, window)
+        def one(args: tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]) -> tf.Tensor:
+            e, window, orientation, flip = args
+            image = crop(e, window, orientation)
             # Flip before the resize, on the smaller crop. A tf.cond per image costs
             # more than the reverse itself, so the reverse always runs and Select
             # (scalar condition: no copy) picks.
             image = tf.compat.v1.where(flip, tf.reverse(image, [1]), image)
             return _round_to_uint8(_resize_bilinear(image, image_size))
 
-        return _map_to_images(one, (encoded, windows, flips), image_size)
+        return _map_to_images(one, (encoded, windows, orientations, flips), image_size)
 
     return tf.cond(
         all_jpeg,
