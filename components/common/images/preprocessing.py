@@ -109,12 +109,10 @@ def _map_to_images(fn: Callable, elements: tuple, image_size: int) -> tf.Tensor:
     )
 
 
-def all_plain_jpeg(encoded: tf.Tensor, orientations: tf.Tensor | None = None) -> tf.Tensor:
-    """Whether every image of `encoded` [B] is a JPEG with no EXIF rotation: the batch
-    can take the crop-while-decoding path (a bool scalar). `orientations`: the batch's
-    upright.exif_orientations, when the caller has read them."""
-    if orientations is None:
-        orientations = upright.exif_orientations(encoded)
+def all_plain_jpeg(encoded: tf.Tensor, orientations: tf.Tensor) -> tf.Tensor:
+    """Whether every image of `encoded` [B], whose upright.exif_orientations are
+    `orientations`, is a JPEG with no EXIF rotation: the batch can take the
+    crop-while-decoding path (a bool scalar)."""
     return tf.reduce_all(tf.io.is_jpeg(encoded)) & tf.logical_not(
         upright.needs_upright(orientations)
     )
