@@ -272,6 +272,17 @@ class Year:
         self.served_before: list[str] = []  # every model served so far, in order
         self.decisions_seen = 0
 
+    def resume(self, rows: list[dict]) -> None:
+        """The state after `rows`: the models served in turn (the bench's copies) and
+        the decisions already counted."""
+        for row in rows:
+            version = row["served_version"]
+            if version is not None:
+                kept = os.path.join(self.work, "bench-served", str(version))
+                if not self.served_before or self.served_before[-1] != kept:
+                    self.served_before.append(kept)
+        self.decisions_seen = sum(len(row["decisions"]) for row in rows)
+
     def keep(self, model_dir: str) -> str:
         """A copy of a served version outside the serving folder (not counted in its bytes)."""
         kept = os.path.join(self.work, "bench-served", os.path.basename(model_dir))
@@ -367,15 +378,33 @@ class Year:
 ROWS_FILE = "rows.jsonl"
 
 
+def rows_so_far(work: str) -> list[dict]:
+    """The rows of a year cut short (a restart, a kill), as run_year kept them."""
+    path = os.path.join(work, ROWS_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def run_year(work: str, spans: int, per_class: int) -> dict:
+    """Runs the schedule's spans in `work`, continuing after the last span whose row
+    rows.jsonl holds: the spans before it landed already, and the run cut short in the
+    span after it (its data maybe written, its run maybe killed) is run again, as an
+    operator's rerun would."""
     year = Year(work)
     data = os.path.join(work, "data")
     os.makedirs(data, exist_ok=True)
+    rows = rows_so_far(work)
+    year.resume(rows)
+    measured = {row["span"] for row in rows}
     landed: list[ys.Span] = []
-    rows = []
     for span in ys.schedule(spans, per_class):
-        write_span(data, span)
         landed.append(span)
+        if span.span in measured:
+            continue
+        if not os.path.isdir(os.path.join(data, f"span-{span.span}")):
+            write_span(data, span)
         ran = operate(work, span) if span.runs else None
         rows.append(year.measure(span, landed, ran))
         # One line a span, kept as it comes: a year cut short still has its figures.
@@ -476,10 +505,13 @@ def page(result: dict) -> str:
     )
 
 
-def run(spans: int = 52, per_class: int = 15, workdir: str | None = None) -> dict:
-    """The bench for benchmarks/run.py: a temporary workdir unless one is given."""
+def run(
+    spans: int = 52, per_class: int = 15, workdir: str | None = None, resume: bool = False
+) -> dict:
+    """The bench for benchmarks/run.py: a temporary workdir unless one is given; a given
+    one is emptied first unless `resume`."""
     work = workdir or tempfile.mkdtemp(prefix="imgpipe-year-bench-")
-    if workdir and os.path.exists(workdir):
+    if workdir and os.path.exists(workdir) and not resume:
         shutil.rmtree(workdir)
     print(HEADER, flush=True)
     try:
@@ -493,11 +525,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spans", type=int, default=52)
     parser.add_argument("--per-class", type=int, default=15)
-    parser.add_argument("--workdir", help="kept after the run (emptied first); default a temp")
+    parser.add_argument(
+        "--workdir", help="kept after the run (emptied first unless --resume); default a temp"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the year in --workdir after the last span its rows.jsonl holds",
+    )
     parser.add_argument("--out", help="the JSON result")
     parser.add_argument("--html", help="a page with the SVG plot of served vs oracle accuracy")
     args = parser.parse_args()
-    result = run(args.spans, args.per_class, args.workdir)
+    if args.resume and not args.workdir:
+        parser.error("--resume continues a --workdir")
+    result = run(args.spans, args.per_class, args.workdir, args.resume)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)

@@ -465,7 +465,8 @@ def test_serving_signature_matches_the_eval_pipeline(data, tmp_path, on_host):
     model = model_lib.build_model(
         TrainerConfig(backbone="tiny_cnn", image_size=SIZE), len(labels), model_input
     )
-    export_dir = export.export_serving_model(model, str(tmp_path / "serving"), labels, model_input)
+    export_dir = str(tmp_path / "serving")
+    score_examples = export.export_serving_model(model, export_dir, labels, model_input)
     source = input_lib.split_source(data["examples"], "eval")
     dataset = input_lib.make_dataset(
         source,
@@ -490,6 +491,9 @@ def test_serving_signature_matches_the_eval_pipeline(data, tmp_path, on_host):
     assert served[export.CLASS_NAMES].numpy()[0].tolist() == [s.encode() for s in labels]
     by_examples = loaded.signatures[export.SERVING_EXAMPLES](examples=tf.constant(records))
     np.testing.assert_allclose(by_examples[export.PROBABILITIES].numpy(), expected, atol=1e-6)
+    # What the export returns (the candidate's label audit scores with it) is that signature.
+    in_process = score_examples(tf.constant(records))
+    np.testing.assert_allclose(in_process[export.PROBABILITIES].numpy(), expected, atol=1e-6)
     with open(os.path.join(export_dir, "assets.extra", "labels.txt")) as f:
         assert f.read().split() == labels
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from benchmarks import year_schedule as ys
@@ -102,3 +104,22 @@ def test_a_short_run_judges_what_it_can():
     assert targets["within_3_points_of_oracle"]["met"] is True
     assert targets["disk_growth"]["met"] is None
     assert targets["run_time_growth"]["late_span"] == 6
+
+
+def test_a_year_cut_short_resumes_after_its_last_row(tmp_path):
+    from benchmarks import year_bench
+
+    def kept(span, served, decisions):
+        return {"span": span, "served_version": served, "decisions": [{}] * decisions}
+
+    rows = [kept(1, None, 1), kept(2, 7, 1), kept(3, 7, 0), kept(4, 9, 2), kept(5, 7, 1)]
+    (tmp_path / year_bench.ROWS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert year_bench.rows_so_far(str(tmp_path)) == rows
+
+    year = year_bench.Year(str(tmp_path))
+    year.resume(year_bench.rows_so_far(str(tmp_path)))
+    copies = tmp_path / "bench-served"
+    # Each change of the served model once, in turn: a rollback to 7 is a change too.
+    assert year.served_before == [str(copies / "7"), str(copies / "9"), str(copies / "7")]
+    assert year.decisions_seen == 5
+    assert year_bench.rows_so_far(str(tmp_path / "new")) == []

@@ -26,6 +26,7 @@ from imgpipe.components.common.formats.serving import (
     PROBABILITIES,
     SERVING_DEFAULT,
     SERVING_EXAMPLES,
+    ExamplesScorer,
 )
 from imgpipe.components.common.images import serving_limits
 from imgpipe.components.common.images.model_input import ModelInput
@@ -48,7 +49,7 @@ def export_serving_model(
     statistics_uri: str | None = None,
     limits: ServingLimits = serving_limits.DEFAULT_LIMITS,
     training: Mapping[str, Any] | None = None,
-) -> str:
+) -> ExamplesScorer:
     """Writes the SavedModel to `export_dir`, with served_models.py's assets.extra/:
     the labels, the Keras weights (for a warm start) and the training data's
     image_stats.json (for drift).
@@ -64,10 +65,14 @@ def export_serving_model(
       limits: what serving_default refuses before decoding (serving_limits.py).
       training: what it was trained on (served_models.TRAINING_FILE: the digest from
         resume.training_digest, the spans, the main settings).
+
+    Returns:
+      The serving_examples function the SavedModel holds, to score with in this process
+      (the candidate's label audit) without loading the export back.
     """
-    _write_signatures(model, export_dir, labels, model_input, key_map, limits)
+    score_examples = _write_signatures(model, export_dir, labels, model_input, key_map, limits)
     _write_assets_extra(model, export_dir, labels, statistics_uri, training)
-    return export_dir
+    return score_examples
 
 
 def _write_signatures(
@@ -77,9 +82,10 @@ def _write_signatures(
     model_input: ModelInput,
     key_map: FeatureKeyMap,
     limits: ServingLimits,
-) -> None:
+) -> ExamplesScorer:
     """The SavedModel: serving_default on encoded images (checked against `limits`)
-    and serving_examples on tf.Examples, both decoding as the eval input does."""
+    and serving_examples on tf.Examples, both decoding as the eval input does. Returns
+    serving_examples."""
     class_names = tf.constant(list(labels), tf.string)
     image_size, crop_fraction = model_input.image_size, model_input.crop_fraction
     host_normalization = model_input.host_normalization
@@ -112,12 +118,13 @@ def _write_signatures(
         serve_images,
         input_signature=[tf.TensorSpec([None], tf.string, name=IMAGES_INPUT)],
     )
-    archive.add_endpoint(
+    score_examples = archive.add_endpoint(
         SERVING_EXAMPLES,
         serve_examples,
         input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)],
     )
     archive.write_out(export_dir, verbose=False)
+    return score_examples
 
 
 def _write_assets_extra(

@@ -25,6 +25,7 @@ from absl import logging
 
 from imgpipe.components.common.formats import champion as champion_lib
 from imgpipe.components.common.formats import image_stats, layout
+from imgpipe.components.common.formats.serving import ExamplesScorer
 from imgpipe.components.common.images import model_input
 from imgpipe.components.common.storage import outputs, staging
 from imgpipe.components.trainer import (
@@ -375,9 +376,9 @@ def export_trained(
     labels: list[str],
     inputs: model_input.ModelInput,
     statistics_uri: str | None,
-) -> None:
-    """Writes the serving model into `folder` (export.py)."""
-    export.export_serving_model(
+) -> ExamplesScorer:
+    """Writes the serving model into `folder` (export.py); returns its serving_examples."""
+    return export.export_serving_model(
         trained.model,
         folder,
         labels,
@@ -392,11 +393,12 @@ def publish(
     fn_args,
     config: TrainerConfig,
     labels: list[str],
-    write: Callable[[str], None],
+    write: Callable[[str], ExamplesScorer | None],
 ) -> image_stats.LabelAudit | None:
     """Publishes the serving model, which `write(folder)` writes into a local folder,
     into the model artifact; returns the candidate's label audit on the eval split
-    (candidate_audit.py), run on the export.
+    (candidate_audit.py), scored by the export's serving_examples: the function `write`
+    returns, else (an export by other processes) loaded from the export.
 
     TFX's model artifact holds Format-Serving/ (fn_args.serving_model_dir) only. It is
     exported aside, then moved into place, so a retried Trainer never mixes exports, and
@@ -408,10 +410,15 @@ def publish(
 
     def export_and_audit(folder: str) -> None:
         with staging.local_folder(folder, "imgpipe-export-") as local:
-            write(local)
+            score_examples = write(local)
             audits.append(
                 candidate_audit.audit_candidate(
-                    local, labels, examples_uri, eval_split, config.feature_key_map
+                    local,
+                    labels,
+                    examples_uri,
+                    eval_split,
+                    config.feature_key_map,
+                    score_examples=score_examples,
                 )
             )
 

@@ -12,6 +12,9 @@ probabilities, as TF Serving's Classify API returns them) and predicted_class st
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 SERVING_DEFAULT = "serving_default"
 SERVING_EXAMPLES = "serving_examples"
 IMAGES_INPUT = "images"
@@ -19,3 +22,7 @@ EXAMPLES_INPUT = "examples"
 PROBABILITIES = "probabilities"
 CLASS_NAMES = "class_names"
 PREDICTED_CLASS = "predicted_class"
+
+# serving_examples as a function of this process: serialized tf.Examples (a string
+# tensor [B]) to the outputs above by name (tensors).
+ExamplesScorer = Callable[[Any], Mapping[str, Any]]

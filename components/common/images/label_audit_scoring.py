@@ -17,7 +17,7 @@ import dataclasses
 import hashlib
 import heapq
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import cv2
 import numpy as np
@@ -31,6 +31,7 @@ from imgpipe.components.common.formats.serving import (
     EXAMPLES_INPUT,
     PROBABILITIES,
     SERVING_EXAMPLES,
+    ExamplesScorer,
 )
 from imgpipe.components.common.images import label_audit
 from imgpipe.components.common.runtime import config_loader
@@ -125,15 +126,21 @@ def read_records(
     return [record for _, _, record in kept], total
 
 
-def score(model_dir: str, records: Sequence[Record]) -> np.ndarray:
-    """The model's probabilities [N, C] from its serving_examples signature."""
-    signature = tf.saved_model.load(model_dir).signatures[SERVING_EXAMPLES]
+def score(
+    model_dir: str, records: Sequence[Record], score_examples: ExamplesScorer | None = None
+) -> np.ndarray:
+    """The model's probabilities [N, C] from its serving_examples signature: loaded from
+    `model_dir`, unless the exporting process passes the function it exported."""
+    if score_examples is None:
+        signature = tf.saved_model.load(model_dir).signatures[SERVING_EXAMPLES]
+
+        def score_examples(examples: tf.Tensor) -> Mapping[str, tf.Tensor]:
+            return signature(**{EXAMPLES_INPUT: examples})  # signatures take keywords only
+
     batches = tf.data.Dataset.from_tensor_slices(
         tf.constant([r.serialized for r in records], tf.string)
     ).batch(BATCH_SIZE)
-    probabilities = [
-        signature(**{EXAMPLES_INPUT: batch})[PROBABILITIES].numpy() for batch in batches
-    ]
+    probabilities = [score_examples(batch)[PROBABILITIES].numpy() for batch in batches]
     return np.concatenate(probabilities) if probabilities else np.zeros((0, 0), np.float32)
 
 
@@ -161,8 +168,10 @@ def run(
     splits: Sequence[str],
     max_images: int,
     model_version: int | None = None,
+    score_examples: ExamplesScorer | None = None,
 ) -> Audited:
-    """The audit of `splits` by the model in `model_dir`, without a gate."""
+    """The audit of `splits` by the model in `model_dir` (scored by `score_examples`
+    when given: score()), without a gate."""
     try:
         records, total = read_records(examples_uri, splits, max_images)
     except READ_ERRORS as e:
@@ -191,7 +200,7 @@ def run(
             )
         )
     try:
-        probabilities = score(model_dir, records)
+        probabilities = score(model_dir, records, score_examples)
     except READ_ERRORS as e:
         return skipped(f"the model {model_dir} could not score the images: {e}")
     if probabilities.shape[1] != len(model_classes):
