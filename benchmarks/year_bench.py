@@ -278,14 +278,17 @@ class Year:
         for row in rows:
             version = row["served_version"]
             if version is not None:
-                kept = os.path.join(self.work, "bench-served", str(version))
+                kept = self.kept_path(str(version))
                 if not self.served_before or self.served_before[-1] != kept:
                     self.served_before.append(kept)
         self.decisions_seen = sum(len(row["decisions"]) for row in rows)
 
+    def kept_path(self, version: str) -> str:
+        return os.path.join(self.work, "bench-served", version)
+
     def keep(self, model_dir: str) -> str:
         """A copy of a served version outside the serving folder (not counted in its bytes)."""
-        kept = os.path.join(self.work, "bench-served", os.path.basename(model_dir))
+        kept = self.kept_path(os.path.basename(model_dir))
         if not os.path.isdir(kept):
             shutil.copytree(model_dir, kept)
         return kept

@@ -17,7 +17,7 @@ import dataclasses
 import hashlib
 import heapq
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import cv2
 import numpy as np
@@ -126,17 +126,17 @@ def read_records(
     return [record for _, _, record in kept], total
 
 
+def _loaded_scorer(model_dir: str) -> ExamplesScorer:
+    signature = tf.saved_model.load(model_dir).signatures[SERVING_EXAMPLES]
+    return lambda examples: signature(**{EXAMPLES_INPUT: examples})  # keywords only
+
+
 def score(
     model_dir: str, records: Sequence[Record], score_examples: ExamplesScorer | None = None
 ) -> np.ndarray:
     """The model's probabilities [N, C] from its serving_examples signature: loaded from
     `model_dir`, unless the exporting process passes the function it exported."""
-    if score_examples is None:
-        signature = tf.saved_model.load(model_dir).signatures[SERVING_EXAMPLES]
-
-        def score_examples(examples: tf.Tensor) -> Mapping[str, tf.Tensor]:
-            return signature(**{EXAMPLES_INPUT: examples})  # signatures take keywords only
-
+    score_examples = score_examples or _loaded_scorer(model_dir)
     batches = tf.data.Dataset.from_tensor_slices(
         tf.constant([r.serialized for r in records], tf.string)
     ).batch(BATCH_SIZE)
