@@ -368,6 +368,9 @@ def _parse_and_decode(
         else None
     )
 
+    # Written in graph ops (tf.cond, tf.while_loop) as the SavedModel's signatures trace
+    # them: AutoGraph's conversion would only add seconds to every Trainer's start.
+    @tf.autograph.experimental.do_not_convert
     def parse_and_decode(
         serialized: tf.Tensor, file_index: tf.Tensor | None = None
     ) -> tuple[tf.Tensor, tf.Tensor]:

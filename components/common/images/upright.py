@@ -90,6 +90,13 @@ def exif_orientations(encoded: tf.Tensor) -> tf.Tensor:
     return tf.where(valid, value, 1)
 
 
+# After the transpose of 5..8: the orientations whose rows (upside down) and columns
+# (mirrored) are reversed. 3 is 180 degrees; 6 and 8 are 90 degrees either way; 7 is the
+# transverse.
+_FLIP_ROWS = (3, 4, 7, 8)
+_FLIP_COLUMNS = (2, 3, 6, 7)
+
+
 def exif_orientation(encoded: tf.Tensor) -> tf.Tensor:
     """exif_orientations of one encoded image: an int32 scalar."""
     return exif_orientations(tf.expand_dims(encoded, 0))[0]
@@ -97,22 +104,17 @@ def exif_orientation(encoded: tf.Tensor) -> tf.Tensor:
 
 def orient(image: tf.Tensor, orientation: tf.Tensor) -> tf.Tensor:
     """Applies an EXIF orientation (1..8) to [h, w, C] pixels, so they are upright: the
-    same transforms as image_codec.apply_orientation."""
+    same transforms as image_codec.apply_orientation.
 
-    def transpose() -> tf.Tensor:
-        return tf.transpose(image, [1, 0, 2])
-
-    branches = [
-        lambda: image,
-        lambda: tf.image.flip_left_right(image),
-        lambda: tf.image.rot90(image, 2),
-        lambda: tf.image.flip_up_down(image),
-        transpose,
-        lambda: tf.image.rot90(image, 3),
-        lambda: tf.image.rot90(tf.image.flip_left_right(image), 3),
-        lambda: tf.image.rot90(image, 1),
-    ]
-    return tf.switch_case(tf.clip_by_value(orientation, 1, 8) - 1, branches)
+    Each orientation is a transpose (5..8) followed by flips of the rows and columns, so
+    the graph is three ops with the orientation as data, not a branch per orientation
+    (every trace of the input and serving functions builds it).
+    """
+    orientation = tf.clip_by_value(orientation, 1, 8)
+    transposed = tf.transpose(image, tf.where(orientation >= 5, [1, 0, 2], [0, 1, 2]))
+    flip_rows = tf.reduce_any(tf.equal(orientation, _FLIP_ROWS))
+    flip_columns = tf.reduce_any(tf.equal(orientation, _FLIP_COLUMNS))
+    return tf.reverse(transposed, tf.boolean_mask([0, 1], [flip_rows, flip_columns]))
 
 
 def composite_on_white(rgba: tf.Tensor) -> tf.Tensor:
