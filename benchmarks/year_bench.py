@@ -6,7 +6,11 @@
 three at first, a class added at spans 10 and 30, a grey span at 15, 40% of labels moved
 at 20, a new camera from 25 (another image size and a colour cast), three times the data
 at 35-40, and a missed day at 45 (spans 45 and 46 land together; the run after 46 runs
-both in turn). Shorter runs take the events in that order from span 2 on.
+both in turn); and two faults: span 12's run is killed (SIGKILL to its process group)
+once its Trainer starts, then run again, as the scheduler's next firing would, and span
+13's push is rolled back by the person on call (`imgpipe rollback`), so span 14's
+candidate meets the model served before it. Shorter runs take the events in that order
+from span 2 on.
 
 After each span lands, `imgpipe run local --data DATA/span-{SPAN}` runs; where a gate
 stops it for an intended change, the operator reruns with the flag the stop names (as
@@ -29,6 +33,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -110,9 +115,12 @@ def cli(*args: str) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
-def run_span(work: str, accepted: list[str]) -> tuple[int, str]:
+def run_command(work: str, accepted: list[str]) -> list[str]:
     settings = [arg for setting in PIPELINE_SETTINGS for arg in ("--set", setting)]
-    code, out, err = cli(
+    return [
+        sys.executable,
+        "-m",
+        "imgpipe.pipelines.cli",
         "run",
         "local",
         "--data",
@@ -123,14 +131,44 @@ def run_span(work: str, accepted: list[str]) -> tuple[int, str]:
         os.path.join(work, "serving"),
         *settings,
         *accepted,
-    )
-    return code, out + "\n" + err
+    ]
 
 
-def operate(work: str, span: ys.Span) -> tuple[int, str, list[str], float]:
-    """Runs the span as the operator does: reruns with the flag a stop names, only for an
-    intended change, once per flag. Returns the exit code, output, flags and seconds."""
+def run_span(work: str, accepted: list[str]) -> tuple[int, str]:
+    done = subprocess.run(run_command(work, accepted), capture_output=True, text=True)
+    return done.returncode, done.stdout + "\n" + done.stderr
+
+
+TRAINER_STARTED = "step  Trainer"
+
+
+def killed_in_training(work: str) -> str:
+    """Runs the span and kills the run's whole process group with SIGKILL as soon as its
+    Trainer starts (a node lost mid-training). Returns what happened, in a few words."""
     started = time.monotonic()
+    process = subprocess.Popen(
+        run_command(work, []),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith(TRAINER_STARTED) and line.rstrip().endswith("started"):
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return f"killed in its Trainer after {time.monotonic() - started:.0f} s"
+    return f"not killed: the run ended (exit {process.wait()}) before its Trainer started"
+
+
+def operate(work: str, span: ys.Span) -> tuple[int, str, list[str], float, str]:
+    """Runs the span as the operator does: reruns with the flag a stop names, only for an
+    intended change, once per flag; for the schedule's faults, the run killed first, or
+    the push rolled back after. Returns the exit code, output, flags, seconds and the
+    fault's outcome ("" for none)."""
+    started = time.monotonic()
+    fault = killed_in_training(work) if span.event == ys.KILLED else ""
     accepted: list[str] = []
     code, output = run_span(work, accepted)
     while code == 1 and span.intended and len(accepted) < 4:
@@ -139,7 +177,11 @@ def operate(work: str, span: ys.Span) -> tuple[int, str, list[str], float]:
             break
         accepted += [named.group(1), named.group(2)]
         code, output = run_span(work, accepted)
-    return code, output, accepted, time.monotonic() - started
+    if span.event == ys.ROLLBACK:
+        rolled, out, err = cli("rollback", "--serving-dir", os.path.join(work, "serving"))
+        said = (out.strip() or err.strip() or "nothing said").splitlines()[-1]
+        fault = f"rollback (exit {rolled}): {said[:200]}"
+    return code, output, accepted, time.monotonic() - started, fault
 
 
 def history(serving: str) -> list[dict]:
@@ -333,20 +375,22 @@ class Year:
         }
         if path and (not self.served_before or self.served_before[-1] != path):
             known = _labels(path)
-            if self.served_before:
+            # A rollback serves an earlier model again: not a push to hold to the rules.
+            if self.served_before and span.event != ys.ROLLBACK:
                 row |= self.compare(path, camera, index, known)
             self.served_before.append(path)
         if ran is not None:
-            code, output, accepted, seconds = ran
+            code, output, accepted, seconds, fault = ran
             row |= {
                 "exit_code": code,
+                "fault": fault,
                 "accepted": " ".join(accepted),
                 "error": _line(output, "imgpipe: error:")[:400]
                 or _line(output, "imgpipe: internal error:")[:2000],
                 "seconds": round(seconds, 1),
             }
         else:
-            row |= {"exit_code": None, "accepted": "", "error": "", "seconds": None}
+            row |= {"exit_code": None, "fault": "", "accepted": "", "error": "", "seconds": None}
         row |= {
             "root_bytes": folder_bytes(self.root, skip_mlmd=True),
             "serving_bytes": folder_bytes(self.serving),
@@ -414,8 +458,9 @@ def run_year(work: str, spans: int, per_class: int) -> dict:
         with open(os.path.join(work, ROWS_FILE), "a") as f:
             f.write(json.dumps(rows[-1]) + "\n")
         print(table_line(rows[-1]), flush=True)
-        if rows[-1]["error"]:
-            print(f"     {rows[-1]['error'][:300]}", flush=True)
+        for note in (rows[-1]["fault"], rows[-1]["error"][:300]):
+            if note:
+                print(f"     {note}", flush=True)
     return {
         "spans": spans,
         "per_class": per_class,

@@ -29,6 +29,11 @@ NEW_CAMERA = "new camera"
 MORE_DATA = "more data"
 MISSED_DAY = "missed day"  # the span lands, no run follows; the next run catches it up
 CATCH_UP = "catch-up"
+# Faults of a year: the run is killed (SIGKILL, as a node lost) once its Trainer starts,
+# and the scheduler's next firing reruns it; the span's push is rolled back by the person
+# on call (`imgpipe rollback`), and the next span's candidate meets the model served again.
+KILLED = "killed"
+ROLLBACK = "rollback"
 # What the operator means to happen, and so accepts when a gate stops it. The span after
 # the grey one is the camera back in colour: meant too.
 INTENDED = (CLASS_ADDED, GREY, NEW_CAMERA, MORE_DATA, "colour back")
@@ -37,6 +42,8 @@ INTENDED = (CLASS_ADDED, GREY, NEW_CAMERA, MORE_DATA, "colour back")
 FULL = 46
 YEAR_EVENTS = (
     (10, CLASS_ADDED),
+    (12, KILLED),
+    (13, ROLLBACK),
     (15, GREY),
     (20, MISLABELLED),
     (25, NEW_CAMERA),

@@ -17,6 +17,8 @@ def test_a_full_year_places_each_event_where_the_issue_says():
     events = {s.span: s.event for s in spans if s.event != ys.NORMAL}
     assert events == {
         10: ys.CLASS_ADDED,
+        12: ys.KILLED,
+        13: ys.ROLLBACK,
         15: ys.GREY,
         16: "colour back",
         20: ys.MISLABELLED,
@@ -42,10 +44,12 @@ def test_a_full_year_places_each_event_where_the_issue_says():
 
 
 def test_a_short_run_takes_the_events_in_order_from_span_two():
-    spans = ys.schedule(6, per_class=10)
+    spans = ys.schedule(8, per_class=10)
     assert [s.event for s in spans] == [
         ys.NORMAL,
         ys.CLASS_ADDED,
+        ys.KILLED,
+        ys.ROLLBACK,
         ys.GREY,
         ys.MISLABELLED,
         ys.NEW_CAMERA,
@@ -53,8 +57,8 @@ def test_a_short_run_takes_the_events_in_order_from_span_two():
     ]
     assert len(spans[-1].classes) == 5
     # A missed day on the last span would never be caught up: it runs as a normal day.
-    assert all(s.runs for s in ys.schedule(8, per_class=10))
-    assert [s.runs for s in ys.schedule(9, per_class=10)][-2:] == [False, True]
+    assert all(s.runs for s in ys.schedule(10, per_class=10))
+    assert [s.runs for s in ys.schedule(11, per_class=10)][-2:] == [False, True]
 
 
 def test_the_schedule_refuses_nonsense():
