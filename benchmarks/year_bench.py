@@ -480,7 +480,12 @@ def table_line(row: dict) -> str:
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{100 * v:.1f}"
 
-    decisions = ",".join(f"{d['kind']}:{d['span']}" for d in row["decisions"]) or "-"
+    decisions = (
+        ",".join(
+            d["kind"] if d["span"] is None else f"{d['kind']}:{d['span']}" for d in row["decisions"]
+        )
+        or "-"
+    )
     seconds = "-" if row["seconds"] is None else f"{row['seconds']:.0f}"
     return (
         f"{row['span']:>4} {row['event']:<12} {decisions[:28]:<28} "

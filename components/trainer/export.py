@@ -90,6 +90,9 @@ def _write_signatures(
     image_size, crop_fraction = model_input.image_size, model_input.crop_fraction
     host_normalization = model_input.host_normalization
 
+    # One function both signatures call: the decode and the model are traced, saved and
+    # loaded once, not once a signature.
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def classify(encoded: tf.Tensor) -> dict[str, tf.Tensor]:
         images = input_lib.decode_batch(encoded, input_lib.EVAL, image_size, crop_fraction)
         if host_normalization is not None:
