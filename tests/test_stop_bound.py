@@ -128,8 +128,10 @@ from imgpipe.pipelines import termination
 termination.install()
 try:
     with termination.stop_on_signals():
-        print("working", flush=True)
         try:
+            # Said inside the try: a signal that lands as it returns still meets the
+            # clean-up (said before it, the stop could end the work before the try began).
+            print("working", flush=True)
             time.sleep(60)
         finally:
             time.sleep(600)  # a clean-up that waits for something that never comes
