@@ -105,9 +105,13 @@ def held_back(new_camera: bool) -> tuple[list[bytes], list[str]]:
     return images, labels
 
 
+# The imgpipe command, in a process of its own, as an operator's scheduler runs it.
+IMGPIPE = (sys.executable, "-m", "imgpipe.pipelines.cli")
+
+
 def cli(*args: str) -> tuple[int, str, str]:
     done = subprocess.run(
-        [sys.executable, "-m", "imgpipe.pipelines.cli", *args],
+        [*IMGPIPE, *args],
         capture_output=True,
         text=True,
         check=False,
@@ -118,9 +122,7 @@ def cli(*args: str) -> tuple[int, str, str]:
 def run_command(work: str, accepted: list[str]) -> list[str]:
     settings = [arg for setting in PIPELINE_SETTINGS for arg in ("--set", setting)]
     return [
-        sys.executable,
-        "-m",
-        "imgpipe.pipelines.cli",
+        *IMGPIPE,
         "run",
         "local",
         "--data",

@@ -90,16 +90,16 @@ def exif_orientations(encoded: tf.Tensor) -> tf.Tensor:
     return tf.where(valid, value, 1)
 
 
+def exif_orientation(encoded: tf.Tensor) -> tf.Tensor:
+    """exif_orientations of one encoded image: an int32 scalar."""
+    return exif_orientations(tf.expand_dims(encoded, 0))[0]
+
+
 # After the transpose of 5..8: the orientations whose rows (upside down) and columns
 # (mirrored) are reversed. 3 is 180 degrees; 6 and 8 are 90 degrees either way; 7 is the
 # transverse.
 _FLIP_ROWS = (3, 4, 7, 8)
 _FLIP_COLUMNS = (2, 3, 6, 7)
-
-
-def exif_orientation(encoded: tf.Tensor) -> tf.Tensor:
-    """exif_orientations of one encoded image: an int32 scalar."""
-    return exif_orientations(tf.expand_dims(encoded, 0))[0]
 
 
 def orient(image: tf.Tensor, orientation: tf.Tensor) -> tf.Tensor:
