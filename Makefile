@@ -32,9 +32,11 @@ format: env
 typecheck: env
 	$(IN_ENV) mypy
 
-# Every tier, after the static checks: what CI runs. The container tier's images are built
-# first where a Docker engine answers; where none does, that tier is skipped, loudly.
-test: lint typecheck engines-fetch image-for-tests flink-image
+# Every tier, after the static checks: what CI runs. Where a Docker engine answers, the
+# production image is built in the background while everything else runs (the container
+# tier runs last and waits for it: tests/containers.py); where none does, that tier is
+# skipped, loudly.
+test: image-for-tests lint typecheck engines-fetch flink-image
 	$(call run_pytest,-n $(TEST_WORKERS))
 
 # The unit tier alone: under half a minute once the environment exists.
@@ -76,9 +78,11 @@ image: env
 image-gpu: env
 	bin/build-image --variant gpu
 
-# make test's: the CPU image where an engine answers, else a loud warning and no build.
+# make test's: the CPU image, built in the background where an engine answers, else a
+# loud warning and no build. IMAGE_ARGS=--drop-build-stages (CI, which builds it once)
+# removes the build stages' 5 GB when it is built.
 image-for-tests: env
-	bin/build-image --if-engine
+	bin/build-image --if-engine --background $(IMAGE_ARGS)
 
 # Debian's docker.io, installed and started when no Docker engine answers (CI).
 docker-engine:

@@ -131,6 +131,18 @@ def image_tag(variant: str = "cpu") -> str:
     return TAG + VARIANT_SUFFIXES[variant]
 
 
+def build_lock_file(variant: str) -> str:
+    """The lock a build of `variant` holds (flock) while it runs, relative to the
+    checkout: bin/build-image takes it, and the container tests wait on it for a build
+    `make test` started in the background (tests/containers.py)."""
+    return os.path.join("build", f"image-build-{variant}.lock")
+
+
+def background_log_file(variant: str) -> str:
+    """Where a background build of `variant` writes its output, relative to the checkout."""
+    return os.path.join("build", "image-logs", f"background-{variant}.log")
+
+
 TAG = _current_tag()
 RUNTIME_IMAGE = f"{REGISTRY}/{IMAGE_NAME}:{image_tag('cpu')}"
 GPU_IMAGE = f"{REGISTRY}/{IMAGE_NAME}:{image_tag('gpu')}"

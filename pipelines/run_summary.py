@@ -91,6 +91,8 @@ def training_lines(model_run_uri: str | None) -> list[str]:
         else []
     )
     window = [f"spans trained        {trained.window}"] if trained.window else []
+    if trained.not_trained:
+        return [*window, f"training             not trained: {trained.not_trained}", *audited]
     # A warm start's weights are the champion's, whatever the configured weights say.
     warm = trained.warm_start in (WARM_START_FULL, WARM_START_BACKBONE_ONLY)
     weights = "the champion's (warm start)" if warm else trained.weights or "none (from scratch)"

@@ -59,8 +59,10 @@ ONE_AT_A_TIME_MODULES = (
     "test_cpu.py",
 )
 # Under xdist, the slower tiers (TIERS is in order of cost) are handed out first, so that
-# no long test is left to run alone at the end while the other worker idles.
-SLOWEST_TIER_FIRST = tuple(reversed(TIERS))
+# no long test is left to run alone at the end while the other worker idles; of those,
+# the container tier runs last, so that the image make test builds in the background
+# (tests/containers.py) is built while the engine and platform tiers run.
+SLOWEST_TIER_FIRST = ("platform", "engine", CONTAINER_TIER, "pipeline", "component", "unit")
 NO_ENGINE_REASON = "NO DOCKER ENGINE"
 
 

@@ -2,9 +2,10 @@
 
 The tests run inside bin/in-env, which binds the host's Docker socket
 (/run/docker.sock) into the environment; they talk to the engine through the `docker`
-package (the lock's). The image is built on the host by `make image` (make test builds
-it first, bin/build-image): the tier finds it by the checkout's content tag, or by the
-reference in IMGPIPE_TEST_IMAGE.
+package (the lock's). The image is built on the host by `make image` (bin/build-image;
+make test starts the build in the background, and the tests that need no image run
+meanwhile): the tier finds it by the checkout's content tag, or by the reference in
+IMGPIPE_TEST_IMAGE, waiting first for a build of it that is still running.
 
     client = containers.docker_client()        # None (and why) without an engine
     image = containers.runtime_image()         # the reference; fails when not built
@@ -13,7 +14,9 @@ reference in IMGPIPE_TEST_IMAGE.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import time
 from typing import Any
 
 import pytest
@@ -28,6 +31,11 @@ ENGINE_TIMEOUT_S = 60
 # tier's checks (the image's facts, `pip check`, an import probe): measured busy, under
 # 4 s for a call and 1-34 s for a check.
 RUN_TIMEOUT_S = 300
+# How long the tier waits for a build still running (make test's, in the background):
+# measured here, 6 min 11 s with the bases cached (quiet), 8 min 10 s all cold, and
+# 22 min for a first build at load average 15 to 21 (docs/image.md).
+BUILD_WAIT_S = 2400
+_BUILD_POLL_S = 2
 
 
 def engine_problem() -> str | None:
@@ -52,23 +60,59 @@ def docker_client() -> Any:
 
 
 def runtime_image() -> str:
-    """The CPU image built from this checkout (or IMGPIPE_TEST_IMAGE's); fails, naming
-    the fix, when Docker does not hold it."""
+    """The CPU image built from this checkout (or IMGPIPE_TEST_IMAGE's), once a build of
+    it still running has ended; fails, naming the fix, when Docker does not hold it."""
     import docker
 
     reference = os.environ.get(IMAGE_ENV) or images.RUNTIME_IMAGE
+    waited = "" if os.environ.get(IMAGE_ENV) else wait_for_a_running_build("cpu")
     client = docker_client()
     try:
         client.images.get(reference)
     except docker.errors.ImageNotFound:
         pytest.fail(
-            f"the image {reference} is not built: run 'make image' (make test builds it), "
-            f"or name a built one in {IMAGE_ENV}",
+            f"the image {reference} is not built{waited}: run 'make image' (make test builds "
+            f"it), or name a built one in {IMAGE_ENV}",
             pytrace=False,
         )
     finally:
         client.close()
     return reference
+
+
+def wait_for_a_running_build(variant: str, root: str | None = None) -> str:
+    """Waits until no build of `variant` in the checkout at `root` (this one by default)
+    holds its lock (bin/build-image); returns what a failure should add: the end of a
+    background build's log, when there is one."""
+    root = root or images.checkout_root()
+    if root is None:
+        return ""
+    lock = os.path.join(root, images.build_lock_file(variant))
+    if not os.path.exists(lock):
+        return ""
+    deadline = time.monotonic() + BUILD_WAIT_S
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(
+                        f"the image build holding {lock} is still running after "
+                        f"{BUILD_WAIT_S} s (log: {images.background_log_file(variant)})",
+                        pytrace=False,
+                    )
+                time.sleep(_BUILD_POLL_S)
+    finally:
+        os.close(fd)  # releases the shared lock taken, if any
+    log = os.path.join(root, images.background_log_file(variant))
+    if not os.path.exists(log):
+        return ""
+    with open(log, errors="replace") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    return f" (the build in the background ended: {lines[-1] if lines else 'no output'})"
 
 
 def run(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import os
@@ -192,3 +193,73 @@ def test_the_registry_probe_takes_any_answer_and_gives_up_on_none(monkeypatch):
         closed.bind(("127.0.0.1", 0))
         monkeypatch.setenv("IMGPIPE_REGISTRY_URL", f"http://127.0.0.1:{closed.getsockname()[1]}")
         assert not build_image_module.registry_answers()
+
+
+def test_one_build_of_a_variant_holds_its_lock_and_the_container_tier_waits_for_it(
+    tmp_path, monkeypatch
+):
+    from tests import containers
+
+    build_image_module = load_build_image()
+    monkeypatch.setattr(build_image_module, "ROOT", str(tmp_path))
+    held = build_image_module.hold_build_lock(images, "cpu", wait=False)
+    assert held is not None
+    # A second build (make test's, in the background) finds it held and starts nothing.
+    assert build_image_module.hold_build_lock(images, "cpu", wait=False) is None
+    log = tmp_path / images.background_log_file("cpu")
+    log.parent.mkdir(parents=True)
+    log.write_text("[build-image] build the cpu image\nimgpipe: error: image build step failed\n")
+    # The tier waits while the build runs, and says how a failed one ended.
+    monkeypatch.setattr(containers, "BUILD_WAIT_S", 0.5)
+    with pytest.raises(pytest.fail.Exception, match=r"still running after 0.5 s \(log: build/"):
+        containers.wait_for_a_running_build("cpu", str(tmp_path))
+    os.close(held)  # the build ends
+    ended = containers.wait_for_a_running_build("cpu", str(tmp_path))
+    assert ended == " (the build in the background ended: imgpipe: error: image build step failed)"
+    # The lock is per variant: a GPU build runs beside a CPU one.
+    cpu = build_image_module.hold_build_lock(images, "cpu", wait=False)
+    gpu = build_image_module.hold_build_lock(images, "gpu", wait=False)
+    assert cpu is not None and gpu is not None
+    os.close(cpu)
+    os.close(gpu)
+
+
+def test_a_detached_build_holds_the_lock_its_starter_took_until_it_ends(tmp_path):
+    # The starter's descriptor, passed to the build it detaches, keeps the lock after
+    # the starter has exited (bin/build-image --background).
+    lock = tmp_path / "image-build-cpu.lock"
+    holder = (
+        "import fcntl, os, subprocess, sys\n"
+        f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],\n"
+        "    pass_fds=(fd,), start_new_session=True, stdout=subprocess.DEVNULL,\n"
+        "    stderr=subprocess.DEVNULL)\n"
+        "print(child.pid, flush=True)\n"
+    )
+    started = subprocess.run(
+        [sys.executable, "-c", holder], capture_output=True, text=True, timeout=waiting.COMMAND_S
+    )
+    build = int(started.stdout)
+    try:
+        import fcntl
+
+        fd = os.open(lock, os.O_RDONLY)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        os.kill(build, 9)
+        waiting.until(lambda: _shared_lock_taken(fd), "the lock released")
+        os.close(fd)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(build, 9)
+
+
+def _shared_lock_taken(fd: int) -> bool:
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True

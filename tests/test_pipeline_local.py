@@ -109,6 +109,10 @@ def test_run_local_with_defaults_learns_pushes_and_a_rerun_pushes_nothing_new(
     assert rerun.nodes[ids.CHAMPION].state == "COMPLETE"  # never served from the cache
     assert f"champion             {champion.version} ({champion.path})" in second
     assert "not blessed: nothing new: trained on the same data" in second
+    # ... and found so before training: the champion's model is the run's (unchanged.py).
+    assert (
+        f"training             not trained: nothing new since champion {champion.version}" in second
+    )
     assert served_models.latest(str(serving)) == champion
     assert not os.path.exists(os.path.join(serving, ".decision-lock.json"))
     # Each command's folder (removed when the process exits: cli/temporary.py) holds

@@ -841,6 +841,63 @@ def test_run_fn_fine_tunes_from_a_weights_file_then_warm_starts(data, tmp_path, 
     assert [p.name for p in warm.phases] == ["full"]
 
 
+@pytest.mark.component
+def test_a_run_with_nothing_new_publishes_the_champions_model_without_training(
+    data, tmp_path, monkeypatch
+):
+    """The same spans and settings as the champion: its model is this run's, byte for
+    byte, and no training starts; a changed setting trains again."""
+    from imgpipe.components.common.formats import served_models
+    from imgpipe.components.trainer import summary, unchanged
+
+    settings = {"epochs": 1, "tensorboard_images": 0}
+    first = fn_args(data, str(tmp_path / "one"), 4, **settings)
+    task.run_fn(first)
+    serving = str(tmp_path / "serving")
+    pushed = _push_dir(first.serving_model_dir, serving)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a run with nothing new trained")
+
+    monkeypatch.setattr(training, "fit_model", no_training)
+    champion_uri = th.resolve_champion(str(tmp_path / "two-run"), serving).uri
+    again = fn_args(data, str(tmp_path / "two"), 4, champion_uri=champion_uri, **settings)
+    task.run_fn(again)
+    published = again.serving_model_dir
+    files = unchanged.model_files(
+        served_models.ServedModel(pushed, int(os.path.basename(pushed)), ())
+    )
+    assert sorted(fileio.list_files(published)) == sorted(files)
+    for relpath in files:
+        assert fileio.read_bytes(os.path.join(published, relpath)) == fileio.read_bytes(
+            os.path.join(pushed, relpath)
+        ), relpath
+    manifest.verify(os.path.dirname(published), checksums=True)
+    record = summary.read_if_present(again.model_run_dir)
+    assert record.phases == () and record.label_audit is not None
+    assert record.not_trained.startswith(f"nothing new since champion {os.path.basename(pushed)}")
+
+    # Another setting is another training.
+    changed = fn_args(data, str(tmp_path / "three"), 4, champion_uri=champion_uri, epochs=2)
+    with pytest.raises(AssertionError, match="nothing new trained"):
+        task.run_fn(changed)
+
+
+@pytest.mark.unit
+def test_a_champion_file_changed_after_its_push_is_not_copied_as_its_model(tmp_path):
+    from imgpipe.components.trainer import unchanged
+
+    source = tmp_path / "champion"
+    source.mkdir()
+    (source / "saved_model.pb").write_bytes(b"graph")
+    entry = manifest.entry_of(b"graph")
+    unchanged.copy_checked(str(source), str(tmp_path / "a"), "saved_model.pb", entry)
+    assert (tmp_path / "a" / "saved_model.pb").read_bytes() == b"graph"
+    (source / "saved_model.pb").write_bytes(b"grapH")
+    with pytest.raises(OSError, match=r"saved_model.pb read as 5 bytes, CRC-32C \w+, but its "):
+        unchanged.copy_checked(str(source), str(tmp_path / "b"), "saved_model.pb", entry)
+
+
 def _push_dir(model_dir: str, serving: str) -> str:
     from imgpipe.components.pusher.executor import publish
 

@@ -11,10 +11,10 @@ from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.common.storage import fileio
 
 TRAINING_SUMMARY_FILE = "training_summary.json"
-VERSION = 3
-# Version 2 added label_audit, version 3 distribution (with defaults), so the earlier
-# files still read.
-READABLE_VERSIONS = (1, 2, 3)
+VERSION = 4
+# Version 2 added label_audit, version 3 distribution, version 4 not_trained (each with
+# a default), so the earlier files still read.
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +90,9 @@ class TrainingSummary:
     label_audit: LabelAudit | None = None
     window: str = ""
     distribution: Distribution = Distribution()
+    # Why no training ran and the champion's model was published instead (unchanged.py);
+    # "" when the model was trained.
+    not_trained: str = ""
 
 
 def write(model_run_uri: str, summary: TrainingSummary) -> None:

@@ -5,7 +5,8 @@ ImageStatistics artifact (mean and std), whose URI the ImageTrainer executor pas
 fn_args.custom_config["image_statistics_uri"]; resolves the model's input once, and the
 window of spans to train on (window.py); then trains in this process (trainer.workers=1,
 training.py) or on several workers (several_workers/: processes of this machine, a TFJob
-of the Trainer pod's cluster, or containers on this machine's Docker engine).
+of the Trainer pod's cluster, or containers on this machine's Docker engine), unless the
+champion was trained on exactly that: then its model is published again (unchanged.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from imgpipe.components.common.images import model_input
 from imgpipe.components.common.runtime import allocator
 from imgpipe.components.common.storage import fileio, staging
 from imgpipe.components.trainer import input as input_lib
-from imgpipe.components.trainer import resume, training
+from imgpipe.components.trainer import resume, training, unchanged
 from imgpipe.components.trainer import window as window_lib
 from imgpipe.components.trainer.config import (
     CHAMPION_URI_KEY,
@@ -110,6 +111,10 @@ def run_fn(fn_args) -> None:
     sources = _sources(
         fn_args, config, examples_uri, splits, statistics_uri, resolved, chosen, len(labels)
     )
+    twin = unchanged.champion_twin(resolved, sources.training_digest)
+    if twin is not None:
+        unchanged.publish_champion(fn_args, config, labels, twin, chosen)
+        return
     _train_here_or_on_workers(fn_args, config, labels, sources, splits, inputs)
 
 
