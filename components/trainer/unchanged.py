@@ -19,7 +19,7 @@ from imgpipe.components.common.formats import champion as champion_lib
 from imgpipe.components.common.formats import manifest, served_models
 from imgpipe.components.common.storage import fileio
 from imgpipe.components.trainer import summary as summary_lib
-from imgpipe.components.trainer import training
+from imgpipe.components.trainer import training, warm_start
 from imgpipe.components.trainer import window as window_lib
 from imgpipe.components.trainer.config import TrainerConfig
 
@@ -87,7 +87,7 @@ def publish_champion(
     """Publishes the champion's model as this run's, with its label audit and a summary
     that says it was not trained and why."""
     files = model_files(champion)
-    # A push from before manifests has none: its copy is checked by size only.
+    # A push from before manifests has none to check its copy against.
     has_manifest = fileio.exists(posixpath.join(champion.path, served_models.MANIFEST_FILE))
     listed = manifest.read(champion.path).files if has_manifest else {}
 
@@ -106,8 +106,8 @@ def publish_champion(
             backbone=config.backbone,
             image_size=config.input_size,
             weights=config.weights,
-            warm_start="none",
-            warm_start_note="not trained",
+            warm_start=warm_start.OFF,
+            warm_start_note="not trained: nothing new",
             steps_per_epoch=0,
             phases=(),
             label_audit=audit,
