@@ -50,6 +50,7 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
             result.uri(ids.EVALUATOR, keys.EVALUATION_KEY), config.evaluator.paired_significance
         ),
         f"model (served)       {pushed_to or not_pushed}",
+        *([] if pushed_to else stall_lines(config.serving_dir)),
         *([f"serving folder       {cleared}"] if cleared else []),
         f"image report         {report_in(result.uri(ids.IMAGE_STATISTICS, keys.STATISTICS_KEY))}",
         f"statistics (TFDV)    {result.uri(ids.STATISTICS_GEN, keys.STATISTICS_KEY)}",
@@ -65,6 +66,21 @@ def summary_lines(result: RunResult, config: PipelineConfig) -> list[str]:
         + ("  (served from TFX's cache)" if result.all_cached else "")
     )
     return lines
+
+
+def stall_lines(serving_dir: str) -> list[str]:
+    """The runs that pushed nothing since the last push, when the schedule has stalled
+    (serving_history.stall); a history that cannot be read says nothing here."""
+    from imgpipe.components.common.formats import serving_history
+
+    try:
+        decisions, _ = serving_history.read(serving_dir)
+    except OSError:
+        return []
+    stalled = serving_history.stall(decisions)
+    if stalled is None:
+        return []
+    return [f"stalled              {stalled.describe().removeprefix('stalled: ')}"]
 
 
 def training_lines(model_run_uri: str | None) -> list[str]:

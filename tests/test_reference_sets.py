@@ -114,6 +114,56 @@ def test_scores_are_matched_by_class_name_not_id():
 
 
 @pytest.mark.unit
+def test_images_of_spans_the_window_moved_past_are_left_out_of_that_comparison_only():
+    from imgpipe.components.evaluator.executor import compare
+
+    # Six images of class a: spans 5, 5, 7, 8, 9 and one that does not say (NO_SPAN).
+    # Candidate right on the last four, the record holder on all six.
+    found = scoring.Scored(
+        np.zeros(6, np.int64),
+        (np.array([1, 1, 0, 0, 0, 0]), np.zeros(6, np.int64)),
+        np.array([5, 5, 7, 8, 9, scoring.NO_SPAN]),
+    )
+    reference = reference_sets.ReferenceSet(reference_sets.CHAMPION_REFERENCE, "/r", ("a",), ())
+    counted = compare(reference, found, ["a", "b"], ("a", "b"))
+    assert counted.paired.images == 6 and counted.paired.champion_only == 2
+    moved_on = compare(reference, found, ["a", "b"], ("a", "b"), (5, 6), "record holder")
+    assert moved_on.compared and moved_on.paired.images == 4
+    assert moved_on.paired.champion_only == 0
+    assert moved_on.note == (
+        "left out 2 images of spans 5: admitted by an acceptance, the record holder was "
+        "trained on them and the candidate's window has moved past them"
+    )
+    # Nothing left: skipped, said so. A set whose records carry no span is not touched.
+    only_five = scoring.Scored(found.labels[:2], (found.labels[:2],) * 2, found.spans[:2])
+    gone = compare(reference, only_five, ["a", "b"], ("a", "b"), (5,))
+    assert not gone.compared and gone.note.startswith("skipped: left out 2 images of spans 5:")
+    plain = scoring.Scored(found.labels, found.predictions)
+    unchanged, left_out = scoring.without_spans(plain, (5,))
+    assert unchanged is plain and left_out == {}
+
+
+@pytest.mark.unit
+def test_left_behind_are_the_accepted_spans_the_candidate_no_longer_trains_on(tmp_path):
+    from imgpipe.components.evaluator import references
+
+    def model(name: str, training: dict | None) -> str:
+        extra = tmp_path / name / "assets.extra"
+        extra.mkdir(parents=True)
+        if training is not None:
+            (extra / served_models.TRAINING_FILE).write_text(json.dumps(training))
+        return str(tmp_path / name)
+
+    champion = model("champion", {"spans": [9, 8, 7, 5], "accepted_spans": [5, 7]})
+    assert references.left_behind(champion, model("c11", {"spans": [11, 10, 9, 8]})) == (5, 7)
+    assert references.left_behind(champion, model("c10", {"spans": [10, 9, 8, 7]})) == (5,)
+    # Not known: a model trained before either record was kept, or no baseline.
+    assert references.left_behind(model("old", {"spans": [9, 8, 7, 5]}), champion) == ()
+    assert references.left_behind(champion, model("none", None)) == ()
+    assert references.left_behind(None, champion) == ()
+
+
+@pytest.mark.unit
 def test_evaluation_json_and_report_show_every_set_and_read_version_1(tmp_path):
     from imgpipe.components.evaluator import report
 
@@ -175,6 +225,31 @@ def _examples(folder: str, uri: str):
     return examples
 
 
+def _spans_of(folder: str) -> dict[int, int]:
+    """Images per span of a reference folder (scoring.NO_SPAN where a record has none)."""
+    reference = reference_sets.read(folder)
+    found = scoring.score(reference.shards, len(reference.labels), [])
+    spans = found.spans if found.spans is not None else np.full(found.labels.shape, scoring.NO_SPAN)
+    values, counts = np.unique(spans, return_counts=True)
+    return {int(v): int(c) for v, c in zip(values, counts, strict=True)}
+
+
+def _with_training(model_dir: str, folder: str, training: dict) -> str:
+    """A copy of a Format-Serving folder whose record of its training is `training`,
+    published as the Trainer publishes (manifest last)."""
+    import shutil
+
+    from imgpipe.components.common.storage import outputs
+
+    def write(out: str) -> None:
+        shutil.copytree(model_dir, out)
+        with open(os.path.join(out, "assets.extra", served_models.TRAINING_FILE), "w") as f:
+            json.dump(training, f)
+
+    outputs.publish_folder(folder, "Format-Serving", write)
+    return os.path.join(folder, "Format-Serving")
+
+
 def _by_name(result: ev.Evaluation) -> dict[str, ev.Comparison]:
     return {c.name: c for c in result.comparisons}
 
@@ -187,22 +262,34 @@ def test_grey_photos_are_not_blessed_over_a_colour_champion(tmp_path):
     labels = tuple(sorted(os.listdir(folders["colour"])))
     colour = _examples(folders["colour"], str(tmp_path / "colour-examples"))
     grey = _examples(folders["grey"], str(tmp_path / "grey-examples"))
+    colour.span, grey.span = 1, 2
     serving = str(tmp_path / "serving")
     champion = th.trained_photo_model(
-        folders["colour"], labels, str(tmp_path / "colour-model" / "Format-Serving"), SIZE
+        folders["colour"],
+        labels,
+        str(tmp_path / "colour-model" / "Format-Serving"),
+        SIZE,
+        training={"spans": [1]},
     )
     candidate = th.trained_photo_model(
-        folders["grey"], labels, str(tmp_path / "grey-model" / "Format-Serving"), SIZE
+        folders["grey"],
+        labels,
+        str(tmp_path / "grey-model" / "Format-Serving"),
+        SIZE,
+        training={"spans": [2, 1]},
     )
 
     first, blessed = th.evaluate(tmp_path, "first", colour, champion, serving)
     assert first.decision.blessed, first.decision.reason
     assert first.champion.status == ev.NO_CHAMPION
-    pushed = publish(champion, serving, extras=reference_files(blessed.uri))
-    # The push keeps the eval split it was blessed on.
+    first_blessing = blessed.uri
+    pushed = publish(champion, serving, extras=reference_files(first_blessing))
+    # The push keeps the eval split it was blessed on, each image with its span.
     kept = reference_sets.read(os.path.join(pushed, served_models.REFERENCE_ASSET))
     assert kept.labels == labels
     assert served_models.latest(serving).reference_dir == kept.uri
+    eval_images = first.candidate.examples
+    assert _spans_of(kept.uri) == {1: eval_images}
 
     result, blessed = th.evaluate(tmp_path, "grey", grey, candidate, serving)
     compared = _by_name(result)
@@ -217,6 +304,13 @@ def test_grey_photos_are_not_blessed_over_a_colour_champion(tmp_path):
     failed = [c.name for c in result.decision.checks if not c.passed]
     assert any(name.endswith(":champion_reference") for name in failed), failed
     assert not os.path.exists(os.path.join(blessed.uri, reference_sets.REFERENCE_DIR))
+
+    # The same grey model, its window moved past span 1 (trained on span 2 alone): span 1
+    # passed its gates on its own, so losing what it taught is a loss, and still refused.
+    moved_on = _with_training(candidate, str(tmp_path / "moved-on-model"), {"spans": [2]})
+    result, _ = th.evaluate(tmp_path, "moved-on", grey, moved_on, serving)
+    assert _by_name(result)[reference_sets.CHAMPION_REFERENCE].compared
+    assert not result.decision.blessed
 
     # The same grey photos as the golden set: scored too (and the candidate is fine there).
     golden, _ = th.evaluate(tmp_path, "golden", grey, candidate, serving, golden_examples=grey.uri)
@@ -238,6 +332,25 @@ def test_grey_photos_are_not_blessed_over_a_colour_champion(tmp_path):
         tmp_path, "nogolden", colour, champion, serving, golden_examples=str(tmp_path / "none")
     )
     assert "unreadable" in _by_name(result)[reference_sets.GOLDEN].note
+
+    # A champion trained on span 1 when span 1 passed its gates only by an acceptance:
+    # once the window has moved past it, its images would refuse every later candidate
+    # (the schedule frozen). They are left out, said so; the candidate is blessed on the
+    # rest, and its reference set grows with each image's span.
+    accepted = _with_training(
+        champion, str(tmp_path / "accepted-model"), {"spans": [1], "accepted_spans": [1]}
+    )
+    publish(accepted, serving, extras=reference_files(first_blessing))
+    result, blessed = th.evaluate(tmp_path, "moved-past-accepted", grey, moved_on, serving)
+    reference = _by_name(result)[reference_sets.CHAMPION_REFERENCE]
+    assert not reference.compared
+    assert reference.note == (
+        f"skipped: left out {eval_images} images of spans 1: admitted by an acceptance, the "
+        "champion was trained on them and the candidate's window has moved past them"
+    )
+    assert result.decision.blessed, result.decision.reason
+    grown = os.path.join(blessed.uri, reference_sets.REFERENCE_DIR)
+    assert _spans_of(grown) == {2: result.candidate.examples, 1: eval_images}
 
 
 @pytest.mark.component

@@ -122,3 +122,11 @@ def test_a_grey_span_with_drift_accepted_is_not_pushed_over_a_colour_champion(tm
     assert ids.TRAINER not in stopped.nodes and ids.IMAGE_STATISTICS in stopped.nodes
     assert one.uri(ids.EVALUATOR, "evaluation") != three.uri(ids.EVALUATOR, "evaluation")
     assert three.uri(ids.EVALUATOR, "evaluation") in third["evaluation"]
+    # The grey span passed its gates only by the acceptances, and its model says so
+    # (the Evaluator leaves its images out once a later window has moved past it); the
+    # colour span passed on its own (its Trainer output is gone: its push holds it).
+    from tfx.utils import path_utils
+
+    grey_model = path_utils.serving_model_path(three.uri(ids.TRAINER, "model") or "")
+    assert served_models.training_of(grey_model)["accepted_spans"] == [2]
+    assert served_models.training_of(champion.path)["accepted_spans"] == []

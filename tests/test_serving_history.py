@@ -248,6 +248,41 @@ def test_history_prints_a_line_per_decision_json_and_a_chart(tmp_path, capsys):
 
 
 @pytest.mark.unit
+def test_history_says_when_the_schedule_has_stalled(tmp_path, capsys):
+    serving = str(tmp_path / "serving")
+    four_decisions(serving)  # ends in a rollback: nothing since it
+    refused = "not blessed: significantly worse than champion 1763000000 on champion_reference"
+    after = [
+        history.Decision(T0 + 10_000, history.REFUSED, 4, None, 1763000000, 0.8, refused),
+        history.Decision(T0 + 20_000, history.STOPPED, 5, None, 1763000000, None, "data gate"),
+    ]
+    for decision in after:
+        history.record(serving, decision)
+    assert history.stall(history.read(serving)[0]) is None  # two runs: not yet
+    history.record(
+        serving, history.Decision(T0 + 30_000, history.REFUSED, 6, None, 1763000000, 0.8, refused)
+    )
+    assert cli.main(["history", "--serving-dir", serving]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "stalled: the last 3 runs pushed nothing (spans 4-6: 2 refused, 1 stopped by the "
+        f"data gate); version 1763000000 serves; the newest: {refused}"
+    )
+    assert cli.main(["history", "--serving-dir", serving, "--json"]) == 0
+    stalled = json.loads(capsys.readouterr().out)["stalled"]
+    assert stalled["runs"] == 3 and stalled["spans"] == [4, 5, 6]
+    # The summary of a run that pushed nothing says it too.
+    from imgpipe.pipelines import run_summary
+
+    (line,) = run_summary.stall_lines(serving)
+    assert line.startswith("stalled              the last 3 runs pushed nothing (spans 4-6:")
+    # A push ends it.
+    history.record(
+        serving, history.Decision(T0 + 40_000, history.PUSHED, 7, 1764040000, 1764040000, 0.9)
+    )
+    assert history.stall(history.read(serving)[0]) is None
+
+
+@pytest.mark.unit
 def test_history_of_a_missing_folder_is_one_line_and_of_an_empty_one_says_so(tmp_path, capsys):
     missing = str(tmp_path / "nowhere")
     assert cli.main(["history", "--serving-dir", missing]) == 1

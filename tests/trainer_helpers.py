@@ -167,9 +167,12 @@ def photo_pixels(folder: str, labels: tuple[str, ...], size: int) -> tuple[np.nd
     return np.stack(images), np.array(ids)
 
 
-def trained_photo_model(folder: str, labels: tuple[str, ...], path: str, size: int) -> str:
+def trained_photo_model(
+    folder: str, labels: tuple[str, ...], path: str, size: int, training: dict | None = None
+) -> str:
     """tiny_cnn trained on every photo of `folder` at `size` px, exported to `path` (a
-    Format-Serving folder) as the Trainer exports; returns `path`."""
+    Format-Serving folder) as the Trainer exports, with `training` as its record of what
+    it was trained on (served_models.TRAINING_FILE); returns `path`."""
     import tensorflow as tf
 
     from imgpipe.components.common.images.model_input import ModelInput
@@ -191,7 +194,9 @@ def trained_photo_model(folder: str, labels: tuple[str, ...], path: str, size: i
     outputs.publish_folder(
         parent,
         name,
-        lambda out: export.export_serving_model(model, out, list(labels), model_input),
+        lambda out: export.export_serving_model(
+            model, out, list(labels), model_input, training=training
+        ),
     )
     return path
 

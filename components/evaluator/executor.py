@@ -253,18 +253,41 @@ def _merged_earlier(
     return merged.reference, note, skipped
 
 
+def _behind_note(left_out: dict[int, int], baseline: str) -> str:
+    """Why the images of spans the window has moved past are not counted."""
+    if not left_out:
+        return ""
+    spans = ", ".join(str(s) for s in sorted(left_out))
+    return (
+        f"left out {sum(left_out.values())} images of spans {spans}: admitted by an "
+        f"acceptance, the {baseline} was trained on them and the candidate's window has "
+        "moved past them"
+    )
+
+
 def compare(
     reference: ReferenceSet,
     scored: scoring.Scored,
     labels: list[str],
     champion_labels: tuple[str, ...] | None,
+    left_behind: Sequence[int] = (),
+    baseline: str = "champion",
 ) -> ev.Comparison:
     """Both models' metrics on the classes the set and both know, and the two compared
-    image by image (the candidate's alone when there is no champion to compare with)."""
+    image by image (the candidate's alone when there is no champion to compare with).
+    Images of the `left_behind` spans (references.left_behind: the `baseline` model was
+    trained on them, the candidate was not) are left out, and the note says so."""
+    scored, behind = scoring.without_spans(scored, left_behind)
+    if behind and not scored.labels.size:
+        note = _behind_note(behind, baseline)
+        return ev.Comparison(reference.name, reference.uri, False, f"skipped: {note}")
     models = [labels] + ([list(champion_labels)] if champion_labels is not None else [])
     shared = scoring.shared_classes(reference.labels, *models)
     left_out = [name for name in reference.labels if name not in shared]
-    note = f"left out {left_out}: not known to both models" if left_out else ""
+    note = _notes(
+        _behind_note(behind, baseline),
+        f"left out {left_out}: not known to both models" if left_out else "",
+    )
     if not shared:
         return ev.Comparison(
             reference.name, reference.uri, False, f"skipped: no class in common ({note})"
@@ -403,11 +426,21 @@ def score_sets(
         compared_labels = champion_labels if len(predictors) > 1 else None
         if record is not None and compared_labels is not None:
             record = loaded(record, "record holder")
+        behind_champion = (
+            references.left_behind(champion.path, candidate_dir)
+            if champion.status == ev.COMPARED
+            else ()
+        )
+        behind_record = references.left_behind(record.path if record else None, candidate_dir)
 
         def held_to_record(reference: ReferenceSet, found: scoring.Scored) -> None:
             if len(predictors) > 2:
                 on_pair = scoring.pair(found, 0, 2)
-                against_record.append(compare(reference, on_pair, labels, record_labels))
+                against_record.append(
+                    compare(
+                        reference, on_pair, labels, record_labels, behind_record, "record holder"
+                    )
+                )
 
         if earlier:
             # Less the images of the sets scored before it (the reference set is scored
@@ -438,7 +471,7 @@ def score_sets(
                     ev.Comparison(reference.name, reference.uri, False, f"skipped: unreadable: {e}")
                 )
                 continue
-            scored.append(compare(reference, found, labels, compared_labels))
+            scored.append(compare(reference, found, labels, compared_labels, behind_champion))
             held_to_record(reference, found)
             if reference.name == reference_sets.EARLIER_SPANS:
                 scored[-1] = dataclasses.replace(
@@ -516,7 +549,7 @@ class Executor(base_executor.BaseExecutor):
             result = self._decide(config, eval_split, scored)
             blessing_out = artifact_utils.get_single_instance(output_dict[spec.BLESSING_KEY])
             evaluation_out = artifact_utils.get_single_instance(output_dict[spec.EVALUATION_KEY])
-            self._write(config, result, new_split, evaluation_out, blessing_out)
+            self._write(config, result, new_split, span, evaluation_out, blessing_out)
             if span is not None:  # for the Pusher's record in the serving history
                 blessing_out.set_int_custom_property(SPAN_PROPERTY, span)
             if resolved is not None and resolved.lease_token:
@@ -566,6 +599,7 @@ class Executor(base_executor.BaseExecutor):
         config: EvaluatorConfig,
         result: ev.Evaluation,
         new_split: ReferenceSet,
+        span: int | None,
         evaluation_out: types.Artifact,
         blessing_out: types.Artifact,
     ) -> None:
@@ -576,6 +610,7 @@ class Executor(base_executor.BaseExecutor):
             # The Pusher copies it into the push: the next candidate is judged on it too.
             references.write_grown(
                 new_split,
+                span,
                 champion.path if champion.status == ev.COMPARED else None,
                 os.path.join(blessing_out.uri, reference_sets.REFERENCE_DIR),
                 config.reference_per_class,

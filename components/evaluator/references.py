@@ -6,7 +6,10 @@ split followed by the champion's own reference set (the eval images of the pushe
 before it), at most `per_class` images of each class, the newest first, each image
 once. Old classes keep their images after a class is added; the images were never
 trained on (a window of spans trains on train splits only), so the set stays a fair
-judge. It is written as one GZIP shard in reference_sets.py's folder layout.
+judge. It is written as one GZIP shard in reference_sets.py's folder layout, each record
+with the span it came from (REFERENCE_SPAN_KEY): a comparison leaves out the images of a
+span admitted by an acceptance that the other model was trained on and the candidate's
+window has moved past (left_behind).
 
 The eval splits of the window's earlier spans (window_set) are unseen in the same way,
 and partly the same images: a span whose candidate was blessed left its eval split in
@@ -29,7 +32,7 @@ from absl import logging
 
 from imgpipe.components.common.formats import artifacts, label_map, layout, manifest, served_models
 from imgpipe.components.common.formats import reference_sets as sets
-from imgpipe.components.common.formats.features import DEFAULT_KEY_MAP
+from imgpipe.components.common.formats.features import DEFAULT_KEY_MAP, REFERENCE_SPAN_KEY
 from imgpipe.components.common.storage import fileio, staging
 
 # What reading the champion's reference set can raise when it is missing or damaged.
@@ -68,10 +71,16 @@ def previous(champion_path: str | None) -> sets.ReferenceSet | None:
 
 
 def write_grown(
-    new_split: sets.ReferenceSet, champion_path: str | None, folder: str, per_class: int
+    new_split: sets.ReferenceSet,
+    span: int | None,
+    champion_path: str | None,
+    folder: str,
+    per_class: int,
 ) -> dict[str, int]:
     """Writes the new split and the champion's reference set, capped per class, to
-    `folder` (manifest last); returns the images kept per class."""
+    `folder` (manifest last); returns the images kept per class. Each new-split record
+    carries `span` (REFERENCE_SPAN_KEY) when it is known; the champion's records keep
+    theirs."""
     sources = [new_split] + [s for s in [previous(champion_path)] if s is not None]
     labels = list(new_split.labels)
     for source in sources[1:]:
@@ -90,8 +99,10 @@ def write_grown(
                         continue
                     seen.add(digest)
                     kept[name] += 1
-                    label = example.features.feature[DEFAULT_KEY_MAP.label].int64_list
-                    label.value[0] = ids[name]
+                    feature = example.features.feature
+                    feature[DEFAULT_KEY_MAP.label].int64_list.value[0] = ids[name]
+                    if index == 0 and span is not None:
+                        feature[REFERENCE_SPAN_KEY].int64_list.value[:] = [span]
                     writer.write(example.SerializeToString())
         # Through the file seam: the blessing may be on an object store.
         fileio.copy(shard, posixpath.join(folder, SHARD_NAME), overwrite=True)
@@ -99,6 +110,24 @@ def write_grown(
     names = [SHARD_NAME, layout.LABEL_MAP_FILE, layout.LABELS_TXT_FILE]
     manifest.write(folder, manifest.describe(folder, names))
     return kept
+
+
+def left_behind(baseline_dir: str | None, candidate_dir: str) -> tuple[int, ...]:
+    """The spans admitted by an acceptance that the baseline (the champion, the record
+    holder) was trained on and the candidate was not: its window has moved past them.
+
+    Such a span differs from what was served (a grey day, a mislabelled batch let
+    through); the baseline learnt it, and its images in the reference set would refuse
+    every candidate after it, whatever else it did better, and freeze the schedule. So a
+    comparison leaves them out. A span that passed its gates on its own stays: losing
+    what such data taught is a loss. () when either model has no record of its spans (a
+    model trained before the Trainer kept one)."""
+    baseline = served_models.training_of(baseline_dir) if baseline_dir else {}
+    candidate = served_models.training_of(candidate_dir).get("spans")
+    accepted = baseline.get("accepted_spans")
+    if not isinstance(accepted, list) or not isinstance(candidate, list):
+        return ()
+    return tuple(sorted({s for s in accepted if isinstance(s, int)} - set(candidate)))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from imgpipe.components.common.formats import artifacts
-from imgpipe.components.common.formats.features import DEFAULT_KEY_MAP
+from imgpipe.components.common.formats.features import DEFAULT_KEY_MAP, REFERENCE_SPAN_KEY
 from imgpipe.components.common.formats.serving import (
     EXAMPLES_INPUT,
     PROBABILITIES,
@@ -24,6 +24,9 @@ from imgpipe.components.evaluator import evaluation as ev
 from imgpipe.components.evaluator.paired import ClassPaired, Paired
 
 EVAL_BATCH_SIZE = 64
+# A record's span when it does not say (every set but a reference set written since
+# reference sets kept spans).
+NO_SPAN = -1
 
 Predict = Callable[[tf.Tensor], np.ndarray]
 
@@ -45,10 +48,13 @@ class Scored:
     Attributes:
       labels: the set's label id of each record.
       predictions: one array of predicted ids per model (each in its own classes).
+      spans: the span each record came from (a reference set's REFERENCE_SPAN_KEY),
+        NO_SPAN where the record does not say; None: no record says.
     """
 
     labels: np.ndarray
     predictions: tuple[np.ndarray, ...]
+    spans: np.ndarray | None = None
 
     def matrix(self, model: int, num_labels: int, classes: int) -> np.ndarray:
         """The [true, predicted] count matrix of one model."""
@@ -59,7 +65,27 @@ class Scored:
 
 def pair(scored: Scored, first: int, second: int) -> Scored:
     """Two of the models scored, as models 0 and 1 (the candidate against another)."""
-    return Scored(scored.labels, (scored.predictions[first], scored.predictions[second]))
+    return Scored(
+        scored.labels, (scored.predictions[first], scored.predictions[second]), scored.spans
+    )
+
+
+def without_spans(scored: Scored, spans: Sequence[int]) -> tuple[Scored, dict[int, int]]:
+    """The records of every span but `spans`, and how many were left out of each of
+    those spans that had any."""
+    if scored.spans is None or not spans:
+        return scored, {}
+    left_out = np.isin(scored.spans, list(spans))
+    counts = {int(s): int(np.sum(scored.spans == s)) for s in spans}
+    kept = ~left_out
+    return (
+        Scored(
+            scored.labels[kept],
+            tuple(found[kept] for found in scored.predictions),
+            scored.spans[kept],
+        ),
+        {s: n for s, n in counts.items() if n},
+    )
 
 
 def score(shards: Sequence[str], num_labels: int, predictors: Sequence[Predict]) -> Scored:
@@ -69,15 +95,21 @@ def score(shards: Sequence[str], num_labels: int, predictors: Sequence[Predict])
       ValueError: a label id outside the set's num_labels classes.
       tf.errors.OpError: a shard is unreadable or corrupt.
     """
-    features = {DEFAULT_KEY_MAP.label: tf.io.FixedLenFeature([], tf.int64)}
+    features = {
+        DEFAULT_KEY_MAP.label: tf.io.FixedLenFeature([], tf.int64),
+        REFERENCE_SPAN_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=NO_SPAN),
+    }
     by_compression: dict[str, list[str]] = {}
     for shard in shards:
         by_compression.setdefault(artifacts.shard_compression(shard), []).append(shard)
     labels: list[np.ndarray] = []
+    spans: list[np.ndarray] = []
     predictions: list[list[np.ndarray]] = [[] for _ in predictors]
     for compression, group in sorted(by_compression.items()):
         for serialized in tf.data.TFRecordDataset(group, compression).batch(EVAL_BATCH_SIZE):
-            batch = tf.io.parse_example(serialized, features)[DEFAULT_KEY_MAP.label].numpy()
+            parsed = tf.io.parse_example(serialized, features)
+            batch = parsed[DEFAULT_KEY_MAP.label].numpy()
+            spans.append(parsed[REFERENCE_SPAN_KEY].numpy())
             if batch.size and (batch.min() < 0 or batch.max() >= num_labels):
                 raise ValueError(
                     f"label ids {sorted(set(batch.tolist()))} do not fit {num_labels} classes"
@@ -86,9 +118,11 @@ def score(shards: Sequence[str], num_labels: int, predictors: Sequence[Predict])
             for found, predict in zip(predictions, predictors, strict=True):
                 found.append(predict(serialized))
     empty: np.ndarray = np.zeros((0,), np.int64)
+    record_spans = np.concatenate(spans) if spans else empty
     return Scored(
         np.concatenate(labels) if labels else empty,
         tuple(np.concatenate(found) if found else empty for found in predictions),
+        record_spans if np.any(record_spans != NO_SPAN) else None,
     )
 
 

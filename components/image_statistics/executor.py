@@ -23,7 +23,10 @@ from imgpipe.components.common.formats import (
     spans,
 )
 from imgpipe.components.common.formats import champion as champion_lib
-from imgpipe.components.common.formats.artifact_types import span_of
+from imgpipe.components.common.formats.artifact_types import (
+    ADMITTED_BY_ACCEPTANCE_PROPERTY,
+    span_of,
+)
 from imgpipe.components.common.images import label_audit
 from imgpipe.components.common.runtime import config_loader, progress
 from imgpipe.components.common.storage import disk_full, fileio, outputs
@@ -136,6 +139,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         stopping = anomaly_lib.blocking(produced.anomalies, config, drift_accepted, labels_accepted)
         # Through the gates only because an acceptance let it.
         by_acceptance = not stopping and bool(anomaly_lib.blocking(produced.anomalies, config))
+        output.set_int_custom_property(ADMITTED_BY_ACCEPTANCE_PROPERTY, int(by_acceptance))
         _admit_or_withdraw(resolved, span, examples.uri, not stopping, by_acceptance)
         if stopping:
             run_id = getattr(self._context, "pipeline_run_id", None) or ""

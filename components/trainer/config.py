@@ -56,7 +56,9 @@ CLUSTER_LAUNCHERS = (TFJOB_LAUNCHER, JOBSET_LAUNCHER)
 CHAMPION_URI_KEY = "champion_uri"
 # ... and the span of the Examples it trains on, for the window of spans (window.py).
 SPAN_KEY = "span"
-EXECUTOR_KEYS = (IMAGE_STATISTICS_URI_KEY, CHAMPION_URI_KEY, SPAN_KEY)
+# ... and whether that span passed its gates only by an acceptance (ImageStatistics').
+SPAN_ACCEPTED_KEY = "span_accepted"
+EXECUTOR_KEYS = (IMAGE_STATISTICS_URI_KEY, CHAMPION_URI_KEY, SPAN_KEY, SPAN_ACCEPTED_KEY)
 
 
 @dataclasses.dataclass(frozen=True)

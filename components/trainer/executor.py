@@ -11,7 +11,10 @@ from tfx.types import artifact_utils
 from tfx.utils import json_utils
 
 from imgpipe.components.common.formats import champion
-from imgpipe.components.common.formats.artifact_types import span_of
+from imgpipe.components.common.formats.artifact_types import (
+    ADMITTED_BY_ACCEPTANCE_PROPERTY,
+    span_of,
+)
 from imgpipe.components.common.storage import disk_full
 from imgpipe.components.trainer import config as config_lib
 from imgpipe.components.trainer import spec
@@ -52,8 +55,11 @@ def run_fn_settings(
     the parameters that override the config's)."""
     settings: dict[str, Any] = {}
     if input_dict.get(spec.IMAGE_STATISTICS_KEY):
-        uri = artifact_utils.get_single_uri(input_dict[spec.IMAGE_STATISTICS_KEY])
-        settings[config_lib.IMAGE_STATISTICS_URI_KEY] = uri
+        statistics = artifact_utils.get_single_instance(input_dict[spec.IMAGE_STATISTICS_KEY])
+        settings[config_lib.IMAGE_STATISTICS_URI_KEY] = statistics.uri
+        if statistics.has_custom_property(ADMITTED_BY_ACCEPTANCE_PROPERTY):
+            accepted = statistics.get_int_custom_property(ADMITTED_BY_ACCEPTANCE_PROPERTY)
+            settings[config_lib.SPAN_ACCEPTED_KEY] = bool(accepted)
     if input_dict.get(spec.CHAMPION_KEY):
         settings[config_lib.CHAMPION_URI_KEY] = artifact_utils.get_single_uri(
             input_dict[spec.CHAMPION_KEY]

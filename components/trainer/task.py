@@ -29,6 +29,7 @@ from imgpipe.components.trainer import window as window_lib
 from imgpipe.components.trainer.config import (
     CHAMPION_URI_KEY,
     IMAGE_STATISTICS_URI_KEY,
+    SPAN_ACCEPTED_KEY,
     SPAN_KEY,
     TrainerConfig,
     from_custom_config,
@@ -106,7 +107,9 @@ def run_fn(fn_args) -> None:
     labels = artifacts.load_labels(examples_uri)
     champion_uri = custom_config.get(CHAMPION_URI_KEY)
     resolved = champion_lib.read(champion_uri) if champion_uri else None
-    chosen = choose_window(config, resolved, custom_config.get(SPAN_KEY), labels, train_split)
+    span = custom_config.get(SPAN_KEY)
+    accepted = bool(custom_config.get(SPAN_ACCEPTED_KEY))
+    chosen = choose_window(config, resolved, span, labels, train_split, accepted)
     splits = (train_split, eval_split)
     sources = _sources(
         fn_args, config, examples_uri, splits, statistics_uri, resolved, chosen, len(labels)
@@ -202,8 +205,10 @@ def choose_window(
     span: int | None,
     labels: list[str],
     train_split: str,
+    span_accepted: bool = False,
 ) -> window_lib.Window:
-    """The spans to train on (window.py), from the spans admitted beside the champion."""
+    """The spans to train on (window.py), from the spans admitted beside the champion;
+    `span_accepted`: this run's span passed its gates only by an acceptance."""
     # Read once, at the head of the run (the ChampionResolver): the spans admitted then.
     admitted = list(resolved.admitted) if resolved is not None else []
     damaged = list(resolved.records_note) if resolved is not None else []
@@ -220,7 +225,7 @@ def choose_window(
 
     champion = resolved.model if resolved is not None else None
     served = champion.training().get("spans", []) if champion is not None else []
-    chosen = window_lib.choose(admitted, span, labels, config.spans, missing, served)
+    chosen = window_lib.choose(admitted, span, labels, config.spans, missing, served, span_accepted)
     if damaged:  # a damaged record admits nothing, and says so
         unread = "span records not read: " + "; ".join(damaged)
         chosen = dataclasses.replace(

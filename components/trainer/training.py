@@ -204,6 +204,7 @@ def fit_model(
     training = {
         "digest": sources.training_digest,
         "spans": [s for s in sources.window.spans if s is not None],
+        "accepted_spans": list(sources.window.accepted),
         "backbone": config.backbone,
         "image_size": config.input_size,
         "weights": config.weights or "none (from scratch)",

@@ -29,11 +29,15 @@ class Window:
       earlier: the earlier spans read, newest first, with each one's label remap (its
         label id -> the model's), None where the ids already agree.
       note: the spans of the window left out, and why, in one line ("" when none).
+      accepted: the spans trained on that passed their gates only by an acceptance
+        (drift or the label audit), oldest first: the Evaluator does not hold a later
+        candidate whose window has moved past them to their images.
     """
 
     spans: tuple[int | None, ...]
     earlier: tuple[tuple[AdmittedSpan, tuple[int, ...] | None], ...] = ()
     note: str = ""
+    accepted: tuple[int, ...] = ()
 
 
 def choose(
@@ -43,6 +47,7 @@ def choose(
     size: int,
     missing: Callable[[str], str],
     served: Sequence[int] = (),
+    span_accepted: bool = False,
 ) -> Window:
     """The window for this run's span.
 
@@ -54,9 +59,11 @@ def choose(
       missing: examples_uri -> why it cannot be read ("" when it can).
       served: the spans the champion was trained on: a span admitted only by an
         acceptance is read once a model trained on it was pushed.
+      span_accepted: this run's span passed its gates only by an acceptance.
     """
+    own = (span,) if span_accepted and span is not None else ()
     if span is None or size == 1:
-        return Window((span,))
+        return Window((span,), accepted=own)
     earlier = sorted((s for s in admitted if s.span < span), key=lambda s: -s.span)
     taken: list[tuple[AdmittedSpan, tuple[int, ...] | None]] = []
     left_out = []
@@ -78,7 +85,8 @@ def choose(
             remap = tuple(list(labels).index(name) for name in candidate.labels)
             taken.append((candidate, None if remap == tuple(range(len(remap))) else remap))
     note = "left out " + "; ".join(left_out) if left_out else ""
-    return Window((span, *(s.span for s, _ in taken)), tuple(taken), note)
+    accepted = sorted([*own, *(s.span for s, _ in taken if s.accepted)])
+    return Window((span, *(s.span for s, _ in taken)), tuple(taken), note, tuple(accepted))
 
 
 def describe(window: Window) -> str:

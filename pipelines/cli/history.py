@@ -68,10 +68,12 @@ def run(args: argparse.Namespace) -> int:
         if parent:
             fileio.makedirs(parent)
         fileio.write_atomic(args.html, history_view.page(serving_dir, decisions, problems).encode())
+    stalled = serving_history.stall(decisions)
     if args.json:
         document = {
             "decisions": [dataclasses.asdict(d) for d in decisions],
             "problems": problems,
+            "stalled": dataclasses.asdict(stalled) if stalled else None,
         }
         print(json.dumps(document, indent=2, sort_keys=True))
         return 0
@@ -81,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         print(history_view.header())
         for decision in decisions:
             print(history_view.line(decision))
+    if stalled:
+        print(stalled.describe())
     if args.html:
         print(f"chart: {args.html}")
     return 0

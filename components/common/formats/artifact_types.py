@@ -12,6 +12,9 @@ from tfx.types import artifact
 # The span of an Examples artifact, as TFX's ExampleGen driver records it; the Evaluator
 # carries it on the blessing, for the Pusher's history record.
 SPAN_PROPERTY = "span"
+# Set on an ImageStatistics artifact (1) whose span passed the gates only by an
+# acceptance; the Trainer records such spans with the model (components/trainer/window.py).
+ADMITTED_BY_ACCEPTANCE_PROPERTY = "admitted_by_acceptance"
 
 
 class ImageStatisticsArtifact(artifact.Artifact):

@@ -17,6 +17,8 @@ LABEL_KEY = "image/class/label"
 LABEL_TEXT_KEY = "image/class/text"
 FILENAME_KEY = "image/filename"
 SHA256_KEY = "image/key/sha256"
+# Only in a reference set's records: the span whose eval split the image came from.
+REFERENCE_SPAN_KEY = "image/span"
 
 FORMAT_JPEG = "jpeg"
 FORMAT_PNG = "png"

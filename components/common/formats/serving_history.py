@@ -121,6 +121,63 @@ def read(serving_dir: str) -> tuple[list[Decision], list[str]]:
     return sorted(decisions, key=lambda d: d.time), problems
 
 
+# After this many runs in a row that pushed nothing, `imgpipe history` says the schedule
+# has stalled: the served model ages while data lands.
+STALLED_AFTER_RUNS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Stall:
+    """The runs since the last push or rollback, when none of them pushed.
+
+    Attributes:
+      runs: how many (REFUSED and STOPPED decisions).
+      refused: how many of them the Evaluator or the Pusher refused.
+      spans: their spans, oldest first (None where unknown).
+      served_version: the version serving through them (the last push's or rollback's).
+      last_reason: the newest of their reasons.
+    """
+
+    runs: int
+    refused: int
+    spans: tuple[int | None, ...]
+    served_version: int | None
+    last_reason: str
+
+    def describe(self) -> str:
+        """One line for the person on call."""
+        known = [s for s in self.spans if s is not None]
+        spans = f"spans {min(known)}-{max(known)}: " if known else ""
+        served = "nothing" if self.served_version is None else f"version {self.served_version}"
+        return (
+            f"stalled: the last {self.runs} runs pushed nothing ({spans}{self.refused} "
+            f"refused, {self.runs - self.refused} stopped by the data gate); {served} "
+            f"serves; the newest: {self.last_reason}"
+        )
+
+
+def stall(decisions: list[Decision], after: int = STALLED_AFTER_RUNS) -> Stall | None:
+    """The runs since the last push or rollback (decisions oldest first), when there
+    are at least `after` of them; None otherwise."""
+    since: list[Decision] = []
+    served: int | None = None
+    for decision in reversed(decisions):
+        if decision.kind in (PUSHED, ROLLBACK):
+            served = decision.served_version or decision.model_version
+            break
+        since.append(decision)
+    if len(since) < after:
+        return None
+    since.reverse()
+    return Stall(
+        runs=len(since),
+        refused=sum(d.kind == REFUSED for d in since),
+        spans=tuple(d.span for d in since),
+        served_version=served if served is not None else since[-1].served_version,
+        last_reason=since[-1].reason,
+    )
+
+
 def brief(reason: str) -> str:
     """A decision's reason in a few words: what is in brackets left out, one line, at
     most _REASON_CHARS characters.
