@@ -121,13 +121,16 @@ def test_a_span_let_through_by_an_acceptance_waits_for_a_push_trained_on_it():
         "left out span 3: passed its gates by an acceptance, and no model trained on it has "
         "been pushed"
     )
-    # Once a model trained on it is served, it is data like any other.
-    assert window.choose(found, 4, ["a", "b"], 0, lambda uri: "", served=[3, 2]).spans == (
-        4,
-        3,
-        2,
-        1,
-    )
+    assert chosen.accepted == ()
+    # Once a model trained on it is served, it is trained on; the window still names it as
+    # accepted (the model records it: training.json `accepted_spans`), and this run's own
+    # span when an acceptance let it through.
+    served = window.choose(found, 4, ["a", "b"], 0, lambda uri: "", served=[3, 2])
+    assert served.spans == (4, 3, 2, 1) and served.accepted == (3,)
+    own = window.choose(found, 4, ["a", "b"], 0, lambda uri: "", [3], span_accepted=True)
+    assert own.accepted == (3, 4)
+    alone = window.choose(found, 4, ["a", "b"], 1, lambda uri: "", span_accepted=True)
+    assert alone.spans == (4,) and alone.accepted == (4,)
 
 
 @pytest.mark.unit
