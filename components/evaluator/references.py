@@ -124,7 +124,7 @@ def left_behind(baseline_dir: str | None, candidate_dir: str) -> tuple[int, ...]
     model trained before the Trainer kept one)."""
     baseline = served_models.training_of(baseline_dir) if baseline_dir else {}
     candidate = served_models.training_of(candidate_dir).get("spans")
-    accepted = baseline.get("accepted_spans")
+    accepted = baseline.get(served_models.ACCEPTED_SPANS_KEY)
     if not isinstance(accepted, list) or not isinstance(candidate, list):
         return ()
     return tuple(sorted({s for s in accepted if isinstance(s, int)} - set(candidate)))

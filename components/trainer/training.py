@@ -24,7 +24,7 @@ import tensorflow as tf
 from absl import logging
 
 from imgpipe.components.common.formats import champion as champion_lib
-from imgpipe.components.common.formats import image_stats, layout
+from imgpipe.components.common.formats import image_stats, layout, served_models
 from imgpipe.components.common.formats.serving import ExamplesScorer
 from imgpipe.components.common.images import model_input
 from imgpipe.components.common.storage import outputs, staging
@@ -204,7 +204,7 @@ def fit_model(
     training = {
         "digest": sources.training_digest,
         "spans": [s for s in sources.window.spans if s is not None],
-        "accepted_spans": list(sources.window.accepted),
+        served_models.ACCEPTED_SPANS_KEY: list(sources.window.accepted),
         "backbone": config.backbone,
         "image_size": config.input_size,
         "weights": config.weights or "none (from scratch)",

@@ -60,6 +60,8 @@ WEIGHT_SHAPES_FILE = "weight_shapes.json"
 # What the model was trained on: the spans, the main settings, and one digest of the
 # spans' Examples and every setting ({"digest": ..., "spans": [...], ...}).
 TRAINING_FILE = "training.json"
+# ... its spans that passed their gates only by an acceptance (components/trainer/window.py).
+ACCEPTED_SPANS_KEY = "accepted_spans"
 PUSH_COMPLETE_FILE = "PUSH_COMPLETE"
 # A push being copied on a local disk, renamed into place whole (the Pusher).
 STAGING_PREFIX = ".push-"
