@@ -255,31 +255,43 @@ def test_history_says_when_the_schedule_has_stalled(tmp_path, capsys):
     after = [
         history.Decision(T0 + 10_000, history.REFUSED, 4, None, 1763000000, 0.8, refused),
         history.Decision(T0 + 20_000, history.STOPPED, 5, None, 1763000000, None, "data gate"),
+        # A rerun of a span is the same span.
+        history.Decision(T0 + 25_000, history.STOPPED, 5, None, 1763000000, None, "data gate"),
     ]
     for decision in after:
         history.record(serving, decision)
-    assert history.stall(history.read(serving)[0]) is None  # two runs: not yet
+    assert history.stall(history.read(serving)[0]) is None  # two spans: not yet
     history.record(
         serving, history.Decision(T0 + 30_000, history.REFUSED, 6, None, 1763000000, 0.8, refused)
     )
     assert cli.main(["history", "--serving-dir", serving]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "stalled: the last 3 runs pushed nothing (spans 4-6: 2 refused, 1 stopped by the "
-        f"data gate); version 1763000000 serves; the newest: {refused}"
+        "stalled: 3 spans since the last push, none pushed (spans 4-6: 2 refused, 1 stopped "
+        f"by the data gate); version 1763000000 serves; the newest: {refused}"
     )
     assert cli.main(["history", "--serving-dir", serving, "--json"]) == 0
     stalled = json.loads(capsys.readouterr().out)["stalled"]
-    assert stalled["runs"] == 3 and stalled["spans"] == [4, 5, 6]
+    assert stalled["spans"] == [4, 5, 6] and stalled["refused"] == 2
     # The summary of a run that pushed nothing says it too.
     from imgpipe.pipelines import run_summary
 
     (line,) = run_summary.stall_lines(serving)
-    assert line.startswith("stalled              the last 3 runs pushed nothing (spans 4-6:")
-    # A push ends it.
+    assert line.startswith("stalled              3 spans since the last push, none pushed")
+    # A push ends it; a schedule that fires with nothing new since refuses its twin each
+    # time, on the pushed span: that is not a stall.
     history.record(
         serving, history.Decision(T0 + 40_000, history.PUSHED, 7, 1764040000, 1764040000, 0.9)
     )
+    nothing_new = "not blessed: nothing new: trained on the same data"
+    for hour in range(1, 5):
+        history.record(
+            serving,
+            history.Decision(
+                T0 + 40_000 + 3600 * hour, history.REFUSED, 7, None, 1764040000, 0.9, nothing_new
+            ),
+        )
     assert history.stall(history.read(serving)[0]) is None
+    assert run_summary.stall_lines(serving) == []
 
 
 @pytest.mark.unit

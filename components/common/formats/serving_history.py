@@ -121,60 +121,65 @@ def read(serving_dir: str) -> tuple[list[Decision], list[str]]:
     return sorted(decisions, key=lambda d: d.time), problems
 
 
-# After this many runs in a row that pushed nothing, `imgpipe history` says the schedule
-# has stalled: the served model ages while data lands.
-STALLED_AFTER_RUNS = 3
+# After this many spans newer than the last push decided without a push, `imgpipe
+# history` says the schedule has stalled: the served model ages while data lands. Reruns
+# of a span, and runs with nothing new (a schedule that fires before data lands), do not
+# count: only spans do.
+STALLED_AFTER_SPANS = 3
 
 
 @dataclasses.dataclass(frozen=True)
 class Stall:
-    """The runs since the last push or rollback, when none of them pushed.
+    """The spans decided since the last push or rollback, newer than every span pushed,
+    when none of them was pushed.
 
     Attributes:
-      runs: how many (REFUSED and STOPPED decisions).
-      refused: how many of them the Evaluator or the Pusher refused.
-      spans: their spans, oldest first (None where unknown).
-      served_version: the version serving through them (the last push's or rollback's).
-      last_reason: the newest of their reasons.
+      spans: those spans, oldest first.
+      refused: how many of them the Evaluator or the Pusher refused last (the others
+        were stopped by the data gate).
+      served_version: the version serving through them.
+      last_reason: the newest decision's reason.
     """
 
-    runs: int
+    spans: tuple[int, ...]
     refused: int
-    spans: tuple[int | None, ...]
     served_version: int | None
     last_reason: str
 
     def describe(self) -> str:
         """One line for the person on call."""
-        known = [s for s in self.spans if s is not None]
-        spans = f"spans {min(known)}-{max(known)}: " if known else ""
         served = "nothing" if self.served_version is None else f"version {self.served_version}"
         return (
-            f"stalled: the last {self.runs} runs pushed nothing ({spans}{self.refused} "
-            f"refused, {self.runs - self.refused} stopped by the data gate); {served} "
-            f"serves; the newest: {self.last_reason}"
+            f"stalled: {len(self.spans)} spans since the last push, none pushed (spans "
+            f"{self.spans[0]}-{self.spans[-1]}: {self.refused} refused, "
+            f"{len(self.spans) - self.refused} stopped by the data gate); {served} serves; "
+            f"the newest: {self.last_reason}"
         )
 
 
-def stall(decisions: list[Decision], after: int = STALLED_AFTER_RUNS) -> Stall | None:
-    """The runs since the last push or rollback (decisions oldest first), when there
-    are at least `after` of them; None otherwise."""
-    since: list[Decision] = []
-    served: int | None = None
-    for decision in reversed(decisions):
-        if decision.kind in (PUSHED, ROLLBACK):
-            served = decision.served_version or decision.model_version
-            break
-        since.append(decision)
-    if len(since) < after:
+def stall(decisions: list[Decision], after: int = STALLED_AFTER_SPANS) -> Stall | None:
+    """The spans decided since the last push or rollback (decisions oldest first) and
+    newer than every span pushed, when there are at least `after` of them; None
+    otherwise."""
+    cut = next(
+        (i for i in range(len(decisions) - 1, -1, -1) if decisions[i].kind in (PUSHED, ROLLBACK)),
+        -1,
+    )
+    pushed = [d.span for d in decisions[: cut + 1] if d.kind == PUSHED and d.span is not None]
+    newest_pushed = max(pushed, default=None)
+    last_by_span: dict[int, Decision] = {}
+    for decision in decisions[cut + 1 :]:
+        if decision.span is not None and (newest_pushed is None or decision.span > newest_pushed):
+            last_by_span[decision.span] = decision
+    if len(last_by_span) < after:
         return None
-    since.reverse()
+    spans = tuple(sorted(last_by_span))
+    served = (decisions[cut].served_version or decisions[cut].model_version) if cut >= 0 else None
     return Stall(
-        runs=len(since),
-        refused=sum(d.kind == REFUSED for d in since),
-        spans=tuple(d.span for d in since),
-        served_version=served if served is not None else since[-1].served_version,
-        last_reason=since[-1].reason,
+        spans=spans,
+        refused=sum(last_by_span[s].kind == REFUSED for s in spans),
+        served_version=served if served is not None else decisions[-1].served_version,
+        last_reason=decisions[-1].reason,
     )
 
 
