@@ -277,6 +277,10 @@ def test_history_says_when_the_schedule_has_stalled(tmp_path, capsys):
 
     (line,) = run_summary.stall_lines(serving)
     assert line.startswith("stalled              3 spans since the last push, none pushed")
+    # ... and so does the chart's page, above the table.
+    page_path = str(tmp_path / "history.html")
+    assert cli.main(["history", "--serving-dir", serving, "--html", page_path]) == 0
+    assert "<li>stalled: 3 spans since the last push" in open(page_path).read()
     # A push ends it; a schedule that fires with nothing new since refuses its twin each
     # time, on the pushed span: that is not a stall.
     history.record(

@@ -93,7 +93,11 @@ def page(serving_dir: str, decisions: Sequence[history.Decision], problems: Sequ
     table = "\n".join([header(), *(line(d) for d in decisions)])
     if not decisions:
         table = f"no decisions recorded in {serving_dir} yet"
-    notes = "".join(f"<li>{html.escape(p)}</li>" for p in problems)
+    stalled = history.stall(list(decisions))
+    notes = "".join(
+        f"<li>{html.escape(p)}</li>"
+        for p in [*([stalled.describe()] if stalled else []), *problems]
+    )
     title = html.escape(f"What each run decided: {serving_dir}")
     return (
         "<!DOCTYPE html>\n"
