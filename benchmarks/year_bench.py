@@ -469,6 +469,7 @@ def run_year(work: str, spans: int, per_class: int) -> dict:
         "settings": list(PIPELINE_SETTINGS),
         "rows": rows,
         "targets": ys.judge(rows),
+        "longest_without_push": ys.longest_without_push(rows),
     }
 
 
@@ -553,10 +554,12 @@ def svg(rows: list[dict]) -> str:
 
 def page(result: dict) -> str:
     targets = html.escape(json.dumps(result["targets"], indent=2))
+    stall = html.escape(json.dumps(ys.longest_without_push(result["rows"])))
     return (
         "<!doctype html><meta charset='utf-8'><title>A year in an hour</title>"
         f"<h1>A year in an hour: {result['spans']} spans</h1>{svg(result['rows'])}"
         f"<h2>Targets</h2><pre>{targets}</pre>"
+        f"<h2>The longest run of spans without a push</h2><pre>{stall}</pre>"
     )
 
 
@@ -601,6 +604,7 @@ def main() -> None:
         with open(args.html, "w") as f:
             f.write(page(result))
     print(json.dumps(result["targets"], indent=2))
+    print("longest run of spans without a push:", json.dumps(result["longest_without_push"]))
 
 
 if __name__ == "__main__":

@@ -187,3 +187,28 @@ def judge(rows: list[dict]) -> dict:
             "limit": GROWTH_LIMIT,
         }
     return targets
+
+
+def longest_without_push(rows: list[dict]) -> dict:
+    """The longest run of consecutive spans none of which was pushed, by any run: a
+    schedule that freezes shows here before it shows in accuracy (on the bench's easy
+    photos the served model can stay at the oracle's level for many spans).
+
+    Each row's `decisions` are the serving history's records of its runs ({"kind",
+    "span"}); a span with no run of its own (a missed day) counts as pushed when the run
+    that took it pushed it. Returns {"spans": n, "first": span, "last": span}, n 0 (and
+    None, None) when every span was pushed.
+    """
+    pushed = {
+        d.get("span") for r in rows for d in r.get("decisions") or [] if d.get("kind") == "pushed"
+    }
+    longest: dict = {"spans": 0, "first": None, "last": None}
+    start = None
+    for span in sorted(r["span"] for r in rows):
+        if span in pushed:
+            start = None
+            continue
+        start = span if start is None else start
+        if span - start + 1 > longest["spans"]:
+            longest = {"spans": span - start + 1, "first": start, "last": span}
+    return longest

@@ -103,6 +103,18 @@ def test_judging_the_targets():
     assert missed["no_push_significantly_worse_than_record"] == {"met": False, "pushes": 1}
 
 
+def test_the_longest_run_of_spans_without_a_push_shows_a_freeze():
+    def row(span: int, *decisions: tuple[str, int]) -> dict:
+        return {"span": span, "decisions": [{"kind": k, "span": s} for k, s in decisions]}
+
+    rows = [row(1, ("pushed", 1)), row(2, ("stopped", 2)), row(3, ("pushed", 3))]
+    rows += [row(4), row(5, ("pushed", 4), ("pushed", 5))]  # a missed day, caught up
+    assert ys.longest_without_push(rows) == {"spans": 1, "first": 2, "last": 2}
+    rows += [row(s, ("refused", s)) for s in range(6, 17)]
+    assert ys.longest_without_push(rows) == {"spans": 11, "first": 6, "last": 16}
+    assert ys.longest_without_push(rows[:1]) == {"spans": 0, "first": None, "last": None}
+
+
 def test_a_short_run_judges_what_it_can():
     targets = ys.judge([_row(s, None if s == 1 else 0.9, 0.9) for s in range(1, 7)])
     assert targets["within_3_points_of_oracle"]["met"] is True
