@@ -397,6 +397,8 @@ class Year:
             "root_bytes": folder_bytes(self.root, skip_mlmd=True),
             "serving_bytes": folder_bytes(self.serving),
             "mlmd_bytes": mlmd_bytes(self.work),
+            # What the schedule itself grows (classes, the new camera, more data).
+            "span_data_bytes": folder_bytes(os.path.join(self.work, "data", f"span-{span.span}")),
         }
         row["disk_bytes"] = row["root_bytes"] + row["serving_bytes"] + row["mlmd_bytes"]
         return row

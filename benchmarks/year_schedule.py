@@ -186,6 +186,16 @@ def judge(rows: list[dict]) -> dict:
             "ratio": None if ratio is None or math.isnan(ratio) else round(ratio, 3),
             "limit": GROWTH_LIMIT,
         }
+    # Not a target: the disk in units of a span's data, which the schedule itself grows
+    # (classes added, the new camera's larger photos, more data); flat means the disk
+    # follows the data, not the number of spans.
+    early_data = by_span.get(EARLY_SPAN, {}).get("span_data_bytes")
+    late_data = by_span.get(late_span, {}).get("span_data_bytes")
+    disk_ratio = targets["disk_growth"]["ratio"]
+    if early_data and late_data and disk_ratio is not None:
+        targets["disk_growth"]["ratio_per_span_data"] = round(
+            disk_ratio * early_data / late_data, 3
+        )
     return targets
 
 

@@ -95,6 +95,9 @@ def test_judging_the_targets():
     }
     assert targets["run_time_growth"]["met"] is False
     assert targets["run_time_growth"]["ratio"] == 1.3
+    # With each span's data measured, the disk is also given in units of it.
+    rows[7]["span_data_bytes"], rows[51]["span_data_bytes"] = 10, 20
+    assert ys.judge(rows)["disk_growth"]["ratio_per_span_data"] == 0.595
 
     rows[20] = _row(21, 0.85, 0.92, worse=1)
     missed = ys.judge(rows)
