@@ -158,6 +158,12 @@ def _plan(scope: Scope, serving_dir: str) -> retention.Plan:
         plan += retention_mlmd.pipeline_root_plan(
             scope.metadata_path, scope.pipeline_root, scope.pipeline_name, kept_examples
         )
+        plan += retention_mlmd.leftovers_plan(
+            scope.metadata_path,
+            scope.pipeline_root,
+            scope.pipeline_name,
+            scope.retention.keep_stop_reports,
+        )
     if scope.pipeline_root:
         plan += retention_runs.run_folders_plan(
             scope.pipeline_root,

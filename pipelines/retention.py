@@ -11,7 +11,9 @@ What stays:
 - in the pipeline root, the outputs and inputs of each step's latest execution (TFX's
   cache for the span just run), everything of an execution still running (another run),
   and the Examples of the spans whose records stay. A served version holds its model, so
-  a Trainer's or Pusher's copy of an older run goes.
+  a Trainer's or Pusher's copy of an older run goes. The reports of the newest
+  `keep_stop_reports` stopped runs stay; TFX's own records of finished executions (the
+  empty folders its launcher leaves under `<step>/.system/`, one or two a run) go.
 
 What goes is deleted so that a crash at any moment leaves a state every reader takes:
 - a version loses its PUSH_COMPLETE first (from then on it is an interrupted push, which
@@ -56,12 +58,15 @@ class RetentionConfig:
         whose span cannot be read refills from an older one.
       kubeflow_run_hours: on Kubeflow, a run folder younger than this stays whole: its
         run may still be going (retention_runs.py). Longer than a run can last.
+      keep_stop_reports: the statistics and report of the newest runs a gate stopped
+        (`<statistics>.rejected/`, the path their error gives), kept for whoever is paged.
     """
 
     enabled: bool = True
     keep_pushes: int = 3
     spare_spans: int = 2
     kubeflow_run_hours: float = 48.0
+    keep_stop_reports: int = 3
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
@@ -69,6 +74,8 @@ class RetentionConfig:
             raise ValueError(f"keep_pushes must be 0 or more, got {self.keep_pushes}")
         if self.spare_spans < 0:
             raise ValueError(f"spare_spans must be 0 or more, got {self.spare_spans}")
+        if self.keep_stop_reports < 0:
+            raise ValueError(f"keep_stop_reports must be 0 or more, got {self.keep_stop_reports}")
         if self.kubeflow_run_hours < 0:
             raise ValueError(f"kubeflow_run_hours must be 0 or more, got {self.kubeflow_run_hours}")
 

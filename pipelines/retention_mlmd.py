@@ -11,6 +11,12 @@ from imgpipe.pipelines.retention import Plan, Removal
 
 # MLMD's execution states whose outputs are final (the others: a run in progress).
 _FINISHED = ("COMPLETE", "CACHED", "FAILED", "CANCELED")
+# TFX's launcher keeps, per step, a folder of each execution's own records under
+# <step>/.system/ (outputs_utils: the executor's output and temporary files, the
+# driver's output, the stateful working folder). It empties them when the execution ends
+# but never removes them: one or two folders a step a run, for good.
+_TFX_SYSTEM_DIR = ".system"
+_TFX_EXECUTION_RECORDS = ("executor_execution", "driver_execution", "stateful_working_dir")
 
 
 def _store(metadata_path: str):
@@ -35,7 +41,7 @@ def pipeline_root_plan(
     from ml_metadata.proto import metadata_store_pb2
 
     store = _store(metadata_path)
-    state_names = {v: k for k, v in metadata_store_pb2.Execution.State.items()}
+    state_names = _state_names()
     keep = {uri.rstrip("/") for uri in window_examples}
     kept = [f"{uri}: a span of the window" for uri in sorted(keep)]
     keep_ids: set[int] = set()
@@ -80,7 +86,7 @@ def cancel_abandoned(
     from ml_metadata.proto import metadata_store_pb2
 
     store = _store(metadata_path)
-    state_names = {v: k for k, v in metadata_store_pb2.Execution.State.items()}
+    state_names = _state_names()
     prefix = f"{pipeline_name}."
     lines, abandoned = [], []
     try:
@@ -139,3 +145,52 @@ def apply_pipeline_root(plan: Plan, metadata_path: str) -> list[str]:
     if done:
         store.put_artifacts(done)
     return problems
+
+
+def leftovers_plan(
+    metadata_path: str, pipeline_root: str, pipeline_name: str, keep_stop_reports: int
+) -> Plan:
+    """What no artifact row names: TFX's records of the executions of every step that has
+    none running, and the reports of stopped runs (ImageStatistics' `<uri>.rejected`)
+    but the newest `keep_stop_reports`, newest by execution."""
+    from imgpipe.components.common.formats import layout
+    from imgpipe.components.common.storage import fileio
+
+    store = _store(metadata_path)
+    state_names = _state_names()
+    prefix = f"{pipeline_name}."
+    removals: list[Removal] = []
+    reports: list[tuple[int, str]] = []
+    for context in store.get_contexts_by_type("node"):
+        if not context.name.startswith(prefix):
+            continue
+        step = context.name[len(prefix) :]
+        step_dir = posixpath.join(pipeline_root, step)
+        executions = store.get_executions_by_context(context.id)
+        if all(state_names[e.last_known_state] in _FINISHED for e in executions):
+            for kind in _TFX_EXECUTION_RECORDS:
+                folder = posixpath.join(step_dir, _TFX_SYSTEM_DIR, kind)
+                if entries := fileio.list_dir(folder):
+                    removals.append(
+                        Removal(folder, f"TFX's records of finished executions ({len(entries)})")
+                    )
+        for key in fileio.list_dir(step_dir):
+            if key == _TFX_SYSTEM_DIR:
+                continue
+            for name in fileio.list_dir(posixpath.join(step_dir, key)):
+                execution = name.removesuffix(layout.REJECTED_SUFFIX)
+                if execution != name and execution.isdigit():
+                    reports.append((int(execution), posixpath.join(step_dir, key, name)))
+    reports.sort(reverse=True)
+    for _, path in reports[keep_stop_reports:]:
+        removals.append(
+            Removal(path, f"the report of a stopped run, older than the {keep_stop_reports} newest")
+        )
+    return Plan(tuple(removals))
+
+
+def _state_names() -> dict[int, str]:
+    """MLMD's execution states by number."""
+    from ml_metadata.proto import metadata_store_pb2
+
+    return {number: name for name, number in metadata_store_pb2.Execution.State.items()}

@@ -57,6 +57,9 @@ def test_two_spans_two_run_local_calls_with_the_same_config(tmp_path, capsys):
     # Examples, which the window trains on.
     assert "retention            deleted " in out, out
     assert not os.path.exists(first_model.split()[-1])
+    # Nor does TFX's launcher leave a folder a step a run under <step>/.system/.
+    root = tmp_path / "pipeline-root"
+    assert [str(p) for p in root.glob("*/.system/*/*")] == []
     assert "spans trained        spans 2, 1" in out, out
 
 

@@ -47,11 +47,7 @@ from imgpipe.components.image_statistics.analyze import (
 )
 from imgpipe.components.image_statistics.compute import strict_check_needed
 from imgpipe.components.image_statistics.config import StatisticsConfig
-from imgpipe.components.image_statistics.executor import (
-    REJECTED_SUFFIX,
-    Executor,
-    options_from_properties,
-)
+from imgpipe.components.image_statistics.executor import Executor, options_from_properties
 from imgpipe.components.image_statistics.pixel_summaries import (
     THUMBNAIL_SIZE,
     difference_hashes,
@@ -625,7 +621,7 @@ def test_executor_writes_outputs_then_gates(dataset, tmp_path):
             executor.Do(*args)
         written = json.loads((uri / layout.IMAGE_STATS_FILE).read_text())
         if fail:  # TFX deletes a failed execution's outputs; this copy is kept.
-            rejected = tmp_path / f"gated{REJECTED_SUFFIX}"
+            rejected = tmp_path / f"gated{layout.REJECTED_SUFFIX}"
             assert json.loads((rejected / layout.IMAGE_STATS_FILE).read_text()) == written
             assert (rejected / layout.REPORT_FILE).exists()
         assert written["splits"]["train"]["native_pixels"] is None
@@ -656,7 +652,7 @@ def test_executor_retried_into_a_dirty_uri_writes_what_a_clean_run_writes(datase
     for stale in (".imgpipe-stats-0/stats-train.pkl", layout.IMAGE_STATS_FILE, "old.html"):
         imagegen.write(str(dirty / stale), b"old")
     manifest.write(str(dirty), manifest.describe(str(dirty), fileio.list_files(str(dirty))))
-    imagegen.write(str(tmp_path / f"dirty{REJECTED_SUFFIX}" / layout.REPORT_FILE), b"old")
+    imagegen.write(str(tmp_path / f"dirty{layout.REJECTED_SUFFIX}" / layout.REPORT_FILE), b"old")
     for uri in (clean, dirty):
         output = ImageStatisticsArtifact()
         output.uri = str(uri)
@@ -670,7 +666,7 @@ def test_executor_retried_into_a_dirty_uri_writes_what_a_clean_run_writes(datase
         "report.html",
     ]
     manifest.verify(str(clean), checksums=True)
-    assert not (tmp_path / f"dirty{REJECTED_SUFFIX}").exists()
+    assert not (tmp_path / f"dirty{layout.REJECTED_SUFFIX}").exists()
 
 
 def test_cli_stats_writes_json_and_html(dataset, tmp_path, capsys):

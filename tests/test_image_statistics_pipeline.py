@@ -21,7 +21,6 @@ from imgpipe.components.image_statistics import anomalies as anomaly_lib
 from imgpipe.components.image_statistics import spec
 from imgpipe.components.image_statistics.component import ImageStatistics
 from imgpipe.components.image_statistics.config import StatisticsConfig
-from imgpipe.components.image_statistics.executor import REJECTED_SUFFIX
 from imgpipe.components.image_statistics.tfdv_options import image_stats_options
 from tests import imagegen
 
@@ -92,7 +91,7 @@ def test_gate_stops_the_run_on_leakage_after_writing_the_report(tmp_path):
 
     # TFX removed the failed execution's output folder; the gate kept a copy beside it.
     (stats_dir,) = _outputs(root, "ImageStatistics", spec.STATISTICS_KEY)
-    assert stats_dir.endswith(REJECTED_SUFFIX) and stats_dir in message
+    assert stats_dir.endswith(layout.REJECTED_SUFFIX) and stats_dir in message
     with open(os.path.join(stats_dir, layout.IMAGE_STATS_FILE)) as f:
         stats = json.load(f)
     assert stats["leakage"]["images_by_split"]["eval"] == 1

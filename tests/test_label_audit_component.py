@@ -20,7 +20,7 @@ from imgpipe.components.common.runtime import config_loader
 from imgpipe.components.image_statistics import anomalies as anomaly_lib
 from imgpipe.components.image_statistics import label_gate, spec
 from imgpipe.components.image_statistics.config import StatisticsConfig
-from imgpipe.components.image_statistics.executor import REJECTED_SUFFIX, Executor
+from imgpipe.components.image_statistics.executor import Executor
 from imgpipe.components.trainer import candidate_audit
 from imgpipe.pipelines import run_summary
 from tests import trainer_helpers as th
@@ -96,7 +96,7 @@ def test_a_span_with_40_percent_of_labels_moved_stops_before_training(world):
     assert "look mislabelled to the served model" in line and "above the gate" in line
     assert "fix the labels of the images listed in report.html (Label audit)" in line
     assert "fail_on_anomalies: false" not in message  # never the advice for this gate
-    rejected = str(world["root"] / "shuffled-statistics") + REJECTED_SUFFIX
+    rejected = str(world["root"] / "shuffled-statistics") + layout.REJECTED_SUFFIX
     audited = schema.read(rejected).label_audit
     assert audited.exceeded and audited.flagged_fraction > 0.25
     moved = bench.moved_copy(world["span"], str(world["root"] / "again"), 0.4, seed=3)

@@ -202,6 +202,45 @@ def test_an_artifact_marked_by_a_collection_cut_short_is_finished_next_time(tmp_
     assert not os.path.exists(old_uri)
 
 
+def test_tfx_records_of_finished_steps_and_all_but_the_newest_stop_reports_go(tmp_path):
+    """What no artifact row names: the folders TFX's launcher leaves under <step>/.system/
+    once a step has nothing running, and the reports of stopped runs but the newest."""
+    from imgpipe.components.common.formats import layout
+
+    root, db = str(tmp_path / "root"), str(tmp_path / "root" / "metadata.sqlite")
+    os.makedirs(root)
+    store = mlmd_store(db)
+    execution_with_output(store, root, "Gen", "COMPLETE", "1")
+    execution_with_output(store, root, "Stats", "FAILED", "2")
+    execution_with_output(store, root, "Trainer", "RUNNING", "3")
+    finished = [
+        os.path.join(root, "Gen", ".system", "executor_execution", "1"),
+        os.path.join(root, "Gen", ".system", "driver_execution", "1796014649625629"),
+        os.path.join(root, "Stats", ".system", "stateful_working_dir", "16e53a9c"),
+    ]
+    running = os.path.join(root, "Trainer", ".system", "executor_execution", "3", ".temp")
+    for folder in [*finished, running]:
+        os.makedirs(folder)
+    reports = {
+        n: os.path.join(root, "Stats", "out", f"{n}{layout.REJECTED_SUFFIX}")
+        for n in (8, 9, 10, 11)
+    }
+    for report in reports.values():
+        os.makedirs(report)
+        open(os.path.join(report, layout.REPORT_FILE), "w").close()
+
+    plan = retention_mlmd.leftovers_plan(db, root, "p", keep_stop_reports=2)
+    assert sorted((r.path, r.reason) for r in plan.removals) == sorted(
+        [(os.path.dirname(f), "TFX's records of finished executions (1)") for f in finished]
+        + [(reports[n], "the report of a stopped run, older than the 2 newest") for n in (8, 9)]
+    )
+    assert retention.apply_serving(plan) == []
+    assert os.path.isdir(running) and os.path.isdir(reports[10]) and os.path.isdir(reports[11])
+    assert retention_mlmd.leftovers_plan(db, root, "p", keep_stop_reports=2).removals == ()
+    with pytest.raises(ValueError, match="keep_stop_reports must be 0 or more, got -1"):
+        retention.RetentionConfig(keep_stop_reports=-1).validate()
+
+
 def in_run(store, execution_id: int, run_id: str) -> None:
     """Puts the execution in the pipeline_run context `run_id`, as TFX's runner does."""
     from ml_metadata.proto import metadata_store_pb2 as pb

@@ -36,9 +36,6 @@ from imgpipe.components.image_statistics.analyze import AnalysisOptions
 from imgpipe.components.image_statistics.config import StatisticsConfig
 from imgpipe.components.image_statistics.produce import Produced, produce
 
-# Beside the output folder: where the outputs of a run stopped by the gate stay.
-REJECTED_SUFFIX = ".rejected"
-
 
 def options_from_properties(
     exec_properties: dict[str, Any],
@@ -107,7 +104,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             drift_baseline.uri or f"none: {drift_baseline.reason}",
         )
         # A retried step gets the same URI: nothing of an earlier attempt may stay.
-        rejected = output.uri.rstrip("/") + REJECTED_SUFFIX
+        rejected = output.uri.rstrip("/") + layout.REJECTED_SUFFIX
         outputs.clear(output.uri)
         fileio.remove(rejected)
 

@@ -28,6 +28,9 @@ SUMMARY_FILE = "conversion_summary.json"
 IMAGE_STATS_FILE = "image_stats.json"
 REPORT_FILE = "report.html"
 MANIFEST_FILE = "manifest.json"
+# Beside an ImageStatistics output folder: where the outputs of a run stopped by a gate
+# stay, for whoever is paged (retention keeps the newest few).
+REJECTED_SUFFIX = ".rejected"
 # The files ImageExampleGen writes beside the splits.
 EXAMPLES_METADATA_FILES = (
     LABEL_MAP_FILE,
