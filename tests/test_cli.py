@@ -517,6 +517,60 @@ process_exit.end_process(0)  # as the imgpipe command ends
 
 
 @pytest.mark.unit
+def test_the_folder_of_a_command_killed_by_sigkill_goes_as_the_next_command_starts(tmp_path):
+    """A SIGKILL runs no exit handler: the next command removes the folder of every
+    command that is gone (its lock is free), and leaves a running command's alone."""
+    import signal
+    import time
+
+    temporary_root = tmp_path / "tmp"
+    temporary_root.mkdir()
+    env = {**os.environ, "TMPDIR": str(temporary_root)}
+    command = """
+import os, signal, sys
+from imgpipe.pipelines.cli import process_exit, temporary
+with temporary.command_folder() as folder:
+    open(os.path.join(folder, "work"), "w").close()
+    print(folder, flush=True)
+    if sys.argv[1] == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if sys.argv[1] == "running":
+        sys.stdin.read()
+process_exit.end_process(0)
+"""
+
+    def start(how: str) -> tuple[subprocess.Popen, str]:
+        process = subprocess.Popen(
+            [sys.executable, "-c", command, how],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert process.stdout is not None
+        return process, process.stdout.readline().strip()
+
+    running, running_folder = start("running")
+    killed, killed_folder = start("killed")
+    assert killed.wait(timeout=waiting.COMMAND_S) == -signal.SIGKILL
+    unlocked_old, unlocked_new = (temporary_root / f"{temporary.PREFIX}{n}" for n in ("a", "b"))
+    unlocked_old.mkdir()
+    unlocked_new.mkdir()
+    an_hour_ago = time.time() - temporary.UNLOCKED_AGE_S
+    os.utime(unlocked_old, (an_hour_ago, an_hour_ago))
+    assert os.path.exists(os.path.join(killed_folder, "work"))
+
+    finished, finished_folder = start("finished")
+    assert finished.wait(timeout=waiting.COMMAND_S) == 0
+    assert sorted(os.listdir(temporary_root)) == sorted(
+        [os.path.basename(running_folder), unlocked_new.name]
+    )
+    assert running.communicate("", timeout=waiting.COMMAND_S)[0] == ""
+    assert running.returncode == 0
+    assert not os.path.exists(running_folder)
+
+
+@pytest.mark.unit
 def test_a_command_ends_as_python_exits_but_without_the_interpreters_teardown():
     """end_process, which ends every imgpipe command: threads joined, exit handlers run
     last-registered first, buffered output flushed, the command's code; and none of the

@@ -8,19 +8,32 @@ processes it starts (TMPDIR) use a folder of its own inside the usual one; the f
 removed when the process exits, however the command ended short of SIGKILL. At exit, not
 at the command's end: the libraries' own exit handlers run first (Beam's stops its job
 server and removes its folder, which must still be there).
+
+A command killed by SIGKILL (the OOM killer, a scheduler's timeout) cannot remove its
+folder, so each command holds an exclusive lock on a file in its own (flock, released by
+the kernel when the process and the children it forked are gone) and removes, as it
+starts, every sibling folder whose lock it can take: the folder of a command that is
+gone, whichever pid namespace it ran in. A folder without a lock file is removed only once
+an hour old (a command between making its folder and locking it).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 
 PREFIX = "imgpipe-run-"
 ENV = "TMPDIR"
+OWNER_FILE = ".owner"
+UNLOCKED_AGE_S = 3600.0
+# The open lock files of this process's folders: the lock lasts as long as they are open.
+_held: list[int] = []
 
 
 @contextlib.contextmanager
@@ -31,7 +44,9 @@ def command_folder() -> Iterator[str | None]:
     folder: the command then runs as it would have, and fails, if it does, on its own.
     """
     try:
+        remove_gone_commands_folders(tempfile.gettempdir())
         folder = tempfile.mkdtemp(prefix=PREFIX)
+        _held.append(_lock(os.path.join(folder, OWNER_FILE)))
     except OSError:
         yield None
         return
@@ -49,3 +64,41 @@ def command_folder() -> Iterator[str | None]:
             os.environ.pop(ENV, None)
         else:
             os.environ[ENV] = saved_env
+
+
+def _lock(path: str, create: bool = True) -> int:
+    """Opens `path` and holds an exclusive lock on it. Raises BlockingIOError when another
+    process holds it, FileNotFoundError when it is not there and not to be created."""
+    fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def remove_gone_commands_folders(parent: str, now: float | None = None) -> list[str]:
+    """Removes the folders in `parent` of commands that are gone; returns them."""
+    now = time.time() if now is None else now
+    removed = []
+    for name in sorted(os.listdir(parent)):
+        folder = os.path.join(parent, name)
+        if not name.startswith(PREFIX) or not os.path.isdir(folder):
+            continue
+        try:
+            fd = _lock(os.path.join(folder, OWNER_FILE), create=False)
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                if now - os.path.getmtime(folder) >= UNLOCKED_AGE_S:
+                    shutil.rmtree(folder, ignore_errors=True)
+                    removed.append(folder)
+            continue
+        except OSError:
+            continue  # its command is running (or the folder is not ours to lock)
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        finally:
+            os.close(fd)
+    return removed
