@@ -33,6 +33,8 @@ def data_line(out: str) -> str:
 
 @pytest.mark.pipeline
 def test_two_spans_two_run_local_calls_with_the_same_config(tmp_path, capsys):
+    """Two spans, one `imgpipe run local` each; then the second span's other photos land
+    with a third span, and the next call reads the second again, whole, then the third."""
     (tmp_path / "images").mkdir()
     config = tmp_path / "pipeline.yaml"
     config.write_text(CONFIG.format(root=tmp_path))
@@ -60,6 +62,21 @@ def test_two_spans_two_run_local_calls_with_the_same_config(tmp_path, capsys):
     # Nor does TFX's launcher leave a folder a step a run under <step>/.system/.
     root = tmp_path / "pipeline-root"
     assert [str(p) for p in root.glob("*/.system/*/*")] == []
+
+    # Span 2 was still landing when that run read it: its other photos came with span 3.
+    # The next run reads span 2 again, whole, then span 3.
+    retraining_data.span_folder(str(tmp_path / "images"), 2, per_class=18, size=32)
+    retraining_data.span_folder(str(tmp_path / "images"), 3, per_class=12, size=32)
+    assert cli.main(argv) in (0, run.NOT_PUSHED_EXIT_CODE), capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert out.splitlines()[:2] == [
+        "spans                span 2 changed after a run read it (36 files then, 54 now: "
+        "still landing when it was read, or replaced since); it is read again, first",
+        "span 2",
+    ], out
+    read_again, third = out.split("\nspan 3\n")
+    assert "images               54 written of 54 files seen" in read_again, out
+    assert "spans trained        spans 3, 2, 1" in third, out
     assert "spans trained        spans 2, 1" in out, out
 
 

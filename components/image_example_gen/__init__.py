@@ -19,7 +19,12 @@ if TYPE_CHECKING:
         MIN_CLASSES,
         too_few_classes_message,
     )
-    from imgpipe.components.image_example_gen.driver import resolve_input_root, split_input_base
+    from imgpipe.components.image_example_gen.driver import (
+        fingerprint_change,
+        resolve_input_root,
+        span_fingerprint,
+        split_input_base,
+    )
     from imgpipe.components.image_example_gen.listing import list_images
     from imgpipe.components.image_example_gen.options import (
         LAYOUT_SPLIT,
@@ -37,6 +42,8 @@ if TYPE_CHECKING:
 __all__ = [
     "split_input_base",
     "landed_spans",
+    "fingerprint_change",
+    "span_fingerprint",
     "LAYOUT_SPLIT",
     "MIN_CLASSES",
     "ON_ERROR_SKIP",

@@ -107,6 +107,41 @@ def tree_fingerprint(root: str) -> str:
     return f"images:{root},num_files:{count},total_bytes:{total},sha256:{digest.hexdigest()}"
 
 
+def span_fingerprint(base: str, pattern: str, span: int) -> str:
+    """The fingerprint the driver would give span `span` of `pattern` below `base` now.
+
+    Raises:
+      FileNotFoundError: no folder holds the span any more.
+    """
+    folder = span_folders.resolve_span_folder(base, pattern, span=span)
+    return tree_fingerprint(os.path.join(base, folder.path))
+
+
+@dataclasses.dataclass(frozen=True)
+class FingerprintChange:
+    """How a span folder differs from the one a run read: its file counts, then and now."""
+
+    files_then: int
+    files_now: int
+
+
+def fingerprint_change(then: str, now: str) -> FingerprintChange | None:
+    """None when the two fingerprints name the same files (paths, sizes and mtimes),
+    wherever the folder was read from; else the counts. An empty `then` (a record from
+    before fingerprints were kept) is no change."""
+    if not then:
+        return None
+    # "images:<root>,num_files:N,total_bytes:B,sha256:H"; the root may hold commas.
+    then_fields, now_fields = then.rsplit(",", 3)[1:], now.rsplit(",", 3)[1:]
+    if then_fields == now_fields:
+        return None
+    return FingerprintChange(_files(then_fields), _files(now_fields))
+
+
+def _files(fields: list[str]) -> int:
+    return next((int(f.split(":", 1)[1]) for f in fields if f.startswith("num_files:")), -1)
+
+
 def _size_and_mtime(path: str) -> tuple[int, int]:
     if fileio.is_local(path):
         info = os.stat(fileio.local_path(path))

@@ -10,6 +10,7 @@ from typing import Any
 
 from absl import logging
 from tfx import types
+from tfx.components.example_gen.utils import FINGERPRINT_PROPERTY_NAME
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
@@ -137,10 +138,13 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         # Through the gates only because an acceptance let it.
         by_acceptance = not stopping and bool(anomaly_lib.blocking(produced.anomalies, config))
         output.set_int_custom_property(ADMITTED_BY_ACCEPTANCE_PROPERTY, int(by_acceptance))
-        _admit_or_withdraw(resolved, span, examples.uri, not stopping, by_acceptance)
+        # The span folder as ImageExampleGen read it: a later run that finds it changed
+        # reads the span again.
+        fingerprint = examples.get_string_custom_property(FINGERPRINT_PROPERTY_NAME)
+        _admit_or_withdraw(resolved, span, examples.uri, not stopping, by_acceptance, fingerprint)
         if stopping:
             run_id = getattr(self._context, "pipeline_run_id", None) or ""
-            _record_stop(resolved, span, stopping, run_id)
+            _record_stop(resolved, span, stopping, run_id, fingerprint)
         if produced.anomalies:
             _warn_or_stop(
                 produced,
@@ -240,6 +244,7 @@ def _admit_or_withdraw(
     examples_uri: str,
     passed: bool,
     by_acceptance: bool,
+    input_fingerprint: str,
 ) -> None:
     """A span through the gates joins the window later runs train on (spans.py), on
     probation when only an acceptance let it through; a span stopped leaves it."""
@@ -247,7 +252,9 @@ def _admit_or_withdraw(
         return
     if passed:
         labels = tuple(artifacts.load_labels(examples_uri))
-        spans.admit(resolved.serving_dir, span, examples_uri, labels, by_acceptance)
+        spans.admit(
+            resolved.serving_dir, span, examples_uri, labels, by_acceptance, input_fingerprint
+        )
     else:
         spans.withdraw(resolved.serving_dir, span)
 
@@ -257,6 +264,7 @@ def _record_stop(
     span: int | None,
     stopping: list[image_stats.Anomaly],
     run_id: str,
+    input_fingerprint: str,
 ) -> None:
     """Records in the serving folder's history (serving_history.py) that the data gate
     stopped this run; the champion keeps serving. A failed write is logged, never
@@ -271,6 +279,7 @@ def _record_stop(
         served_version=resolved.champion_version,
         reason=serving_history.brief(reason),
         run_id=run_id,
+        input_fingerprint=input_fingerprint,
     )
     try:
         serving_history.record(resolved.serving_dir, decision)

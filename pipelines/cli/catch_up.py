@@ -1,7 +1,8 @@
 """Which spans `imgpipe run local` runs: every span that landed since the last one a run
 of this serving folder saw, oldest first, so a scheduler that was down for two days loses
 no data; the spans it leaves, and the numbers missing, are named with the flag that takes
-one in."""
+one in. The last span a run saw is read again, first, when its folder changed since (a
+span still landing when the run read it, whose other files came later)."""
 
 from __future__ import annotations
 
@@ -21,16 +22,21 @@ class SpanPlan:
     notes: tuple[str, ...] = ()
 
 
-def seen_spans(serving_dir: str) -> set[int]:
-    """The spans an earlier run decided on: admitted, pushed, refused or stopped at a gate
-    (the serving folder's span records and history)."""
+def seen_spans(serving_dir: str) -> dict[int, str]:
+    """The spans an earlier run decided on (admitted, pushed, refused or stopped at a
+    gate: the serving folder's span records and history), each with the fingerprint of
+    its folder as the run read it ("" when none was kept)."""
     from imgpipe.components.common.formats import serving_history, spans
 
     if not serving_dir:
-        return set()
-    seen = {s.span for s in spans.admitted(serving_dir)}
+        return {}
     decisions, _ = serving_history.read(serving_dir)
-    seen.update(d.span for d in decisions if d.span is not None)
+    seen: dict[int, str] = {}
+    for decision in sorted(decisions, key=lambda d: d.time):  # the newest read wins
+        if decision.span is not None:
+            seen[decision.span] = decision.input_fingerprint or seen.get(decision.span, "")
+    for admitted in spans.admitted(serving_dir):
+        seen[admitted.span] = admitted.input_fingerprint or seen.get(admitted.span, "")
     return seen
 
 
@@ -48,7 +54,8 @@ def plan(data_root: str, serving_dir: str, asked: int | None) -> SpanPlan:
         return SpanPlan((None,))
     from imgpipe.components.image_example_gen import landed_spans, split_input_base
 
-    landed = landed_spans(*split_input_base(data_root))
+    base, pattern = split_input_base(data_root)
+    landed = landed_spans(base, pattern)
     seen = seen_spans(serving_dir)
     if not landed or not seen:
         return SpanPlan((None,))
@@ -66,11 +73,35 @@ def plan(data_root: str, serving_dir: str, asked: int | None) -> SpanPlan:
             f"span {span} landed after span {newest_seen} was run and is not read; take it "
             f"in with: imgpipe run local --span {span} ..."
         )
-    known = set(landed) | seen
+    known = set(landed) | set(seen)
     missing = [s for s in range(min(known), max(known)) if s not in known]
     if missing:
         notes.append(
             f"span{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
             "missing: no folder holds it"
         )
+    changed = _changed(base, pattern, newest_seen, seen[newest_seen])
+    if changed:
+        notes.append(changed)
+        new.insert(0, newest_seen)
     return SpanPlan(tuple(new) if new else (None,), tuple(notes))
+
+
+def _changed(base: str, pattern: str, span: int, read_as: str) -> str | None:
+    """A line naming how span `span`'s folder changed since a run read it as `read_as`;
+    None when it did not, or when that cannot be told."""
+    from imgpipe.components.image_example_gen import fingerprint_change, span_fingerprint
+
+    if not read_as:
+        return None
+    try:
+        change = fingerprint_change(read_as, span_fingerprint(base, pattern, span))
+    except (OSError, ValueError):
+        return None  # the folder is gone, or no longer one span: nothing to read again
+    if change is None:
+        return None
+    return (
+        f"span {span} changed after a run read it ({change.files_then} files then, "
+        f"{change.files_now} now: still landing when it was read, or replaced since); "
+        "it is read again, first"
+    )

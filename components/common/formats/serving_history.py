@@ -60,6 +60,8 @@ class Decision:
       run_id: the pipeline run that decided ("" when unknown).
       version: the record's schema version (VERSION), as every record in the serving
         folder has.
+      input_fingerprint: a stop's span folder as the run read it (an admitted span
+        keeps it in its record, spans.py); "" otherwise.
     """
 
     time: float
@@ -71,6 +73,7 @@ class Decision:
     reason: str = ""
     run_id: str = ""
     version: int = VERSION
+    input_fingerprint: str = ""
 
 
 def record(serving_dir: str, decision: Decision) -> str:

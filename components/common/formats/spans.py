@@ -5,7 +5,8 @@ Examples in the pipeline root). When ImageStatistics lets a span through its gat
 records the span here, beside the champion in the serving directory, which every run
 of the schedule reads:
 
-  <serving_dir>/.spans/span-<N>.json   {"span": N, "examples_uri": ..., "labels": [...]}
+  <serving_dir>/.spans/span-<N>.json   {"span": N, "examples_uri": ..., "labels": [...],
+                                        "input_fingerprint": ...}
 
 The Trainer then reads the train splits of the newest `trainer.spans` admitted spans,
 its own included (window.py). A span stopped at a gate is never recorded (and a rerun of
@@ -37,6 +38,9 @@ class AdmittedSpan:
       accepted: it passed only by an acceptance (drift or the label audit): a later
         window reads it only once a model trained on it has been pushed, so data whose
         model was refused (grey photos a colour service never sees) does not spread.
+      input_fingerprint: the span folder as the run read it (ImageExampleGen's driver:
+        every file's path, size and mtime); "" when unknown. A later run that finds the
+        folder changed reads the span again (pipelines/cli/catch_up.py).
     """
 
     span: int
@@ -44,6 +48,7 @@ class AdmittedSpan:
     labels: tuple[str, ...]
     accepted: bool = False
     version: int = VERSION
+    input_fingerprint: str = ""
 
 
 def record_path(serving_dir: str, span: int) -> str:
@@ -57,13 +62,20 @@ def admit(
     examples_uri: str,
     labels: tuple[str, ...],
     accepted: bool = False,
+    input_fingerprint: str = "",
 ) -> str:
     """Records the span (a rerun of it replaces the record); returns the file. A path
     below a KFP launcher mount is recorded as its store's URI: later runs read it from
     other pods."""
     fileio.makedirs(posixpath.join(serving_dir, SPANS_DIR))
     path = record_path(serving_dir, span)
-    record = AdmittedSpan(span, launcher_mounts.store_uri(examples_uri), tuple(labels), accepted)
+    record = AdmittedSpan(
+        span,
+        launcher_mounts.store_uri(examples_uri),
+        tuple(labels),
+        accepted,
+        input_fingerprint=input_fingerprint,
+    )
     fileio.write_atomic(path, config_loader.to_document(record).encode())
     return path
 
