@@ -109,6 +109,10 @@ class PipelineConfig:
       serving: how a pushed model is served: the InferenceService each push carries.
       kubeflow: images, resources, GPU scheduling and volumes on Kubeflow.
       retention: what the serving folder and the pipeline root keep.
+      run_deadline_hours: `imgpipe run local` stops a span's run that takes longer, as
+        SIGTERM does (it publishes nothing and gives back the serving folder): a run
+        that long is taken for hung, and would hold every later run of the schedule.
+        0 sets no deadline.
     """
 
     pipeline_name: str = dataclasses.field(
@@ -130,6 +134,7 @@ class PipelineConfig:
     serving: ServingConfig = dataclasses.field(default_factory=ServingConfig)
     kubeflow: KubeflowConfig = dataclasses.field(default_factory=KubeflowConfig)
     retention: RetentionConfig = dataclasses.field(default_factory=RetentionConfig)
+    run_deadline_hours: float = 24.0
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting, in any section.
@@ -148,6 +153,10 @@ class PipelineConfig:
         for name in ("pipeline_root", "serving_dir"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must be set")
+        if not self.run_deadline_hours >= 0:
+            raise ValueError(
+                f"run_deadline_hours must be 0 (no deadline) or more, got {self.run_deadline_hours}"
+            )
         for name, section in (
             ("statistics", self.statistics),
             ("trainer", self.trainer),

@@ -93,6 +93,7 @@ class _Process:
     exit_code: int | None = None  # the command's own code, once its work is done
     deadline_armed: bool = False
     generation: int = 0  # a stop handled and forgotten (_reset) disarms its deadline
+    reason: str = ""  # why the process stopped itself (`deadline`); "" for a signal
 
 
 _process = _Process()
@@ -169,13 +170,42 @@ def _end_at_deadline(signum: int, generation: int) -> None:
         return  # the stop was handled, and the process goes on (a library caller)
     code = _process.exit_code if _process.exit_code is not None else 128 + signum
     with contextlib.suppress(OSError):
-        name = signal.Signals(signum).name
+        why = _process.reason or f"stopped by {signal.Signals(signum).name}"
         os.write(
             2,
-            f"imgpipe: error: stopped by {name}; the clean-up took over {STOP_DEADLINE_S:g} s "
+            f"imgpipe: error: {why}; the clean-up took over {STOP_DEADLINE_S:g} s "
             "and was cut short: run the command again to finish\n".encode(),
         )
     os._exit(code)
+
+
+def stop_line(signum: int) -> str:
+    """The one line a command that was stopped ends with."""
+    why = _process.reason or f"stopped by {signal.Signals(signum).name}"
+    return f"imgpipe: error: {why} before finishing; run the command again to finish"
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, reason: str) -> Iterator[None]:
+    """Stops the process as SIGTERM does, `seconds` from now, unless the block has ended
+    by then: work that hangs (a read that never returns, a library's deadlock) ends,
+    gives back what it holds and publishes nothing, within STOP_DEADLINE_S. `reason` is
+    what the stop's line says; `seconds` 0 or less sets no deadline."""
+    if seconds <= 0:
+        yield
+        return
+
+    def stop() -> None:
+        _process.reason = reason
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    timer = threading.Timer(seconds, stop)
+    timer.name, timer.daemon = "imgpipe-run-deadline", True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def _on_signal(signum: int, frame: object) -> None:
@@ -252,6 +282,7 @@ def _reset() -> None:
         _process.handled = False
         _process.deadline_armed = False
         _process.generation += 1
+        _process.reason = ""
 
 
 def stop_handled() -> None:

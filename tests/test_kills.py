@@ -220,3 +220,45 @@ def test_the_executor_retried_into_a_dirty_uri_gives_the_clean_result(images, re
 
     assert tree(uri) == reference
     manifest.verify(uri, checksums=True)
+
+
+def test_a_run_that_hangs_is_stopped_at_its_deadline_and_publishes_nothing(tmp_path):
+    """A step that never returns (a read from a store that does not answer) would hold
+    the serving folder, and every later run of the schedule, for good: the run's deadline
+    stops it as SIGTERM does, with one line, and the serving folder is free and empty."""
+    from imgpipe.components.common.formats import served_models
+    from imgpipe.components.common.storage import serving_lock
+
+    data, serving = str(tmp_path / "images"), str(tmp_path / "serving")
+    imagegen.make_image_folder(data, {"cat": 12, "dog": 12}, size=(24, 32))
+    hours = 0.002  # 7.2 s
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "imgpipe.pipelines.cli",
+            "run",
+            "local",
+            "--data",
+            data,
+            "--pipeline-root",
+            str(tmp_path / "root"),
+            "--serving-dir",
+            serving,
+            "--set",
+            f"run_deadline_hours={hours}",
+            "--no-progress",
+        ],
+        env={**os.environ, phases.STOP_AT_ENV: f"{phases.PUBLISHING}:{phases.HANG}"},
+        capture_output=True,
+        text=True,
+        timeout=waiting.JOB_S,
+    )
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"imgpipe: error: the run passed its deadline of {hours:g} h (run_deadline_hours: a "
+        "run that long is taken for hung; 0 sets none) before finishing; run the command "
+        "again to finish"
+    )
+    assert served_models.complete_versions(serving) == []
+    assert serving_lock.current(serving) is None

@@ -158,11 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with termination.stop_on_signals(), temporary.command_folder():
                 return args.handler(args)
         except termination.Terminated as e:
-            print(
-                f"imgpipe: error: stopped by {e.signal_name} before finishing; run the "
-                "command again to finish",
-                file=sys.stderr,
-            )
+            print(termination.stop_line(e.signum), file=sys.stderr)
             return e.exit_code
         except Exception as e:
             if debug:

@@ -9,7 +9,7 @@ from typing import Any
 
 from imgpipe.components.image_example_gen import flat_splits
 from imgpipe.pipelines import config as cfg
-from imgpipe.pipelines import sample_photos
+from imgpipe.pipelines import sample_photos, termination
 from imgpipe.pipelines.cli import paths, progress
 from imgpipe.pipelines.cli.convert import IMAGE_FOLDER_FIX
 from imgpipe.pipelines.cli.errors import NOT_PUSHED_EXIT_CODE, UserError
@@ -142,11 +142,17 @@ def _run_spans(config: Any, asked: int | None, bars: bool) -> int:
     for note in span_plan.notes:
         print(f"spans                {note}", flush=True)
     codes = []
+    hours = config.run_deadline_hours
+    past_deadline = (
+        f"the run passed its deadline of {hours:g} h (run_deadline_hours: a run that long is "
+        "taken for hung; 0 sets none)"
+    )
     for span in span_plan.spans:
         if len(span_plan.spans) > 1:
             print(f"span {span}", flush=True)
         run_config = config if span is None else dataclasses.replace(config, span=span)
-        codes.append(_run_and_report(run_config, NOT_PUSHED_EXIT_CODE, bars))
+        with termination.deadline(hours * 3600, past_deadline):
+            codes.append(_run_and_report(run_config, NOT_PUSHED_EXIT_CODE, bars))
     return 0 if 0 in codes else NOT_PUSHED_EXIT_CODE
 
 

@@ -2,7 +2,8 @@
 test seam that stops a process in one.
 
 With IMGPIPE_STOP_AT=<phase> set (or <phase>:<SIGNAL>, e.g. writing:TERM), the process
-sends itself the signal, SIGKILL by default, when it first reaches that phase. The kill
+sends itself the signal, SIGKILL by default, when it first reaches that phase; with
+<phase>:HANG it waits there for good, as a read that never returns would. The kill
 tests use it to stop a real conversion at a known point; unset, `reached` costs one
 environment lookup, and it is called once per phase or per batch, never per image.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 STOP_AT_ENV = "IMGPIPE_STOP_AT"
 
@@ -27,6 +29,9 @@ POINTING = "pointing"  # kserve-models.config is written; models.config, the rec
 POINTED = "pointed"  # models.config names the version; a rollback's history record next
 POINTER_PHASES = (ROLLING_BACK, POINTING, POINTED)
 
+# IMGPIPE_STOP_AT's action that waits for good instead of sending a signal.
+HANG = "HANG"
+
 _stopped = False
 
 
@@ -39,4 +44,6 @@ def reached(phase: str) -> None:
     name, _, signal_name = target.partition(":")
     if name == phase:
         _stopped = True
+        if signal_name == HANG:
+            threading.Event().wait()
         os.kill(os.getpid(), signal.Signals[f"SIG{signal_name or 'KILL'}"])
