@@ -107,7 +107,11 @@ def test_parses_into_kfps_protos_and_loads_as_a_component(compiled):
     executors = platform_proto.platforms["kubernetes"].deployment_spec.executors
     assert set(executors) == set(compiler.executor_labels(spec).values())
     for config in executors.values():
-        json_format.ParseDict(json_format.MessageToDict(config), k8s_pb2.KubernetesExecutorConfig())
+        k8s = json_format.ParseDict(
+            json_format.MessageToDict(config), k8s_pb2.KubernetesExecutorConfig()
+        )
+        # A step that hangs is stopped at the run's deadline (run_deadline_hours, 24).
+        assert k8s.active_deadline_seconds == 24 * 3600
     component = components.load_component_from_file(path)
     assert component.pipeline_spec.pipeline_info.name == "golden-pipeline"
     assert component.platform_spec.platforms["kubernetes"] == platform_proto.platforms["kubernetes"]

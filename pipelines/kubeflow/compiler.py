@@ -309,6 +309,11 @@ def platform_spec(spec: dict[str, Any], config: PipelineConfig) -> dict[str, Any
             "secretAsEnv": secret_env(),
             "emptyDirMounts": [{"volumeName": TMP_VOLUME, "mountPath": WRITABLE_TMP}],
         }
+        if config.run_deadline_hours > 0:
+            # kfp-kubernetes' set_timeout: the pod's activeDeadlineSeconds. A step that
+            # hangs is stopped (SIGTERM, then the grace period): it gives back the serving
+            # lease, which would otherwise hold every later run.
+            entry["activeDeadlineSeconds"] = str(round(config.run_deadline_hours * 3600))
         if gpu_count(config, task):
             if config.kubeflow.queue_name:
                 # kfp-kubernetes' add_pod_label: Kueue admits the pod, where it
