@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from absl import logging
 from tfx.types import standard_component_specs as keys
 
 from imgpipe.pipelines import component_ids as ids
@@ -148,6 +149,13 @@ def run(config: PipelineConfig, announce: StepAnnouncer | None = None) -> RunRes
             tfx_patches.announced_steps(announce or (lambda *_: None)),
         ):
             LocalDagRunner().run_with_ir(ir)
+    except Exception:
+        # A failed run collects too: runs that keep failing (a full disk, a data source
+        # that keeps tripping a gate) must not keep what every run leaves. Not after a
+        # stop (SIGTERM, the deadline), which is bounded to seconds.
+        release_lease(config, run_id)
+        logging.info("retention after the failed run: %s", collect_after(config, run_id))
+        raise
     finally:
         release_lease(config, run_id)
     result = latest_results(config, run_id)
@@ -163,7 +171,7 @@ def collect_after(config: PipelineConfig, run_id: str) -> str:
 
     try:
         return collect(config, owner=f"retention after {run_id}", strict=False).summary()
-    except (OSError, ValueError) as e:
+    except Exception as e:  # a store's or MLMD's error too: it never fails the run
         return f"failed: {' '.join(str(e).split())[:300]}; run imgpipe gc to retry"
 
 

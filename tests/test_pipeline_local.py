@@ -151,6 +151,9 @@ def test_run_local_stops_on_data_anomalies_with_one_line_naming_the_report(tmp_p
         line,
     ).group(1)
     assert os.path.isfile(report) and report.endswith(layout.REPORT_FILE)
+    # A failed run collects too, and keeps its stop report (a full disk would otherwise
+    # fail every run and free nothing): TFX's records of its finished steps are gone.
+    assert list((tmp_path / "root").glob("*/.system/*/*")) == []
 
 
 @pytest.mark.pipeline
