@@ -43,8 +43,9 @@ def command_folder() -> Iterator[str | None]:
     Yields the folder, or None (nothing changed) when the temporary folder takes no new
     folder: the command then runs as it would have, and fails, if it does, on its own.
     """
-    try:
+    with contextlib.suppress(OSError):  # what it cannot list or remove stays, as before
         remove_gone_commands_folders(tempfile.gettempdir())
+    try:
         folder = tempfile.mkdtemp(prefix=PREFIX)
         _held.append(_lock(os.path.join(folder, OWNER_FILE)))
     except OSError:
