@@ -23,6 +23,7 @@ from imgpipe.pipelines import cli, local_runner, run_summary, sample_photos
 from imgpipe.pipelines import component_ids as ids
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines.cli.errors import NOT_PUSHED_EXIT_CODE
+from imgpipe.pipelines.cli.temporary import OWNER_FILE
 from tests import imagegen, retraining_data
 
 
@@ -116,13 +117,16 @@ def test_run_local_with_defaults_learns_pushes_and_a_rerun_pushes_nothing_new(
     assert served_models.latest(str(serving)) == champion
     assert not os.path.exists(os.path.join(serving, ".decision-lock.json"))
     # Each command's folder (removed when the process exits: cli/temporary.py) holds
-    # only AutoGraph's generated modules (which TensorFlow removes at exit too).
+    # only its lock file and AutoGraph's generated modules (which TensorFlow removes at
+    # exit too).
     assert {name.split("-")[1] for name in os.listdir(temporary)} == {"run"}
     left = [
         os.path.relpath(os.path.join(folder, name), temporary)
         for folder, folders, files in os.walk(temporary)
         for name in folders + files
-        if folder != str(temporary) and not name.startswith("__autograph_generated")
+        if folder != str(temporary)
+        and not name.startswith("__autograph_generated")
+        and name != OWNER_FILE
     ]
     assert left == []
 
