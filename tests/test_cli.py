@@ -519,9 +519,9 @@ process_exit.end_process(0)  # as the imgpipe command ends
 @pytest.mark.unit
 def test_the_folder_of_a_command_killed_by_sigkill_goes_as_the_next_command_starts(tmp_path):
     """A SIGKILL runs no exit handler: the next command removes the folder of every
-    command that is gone (its lock is free), and leaves a running command's alone."""
+    command that is gone (its lock is free), and leaves a running command's alone, and
+    one without a lock file."""
     import signal
-    import time
 
     temporary_root = tmp_path / "tmp"
     temporary_root.mkdir()
@@ -553,17 +553,14 @@ process_exit.end_process(0)
     running, running_folder = start("running")
     killed, killed_folder = start("killed")
     assert killed.wait(timeout=waiting.COMMAND_S) == -signal.SIGKILL
-    unlocked_old, unlocked_new = (temporary_root / f"{temporary.PREFIX}{n}" for n in ("a", "b"))
-    unlocked_old.mkdir()
-    unlocked_new.mkdir()
-    an_hour_ago = time.time() - temporary.UNLOCKED_AGE_S
-    os.utime(unlocked_old, (an_hour_ago, an_hour_ago))
+    unlocked = temporary_root / f"{temporary.PREFIX}without-a-lock"  # an older version's
+    unlocked.mkdir()
     assert os.path.exists(os.path.join(killed_folder, "work"))
 
     finished, finished_folder = start("finished")
     assert finished.wait(timeout=waiting.COMMAND_S) == 0
     assert sorted(os.listdir(temporary_root)) == sorted(
-        [os.path.basename(running_folder), unlocked_new.name]
+        [os.path.basename(running_folder), unlocked.name]
     )
     assert running.communicate("", timeout=waiting.COMMAND_S)[0] == ""
     assert running.returncode == 0

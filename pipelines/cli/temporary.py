@@ -13,8 +13,8 @@ A command killed by SIGKILL (the OOM killer, a scheduler's timeout) cannot remov
 folder, so each command holds an exclusive lock on a file in its own (flock, released by
 the kernel when the process and the children it forked are gone) and removes, as it
 starts, every sibling folder whose lock it can take: the folder of a command that is
-gone, whichever pid namespace it ran in. A folder without a lock file is removed only once
-an hour old (a command between making its folder and locking it).
+gone, whichever pid namespace it ran in. A folder without a lock file (a command between
+making its folder and locking it, or one of a version before the lock) is left alone.
 """
 
 from __future__ import annotations
@@ -25,13 +25,11 @@ import fcntl
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 
 PREFIX = "imgpipe-run-"
 ENV = "TMPDIR"
 OWNER_FILE = ".owner"
-UNLOCKED_AGE_S = 3600.0
 # The open lock files of this process's folders: the lock lasts as long as they are open.
 _held: list[int] = []
 
@@ -79,9 +77,8 @@ def _lock(path: str, create: bool = True) -> int:
     return fd
 
 
-def remove_gone_commands_folders(parent: str, now: float | None = None) -> list[str]:
+def remove_gone_commands_folders(parent: str) -> list[str]:
     """Removes the folders in `parent` of commands that are gone; returns them."""
-    now = time.time() if now is None else now
     removed = []
     for name in sorted(os.listdir(parent)):
         folder = os.path.join(parent, name)
@@ -89,14 +86,8 @@ def remove_gone_commands_folders(parent: str, now: float | None = None) -> list[
             continue
         try:
             fd = _lock(os.path.join(folder, OWNER_FILE), create=False)
-        except FileNotFoundError:
-            with contextlib.suppress(OSError):
-                if now - os.path.getmtime(folder) >= UNLOCKED_AGE_S:
-                    shutil.rmtree(folder, ignore_errors=True)
-                    removed.append(folder)
-            continue
         except OSError:
-            continue  # its command is running (or the folder is not ours to lock)
+            continue  # its command is running, it has no lock file, or it is not ours
         try:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
