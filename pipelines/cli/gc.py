@@ -18,9 +18,10 @@ def register(subparsers: Any) -> None:
         "the retention.keep_pushes newest others (a rollback's choices), and the records "
         "of spans past the window; from the pipeline root every artifact that neither the "
         "window, nor TFX's cache of the latest run, nor a run in progress needs (its MLMD "
-        "rows stay, marked DELETED), and the folders of earlier Kubeflow runs recorded in the "
-        "serving folder but the Examples the window keeps. Every run ends with the same "
-        "collection (retention.enabled).",
+        "rows stay, marked DELETED), TFX's records of finished steps, the reports of stopped "
+        "runs but the retention.keep_stop_reports newest, and the folders of earlier Kubeflow "
+        "runs recorded in the serving folder but the Examples the window keeps. Every run "
+        "ends with the same collection (retention.enabled).",
     )
     gc.add_argument("--config", metavar="FILE", help="pipeline config YAML")
     add_set_argument(gc)
