@@ -156,12 +156,10 @@ def _plan(scope: Scope, serving_dir: str) -> retention.Plan:
     kept_examples = [s.examples_uri for s in window]
     if scope.has_metadata:
         plan += retention_mlmd.pipeline_root_plan(
-            scope.metadata_path, scope.pipeline_root, scope.pipeline_name, kept_examples
-        )
-        plan += retention_mlmd.leftovers_plan(
             scope.metadata_path,
             scope.pipeline_root,
             scope.pipeline_name,
+            kept_examples,
             scope.retention.keep_stop_reports,
         )
     if scope.pipeline_root:

@@ -143,6 +143,7 @@ def run(config: PipelineConfig, announce: StepAnnouncer | None = None) -> RunRes
         # resolver has no such key.
         if node.pipeline_node.node_info.id == ids.CHAMPION:
             node.pipeline_node.execution_options.caching_options.enable_cache = False
+    failed = False
     try:
         with (
             run_markers.running(config.local_metadata_path, run_id),
@@ -150,14 +151,15 @@ def run(config: PipelineConfig, announce: StepAnnouncer | None = None) -> RunRes
         ):
             LocalDagRunner().run_with_ir(ir)
     except Exception:
-        # A failed run collects too: runs that keep failing (a full disk, a data source
-        # that keeps tripping a gate) must not keep what every run leaves. Not after a
-        # stop (SIGTERM, the deadline), which is bounded to seconds.
-        release_lease(config, run_id)
-        logging.info("retention after the failed run: %s", collect_after(config, run_id))
+        failed = True
         raise
     finally:
         release_lease(config, run_id)
+        # A failed run collects too: runs that keep failing (a full disk, a data source
+        # that keeps tripping a gate) must not keep what every run leaves. Not after a
+        # stop (SIGTERM, the deadline), which is bounded to seconds.
+        if failed:
+            logging.info("retention after the failed run: %s", collect_after(config, run_id))
     result = latest_results(config, run_id)
     return dataclasses.replace(result, retention=collect_after(config, run_id))
 

@@ -32,12 +32,16 @@ def _under(uri: str, root: str) -> bool:
 
 
 def pipeline_root_plan(
-    metadata_path: str, pipeline_root: str, pipeline_name: str, window_examples: Collection[str]
+    metadata_path: str,
+    pipeline_root: str,
+    pipeline_name: str,
+    window_examples: Collection[str],
+    keep_stop_reports: int,
 ) -> Plan:
     """What goes from the pipeline root: every artifact under it that is not an input or
     output of a step's latest finished execution, of an execution still running, or the
-    Examples of a span in the window (`window_examples`, their URIs); and every one a
-    collection marked and did not finish."""
+    Examples of a span in the window (`window_examples`, their URIs); every one a
+    collection marked and did not finish; and what no artifact row names (_leftovers)."""
     from ml_metadata.proto import metadata_store_pb2
 
     store = _store(metadata_path)
@@ -45,11 +49,8 @@ def pipeline_root_plan(
     keep = {uri.rstrip("/") for uri in window_examples}
     kept = [f"{uri}: a span of the window" for uri in sorted(keep)]
     keep_ids: set[int] = set()
-    prefix = f"{pipeline_name}."
-    for context in store.get_contexts_by_type("node"):
-        if not context.name.startswith(prefix):
-            continue
-        executions = store.get_executions_by_context(context.id)
+    steps = _steps(store, pipeline_name)
+    for executions in steps.values():
         finished = [e for e in executions if state_names[e.last_known_state] in _FINISHED]
         running = [e for e in executions if state_names[e.last_known_state] not in _FINISHED]
         latest = [max(finished, key=lambda e: e.id)] if finished else []
@@ -73,7 +74,18 @@ def pipeline_root_plan(
             "of an earlier run, outside the window and TFX's cache"
         )
         removals.append(Removal(uri, reason, artifact_id=artifact.id))
+    removals += _leftovers(steps, pipeline_root, keep_stop_reports)
     return Plan(tuple(removals), tuple(kept))
+
+
+def _steps(store, pipeline_name: str) -> dict[str, list]:
+    """Each step of `pipeline_name` (its node id) with its executions, read once."""
+    prefix = f"{pipeline_name}."
+    return {
+        context.name[len(prefix) :]: store.get_executions_by_context(context.id)
+        for context in store.get_contexts_by_type("node")
+        if context.name.startswith(prefix)
+    }
 
 
 def cancel_abandoned(
@@ -87,16 +99,13 @@ def cancel_abandoned(
 
     store = _store(metadata_path)
     state_names = _state_names()
-    prefix = f"{pipeline_name}."
     lines, abandoned = [], []
     try:
         run_type = store.get_context_type("pipeline_run").id
     except errors.NotFoundError:
         return []  # no run has ever been recorded
-    for context in store.get_contexts_by_type("node"):
-        if not context.name.startswith(prefix):
-            continue
-        for execution in store.get_executions_by_context(context.id):
+    for step, executions in _steps(store, pipeline_name).items():
+        for execution in executions:
             if state_names[execution.last_known_state] in _FINISHED:
                 continue
             runs = [
@@ -106,7 +115,6 @@ def cancel_abandoned(
             ]
             if not runs or any(run in live_runs for run in runs):
                 continue  # a run still working, or one no marker can speak for
-            step = context.name[len(prefix) :]
             lines.append(
                 f"{step} of run {runs[0]} was left "
                 f"{state_names[execution.last_known_state]} by a run that was killed: "
@@ -147,26 +155,18 @@ def apply_pipeline_root(plan: Plan, metadata_path: str) -> list[str]:
     return problems
 
 
-def leftovers_plan(
-    metadata_path: str, pipeline_root: str, pipeline_name: str, keep_stop_reports: int
-) -> Plan:
+def _leftovers(steps: dict[str, list], pipeline_root: str, keep_stop_reports: int) -> list[Removal]:
     """What no artifact row names: TFX's records of the executions of every step that has
     none running, and the reports of stopped runs (ImageStatistics' `<uri>.rejected`)
     but the newest `keep_stop_reports`, newest by execution."""
     from imgpipe.components.common.formats import layout
     from imgpipe.components.common.storage import fileio
 
-    store = _store(metadata_path)
     state_names = _state_names()
-    prefix = f"{pipeline_name}."
     removals: list[Removal] = []
     reports: list[tuple[int, str]] = []
-    for context in store.get_contexts_by_type("node"):
-        if not context.name.startswith(prefix):
-            continue
-        step = context.name[len(prefix) :]
+    for step, executions in steps.items():
         step_dir = posixpath.join(pipeline_root, step)
-        executions = store.get_executions_by_context(context.id)
         if all(state_names[e.last_known_state] in _FINISHED for e in executions):
             for kind in _TFX_EXECUTION_RECORDS:
                 folder = posixpath.join(step_dir, _TFX_SYSTEM_DIR, kind)
@@ -186,7 +186,7 @@ def leftovers_plan(
         removals.append(
             Removal(path, f"the report of a stopped run, older than the {keep_stop_reports} newest")
         )
-    return Plan(tuple(removals))
+    return removals
 
 
 def _state_names() -> dict[int, str]:

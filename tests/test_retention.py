@@ -169,7 +169,7 @@ def test_the_pipeline_root_keeps_the_window_the_cache_and_runs_in_progress(tmp_p
     _, running = execution_with_output(store, root, "Trainer", "RUNNING", "5")
     _, latest_model = execution_with_output(store, root, "Trainer", "COMPLETE", "6")
 
-    plan = retention_mlmd.pipeline_root_plan(db, root, "p", [window_uri])
+    plan = retention_mlmd.pipeline_root_plan(db, root, "p", [window_uri], 3)
     assert sorted(r.path for r in plan.removals) == [old_uri, old_model]
     assert retention_mlmd.apply_pipeline_root(plan, db) == []
     for gone in (old_uri, old_model):
@@ -182,7 +182,7 @@ def test_the_pipeline_root_keeps_the_window_the_cache_and_runs_in_progress(tmp_p
     # TFX's cache never hands out what is gone: the old execution's cache key finds nothing.
     assert plugin_patches.cache_hit(db, old_span) is None
     assert plugin_patches.cache_hit(db, latest_span) is not None
-    assert retention_mlmd.pipeline_root_plan(db, root, "p", [window_uri]).removals == ()
+    assert retention_mlmd.pipeline_root_plan(db, root, "p", [window_uri], 3).removals == ()
 
 
 def test_an_artifact_marked_by_a_collection_cut_short_is_finished_next_time(tmp_path):
@@ -196,7 +196,7 @@ def test_an_artifact_marked_by_a_collection_cut_short_is_finished_next_time(tmp_
     [artifact] = [a for a in store.get_artifacts() if a.uri == old_uri]
     artifact.state = pb.Artifact.MARKED_FOR_DELETION  # killed after marking
     store.put_artifacts([artifact])
-    plan = retention_mlmd.pipeline_root_plan(db, root, "p", [old_uri])  # even in the window
+    plan = retention_mlmd.pipeline_root_plan(db, root, "p", [old_uri], 3)  # even in the window
     assert [r.reason for r in plan.removals] == ["marked by a collection that did not finish"]
     retention_mlmd.apply_pipeline_root(plan, db)
     assert not os.path.exists(old_uri)
@@ -229,14 +229,14 @@ def test_tfx_records_of_finished_steps_and_all_but_the_newest_stop_reports_go(tm
         os.makedirs(report)
         open(os.path.join(report, layout.REPORT_FILE), "w").close()
 
-    plan = retention_mlmd.leftovers_plan(db, root, "p", keep_stop_reports=2)
+    plan = retention_mlmd.pipeline_root_plan(db, root, "p", [], keep_stop_reports=2)
     assert sorted((r.path, r.reason) for r in plan.removals) == sorted(
         [(os.path.dirname(f), "TFX's records of finished executions (1)") for f in finished]
         + [(reports[n], "the report of a stopped run, older than the 2 newest") for n in (8, 9)]
     )
     assert retention.apply_serving(plan) == []
     assert os.path.isdir(running) and os.path.isdir(reports[10]) and os.path.isdir(reports[11])
-    assert retention_mlmd.leftovers_plan(db, root, "p", keep_stop_reports=2).removals == ()
+    assert retention_mlmd.pipeline_root_plan(db, root, "p", [], keep_stop_reports=2).removals == ()
     with pytest.raises(ValueError, match="keep_stop_reports must be 0 or more, got -1"):
         retention.RetentionConfig(keep_stop_reports=-1).validate()
 
@@ -296,7 +296,7 @@ def test_steps_a_killed_run_left_running_are_named_canceled_and_collected(tmp_pa
     assert states[killed] == states[unmarked] == pb.Execution.CANCELED
     assert states[working] == pb.Execution.RUNNING
     # A canceled step's outputs are collected like a failed one's; a working one's stay.
-    plan = retention_mlmd.pipeline_root_plan(db, root, "p", [])
+    plan = retention_mlmd.pipeline_root_plan(db, root, "p", [], 3)
     assert killed_uri in [r.path for r in plan.removals]
     assert working_uri not in [r.path for r in plan.removals]
 
