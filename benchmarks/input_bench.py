@@ -53,6 +53,9 @@ from imgpipe.components.trainer.config import MOBILENET_V3_SMALL
 TARGETS = {"vs_decode_ceiling": 0.85, "vs_image_dataset_from_directory": 2.0, "vs_sequential": 1.8}
 MEAN, STD = (124.0, 116.0, 104.0), (58.0, 57.0, 57.0)
 AUTOTUNE = tf.data.AUTOTUNE
+# Batches before the clock starts, for tf.data's autotuner to settle on its parallelism;
+# the timed window (run's `batches`) is seconds long, a steady state rather than a start.
+WARMUP_BATCHES = 20
 
 
 def _images_per_second(dataset: Iterable, batches: int, warmup: int, batch_size: int) -> float:
@@ -207,8 +210,8 @@ def run(
     image_folder: str,
     batch_size: int = 64,
     image_size: int = DEFAULT_IMAGE_SIZE,
-    batches: int = 25,
-    rounds: int = 3,
+    batches: int = 150,
+    rounds: int = 5,
 ) -> dict:
     """Images/s of each pipeline and the input_fn's ratios to the others.
 
@@ -225,7 +228,11 @@ def run(
     for round_index in range(rounds):
         for name, make in pipelines.items():
             # The first input_fn measurement fills the RAM cache: warm up one epoch.
-            warmup = epoch_batches + 2 if round_index == 0 and name.startswith("input_fn") else 3
+            warmup = (
+                epoch_batches + WARMUP_BATCHES
+                if round_index == 0 and name.startswith("input_fn")
+                else WARMUP_BATCHES
+            )
             ips = _images_per_second(make(), batches, warmup, batch_size)
             best[name] = max(best.get(name, 0.0), ips)
     ours = best["input_fn"]

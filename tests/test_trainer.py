@@ -236,6 +236,7 @@ def test_input_fn_shapes_and_dtypes(data):
     )
     batches = list(normalized)
     assert [b[0].shape[0] for b in batches] == [16] * 5 + [10]
+    assert plain.cardinality() == 6  # Keras sizes an eval pass by it
     assert batches[0][0].dtype == tf.float32
     raw = next(iter(plain))[0].numpy().astype(np.float32)
     np.testing.assert_allclose(batches[0][0].numpy(), (raw - MEAN) / STD, rtol=1e-5, atol=1e-5)

@@ -1,12 +1,14 @@
 """The Trainer's tf.data input pipeline over ImageExampleGen's shards.
 
 Stages, in the order of tensorflow/models' input_reader: list shards -> shuffle shard
-order (train) -> parallel interleave -> count check -> [RAM cache] -> [repeat] ->
-shuffle (train) -> batch -> parse the batch -> decode + crop + resize -> [normalize]
--> prefetch. EVAL, whose pixels are the same every pass, may cache its decoded batches
-instead (MemoryPlan.decoded): later passes then cost nothing but the copy, where setting
-up the decode function alone takes seconds a pass (Keras makes a new validation iterator
-each epoch).
+order (train) -> parallel interleave -> count check -> parse, PARSE_BATCH records at a
+time (and map the labels of a window's spans to the model's) -> [RAM cache] -> [repeat]
+-> shuffle (train) -> batch -> decode + crop + resize -> [normalize] -> prefetch. The
+cache holds parsed records, so later passes neither parse nor map labels again. EVAL,
+whose pixels are the same every pass, may cache its decoded batches instead
+(MemoryPlan.decoded): later passes then cost nothing but the copy, where setting up the
+decode function alone takes seconds a pass (Keras makes a new validation iterator each
+epoch).
 
 `decode_batch(..., EVAL)` is also the serving signature's preprocessing, so the
 exported model sees exactly the pixels eval saw.
@@ -43,6 +45,8 @@ MODES = (TRAIN, EVAL)
 # Files read concurrently; more than the shard count would only add idle readers.
 MAX_CYCLE_LENGTH = 16
 READ_BUFFER_BYTES = 8 * 1024 * 1024
+# Records parsed by one call: per record, a parse costs far less in batches.
+PARSE_BATCH = 256
 
 
 # Shard.by: how a split is divided among workers.
@@ -317,12 +321,10 @@ def make_dataset(
     if training and memory.decoded:
         raise ValueError("TRAIN images are augmented each pass: their decode cannot be cached")
     repeat = training if repeat is None else repeat
-    records = _undecoded_records(source, mode, memory, repeat, seed, shard)
-    parse_and_decode = _parse_and_decode(
-        source, mode, image_size, crop_fraction, key_map, normalization
-    )
+    records = _undecoded_records(source, mode, memory, key_map, repeat, seed, shard)
+    decode = _decode(mode, image_size, crop_fraction, normalization)
     dataset = records.batch(batch_size, drop_remainder=training).map(
-        parse_and_decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training
+        decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training
     )
     if memory.decoded:
         dataset = dataset.cache()
@@ -331,18 +333,55 @@ def make_dataset(
     return dataset.prefetch(tf.data.AUTOTUNE).with_options(_options(training, memory))
 
 
+def _parsed_records(
+    source: SplitSource,
+    mode: str,
+    key_map: FeatureKeyMap = DEFAULT_KEY_MAP,
+    seed: int = 0,
+    shard: Shard | None = None,
+) -> tf.data.Dataset:
+    """read_records parsed: (encoded, label) per record, with its image's [height,
+    width] when the key map has size features; the labels of a window's spans mapped to
+    the model's (SplitSource.label_remaps)."""
+    records = read_records(source, mode, seed, shard)
+    remaps = (
+        tf.constant(np.asarray(source.label_remaps, np.int32))
+        if source.label_remaps is not None
+        else None
+    )
+
+    @tf.autograph.experimental.do_not_convert
+    def parse(serialized: tf.Tensor, file_index: tf.Tensor | None = None) -> tuple:
+        encoded, labels, shapes = parse_batch(serialized, key_map)
+        if remaps is not None:
+            labels = tf.gather_nd(remaps, tf.stack([file_index, labels], axis=1))
+        return (encoded, labels) if shapes is None else (encoded, labels, shapes)
+
+    parsed = (
+        records.batch(PARSE_BATCH)
+        .map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=mode != TRAIN)
+        .unbatch()
+    )
+    # unbatch forgets the count that Keras sizes an epoch by; read_records checked it.
+    count = tf.get_static_value(records.cardinality())
+    if count is not None and count >= 0:
+        parsed = parsed.apply(tf.data.experimental.assert_cardinality(count))
+    return parsed
+
+
 def _undecoded_records(
     source: SplitSource,
     mode: str,
     memory: MemoryPlan,
+    key_map: FeatureKeyMap,
     repeat: bool,
     seed: int,
     shard: Shard | None,
 ) -> tf.data.Dataset:
-    """The serialized records make_dataset batches: cached and repeated here unless the
-    plan caches the decoded batches, and shuffled in TRAIN mode."""
+    """The parsed records make_dataset batches: cached and repeated here unless the plan
+    caches the decoded batches, and shuffled in TRAIN mode."""
     training = mode == TRAIN
-    records = read_records(source, mode, seed, shard)
+    records = _parsed_records(source, mode, key_map, seed, shard)
     if memory.cache and not memory.decoded:
         records = records.cache()
     if repeat and not memory.decoded:
@@ -352,37 +391,26 @@ def _undecoded_records(
     return records
 
 
-def _parse_and_decode(
-    source: SplitSource,
+def _decode(
     mode: str,
     image_size: int,
     crop_fraction: float,
-    key_map: FeatureKeyMap,
     normalization: tuple[Sequence[float], Sequence[float]] | None,
 ) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
-    """The map from a batch of serialized records (and, with label remaps, their files'
-    indexes) to (images, labels)."""
-    remaps = (
-        tf.constant(np.asarray(source.label_remaps, np.int32))
-        if source.label_remaps is not None
-        else None
-    )
+    """The map from a batch of parsed records to (images, labels)."""
 
     # Written in graph ops (tf.cond, tf.while_loop) as the SavedModel's signatures trace
     # them: AutoGraph's conversion would only add seconds to every Trainer's start.
     @tf.autograph.experimental.do_not_convert
-    def parse_and_decode(
-        serialized: tf.Tensor, file_index: tf.Tensor | None = None
+    def decode(
+        encoded: tf.Tensor, labels: tf.Tensor, shapes: tf.Tensor | None = None
     ) -> tuple[tf.Tensor, tf.Tensor]:
-        encoded, labels, shapes = parse_batch(serialized, key_map)
-        if remaps is not None:
-            labels = tf.gather_nd(remaps, tf.stack([file_index, labels], axis=1))
         images = decode_batch(encoded, mode, image_size, crop_fraction, shapes)
         if normalization is not None:
             images = normalize(images, *normalization)
         return images, labels
 
-    return parse_and_decode
+    return decode
 
 
 def _options(training: bool, memory: MemoryPlan) -> tf.data.Options:

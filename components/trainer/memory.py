@@ -13,8 +13,8 @@ import os
 from imgpipe.components.trainer.config import CACHE_AUTO, CACHE_OFF, CACHE_ON
 
 MB = 1 << 20
-# tf.data's in-memory cache stores each serialized record in a tensor; measured overhead
-# is a few percent, rounded up so the decision errs on the side of not caching.
+# tf.data's in-memory cache stores each parsed record in tensors; measured overhead is a
+# few percent, rounded up so the decision errs on the side of not caching.
 CACHE_OVERHEAD = 1.15
 # Share of the budget the cache may take, leaving room for shuffle and prefetch buffers.
 CACHE_SHARE = 0.6
