@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -97,12 +98,15 @@ def new_run_id() -> str:
     return f"{datetime.datetime.now().isoformat()}-{uuid.uuid4().hex[:8]}"
 
 
-def run(config: PipelineConfig, announce: StepAnnouncer | None = None) -> RunResult:
+def run(
+    config: PipelineConfig, announce: StepAnnouncer | None = None, run_id: str | None = None
+) -> RunResult:
     """Runs the whole pipeline locally and returns where its outputs are.
 
     Args:
       config: the run's config.
       announce: called as each step starts and ends (tfx_patches.announced_steps).
+      run_id: the pipeline-run id to give the run (new_run_id); None makes one.
 
     Raises:
       RuntimeError: a component failed (TFX's own error is chained).
@@ -134,7 +138,7 @@ def run(config: PipelineConfig, announce: StepAnnouncer | None = None) -> RunRes
     from tfx.dsl.compiler import compiler
 
     tfx_patches.no_tfx_sdist()
-    run_id = new_run_id()
+    run_id = run_id or new_run_id()
     ir = compiler.Compiler().compile(pipeline)
     # LocalDagRunner substitutes the time only where no id is set yet.
     tfx_patches.set_pipeline_run_id(ir, run_id)
@@ -175,6 +179,40 @@ def collect_after(config: PipelineConfig, run_id: str) -> str:
         return collect(config, owner=f"retention after {run_id}", strict=False).summary()
     except Exception as e:  # a store's or MLMD's error too: it never fails the run
         return f"failed: {' '.join(str(e).split())[:300]}; run imgpipe gc to retry"
+
+
+def record_failure(config: PipelineConfig, run_id: str, reason: str) -> None:
+    """Records in the serving folder's history (serving_history.py) that run `run_id`
+    ended in `reason` (one line) without deciding: the step that failed or was running,
+    the span it read, and the version that serves on. A run that keeps failing then shows
+    in `imgpipe history`, and as a stall once spans go by. Never raises: the run's own
+    error is the one to report."""
+    if not config.serving_dir:
+        return
+    from imgpipe.components.common.formats import served_models, serving_history
+
+    try:
+        result = latest_results(config, run_id)
+        step = next(
+            (i for i, node in result.nodes.items() if node.state not in ("COMPLETE", "CACHED")),
+            None,
+        )
+        examples = result.artifact(ids.EXAMPLE_GEN, keys.EXAMPLES_KEY)
+        span = config.span
+        if span is None and examples is not None and examples.properties.get(SPAN) is not None:
+            span = int(examples.properties[SPAN])
+        served = served_models.latest(config.serving_dir)
+        decision = serving_history.Decision(
+            time=time.time(),
+            kind=serving_history.FAILED,
+            span=span,
+            served_version=served.version if served else None,
+            reason=serving_history.brief(f"{step} failed: {reason}" if step else reason),
+            run_id=run_id,
+        )
+        serving_history.record(config.serving_dir, decision)
+    except Exception as e:  # a store's or MLMD's error: the run's own error comes first
+        logging.warning("the failed run's history record was not written: %s", e)
 
 
 def release_lease(config: PipelineConfig, run_id: str) -> None:

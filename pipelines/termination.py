@@ -170,7 +170,7 @@ def _end_at_deadline(signum: int, generation: int) -> None:
         return  # the stop was handled, and the process goes on (a library caller)
     code = _process.exit_code if _process.exit_code is not None else 128 + signum
     with contextlib.suppress(OSError):
-        why = _process.reason or f"stopped by {signal.Signals(signum).name}"
+        why = stop_reason(signum)
         os.write(
             2,
             f"imgpipe: error: {why}; the clean-up took over {STOP_DEADLINE_S:g} s "
@@ -179,10 +179,16 @@ def _end_at_deadline(signum: int, generation: int) -> None:
     os._exit(code)
 
 
+def stop_reason(signum: int) -> str:
+    """Why the process was stopped: the deadline's reason, or the signal."""
+    return _process.reason or f"stopped by {signal.Signals(signum).name}"
+
+
 def stop_line(signum: int) -> str:
     """The one line a command that was stopped ends with."""
-    why = _process.reason or f"stopped by {signal.Signals(signum).name}"
-    return f"imgpipe: error: {why} before finishing; run the command again to finish"
+    return (
+        f"imgpipe: error: {stop_reason(signum)} before finishing; run the command again to finish"
+    )
 
 
 @contextlib.contextmanager

@@ -24,14 +24,15 @@ def landed(tmp_path, *numbers: int) -> str:
     return str(tmp_path / "data" / "span-{SPAN}")
 
 
-def seen(tmp_path, admitted=(), stopped=()) -> str:
+def seen(tmp_path, admitted=(), stopped=(), failed=()) -> str:
     serving = str(tmp_path / "serving")
     for span in admitted:
         spans.admit(serving, span, f"/root/examples/{span}", ("a", "b"))
-    for span in stopped:
-        serving_history.record(
-            serving, serving_history.Decision(time=span, kind=serving_history.STOPPED, span=span)
-        )
+    for kind, numbers in ((serving_history.STOPPED, stopped), (serving_history.FAILED, failed)):
+        for span in numbers:
+            serving_history.record(
+                serving, serving_history.Decision(time=span, kind=kind, span=span)
+            )
     return serving
 
 
@@ -46,6 +47,11 @@ def test_spans_that_landed_together_are_each_run_in_turn(tmp_path):
 def test_a_span_stopped_at_a_gate_counts_as_seen_and_the_next_run_goes_on(tmp_path):
     plan = catch_up.plan(landed(tmp_path, 1, 2, 3), seen(tmp_path, admitted=[1], stopped=[2]), None)
     assert plan.spans == (3,) and plan.notes == ()
+
+
+def test_a_span_whose_run_failed_is_read_again(tmp_path):
+    plan = catch_up.plan(landed(tmp_path, 1, 2, 3), seen(tmp_path, admitted=[1], failed=[2]), None)
+    assert plan.spans == (2, 3) and plan.notes[0].startswith("spans landed since span 1")
 
 
 def test_a_missing_span_number_and_a_span_left_behind_are_named(tmp_path):

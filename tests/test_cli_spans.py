@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from imgpipe.components.common.formats import serving_history
 from imgpipe.pipelines import cli
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines.cli import run
@@ -78,6 +79,20 @@ def test_two_spans_two_run_local_calls_with_the_same_config(tmp_path, capsys):
     assert "images               54 written of 54 files seen" in read_again, out
     assert "spans trained        spans 3, 2, 1" in third, out
     assert "spans trained        spans 2, 1" in out, out
+
+    # A run that fails says why in one line, and the history keeps it: the step, the span.
+    retraining_data.span_folder(str(tmp_path / "images"), 4, per_class=12, size=32)
+    weights = tmp_path / "bad.weights.h5"
+    weights.write_bytes(b"not a weights file")
+    assert cli.main([*argv, "--set", f"trainer.weights={weights}"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"imgpipe: error: backbone weights file {weights}: Keras cannot load"), (
+        line
+    )
+    decisions, _ = serving_history.read(str(tmp_path / "serving"))
+    assert (decisions[-1].kind, decisions[-1].span) == (serving_history.FAILED, 4)
+    assert decisions[-1].reason.startswith(f"Trainer failed: backbone weights file {weights}")
+    assert decisions[-1].served_version == decisions[-2].served_version
 
 
 def spans(root, *names: str) -> str:

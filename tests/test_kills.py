@@ -226,8 +226,9 @@ def test_a_run_that_hangs_is_stopped_at_its_deadline_and_publishes_nothing(tmp_p
     """A step that never returns (a read from a store that does not answer) would hold
     the serving folder, and every later run of the schedule, for good: the run's deadline
     stops it as SIGTERM does, with one line, and the serving folder is free and empty."""
-    from imgpipe.components.common.formats import served_models
+    from imgpipe.components.common.formats import served_models, serving_history
     from imgpipe.components.common.storage import serving_lock
+    from imgpipe.pipelines import component_ids as ids
 
     data, serving = str(tmp_path / "images"), str(tmp_path / "serving")
     imagegen.make_image_folder(data, {"cat": 12, "dog": 12}, size=(24, 32))
@@ -252,3 +253,11 @@ def test_a_run_that_hangs_is_stopped_at_its_deadline_and_publishes_nothing(tmp_p
     assert last.endswith("run the command again to finish"), result.stderr
     assert served_models.complete_versions(serving) == []
     assert serving_lock.current(serving) is None
+    # The history says so, unless the clean-up was cut short before it could be written.
+    decisions, _ = serving_history.read(serving)
+    if "before finishing" in last:
+        (failed,) = decisions
+        assert failed.kind == serving_history.FAILED and failed.span is None
+        assert failed.reason.startswith(
+            f"{ids.EXAMPLE_GEN} failed: the run passed its deadline of {hours:g} h"
+        ), failed.reason

@@ -267,7 +267,7 @@ def test_history_says_when_the_schedule_has_stalled(tmp_path, capsys):
     assert cli.main(["history", "--serving-dir", serving]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
         "stalled: 3 spans since the last push, none pushed (spans 4-6: 2 refused, 1 stopped "
-        f"by the data gate); version 1763000000 serves; the newest: {refused}"
+        f"by the data gate, 0 failed); version 1763000000 serves; the newest: {refused}"
     )
     assert cli.main(["history", "--serving-dir", serving, "--json"]) == 0
     stalled = json.loads(capsys.readouterr().out)["stalled"]
@@ -296,6 +296,24 @@ def test_history_says_when_the_schedule_has_stalled(tmp_path, capsys):
         )
     assert history.stall(history.read(serving)[0]) is None
     assert run_summary.stall_lines(serving) == []
+    # Runs that fail decide nothing, but spans go by: a schedule failing every day stalls.
+    failed = "Trainer failed: /data/span-9/cat/a.jpg: Permission denied"
+    for span in (8, 9, 10):
+        history.record(
+            serving,
+            history.Decision(
+                T0 + 60_000 + span, history.FAILED, span, None, 1764040000, None, failed
+            ),
+        )
+    stalled = history.stall(history.read(serving)[0])
+    assert stalled is not None and stalled.failed == 3 and stalled.refused == 0
+    assert stalled.describe().startswith(
+        "stalled: 3 spans since the last push, none pushed (spans 8-10: 0 refused, 0 stopped by "
+        "the data gate, 3 failed); version 1764040000 serves"
+    )
+    assert cli.main(["history", "--serving-dir", serving]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2].split()[:3] == ["10", out[-2].split()[1], "failed"] and failed in out[-2]
 
 
 @pytest.mark.unit

@@ -124,7 +124,16 @@ def build_model(
     first = _first_layer(backbone.convention(pretrained), normalization)
     x = first(inputs) if first is not None else inputs
     with _local_weights(config.weights if load_weights else None) as weights:
-        net = backbone.build(shape, weights, config, pretrained)
+        try:
+            net = backbone.build(shape, weights, config, pretrained)
+        except (OSError, ValueError) as e:
+            if not weights or weights == config_lib.IMAGENET:
+                raise
+            raise ValueError(
+                f"backbone weights file {config.weights}: Keras cannot load it into "
+                f"{config.backbone} ({' '.join(str(e).split())}); give trainer.weights a "
+                f"weights file saved from a {config.backbone} model"
+            ) from e
     x = net(x)
     if config.dropout:
         x = keras.layers.Dropout(config.dropout, name="head_dropout")(x)

@@ -25,7 +25,8 @@ class SpanPlan:
 def seen_spans(serving_dir: str) -> dict[int, str]:
     """The spans an earlier run decided on (admitted, pushed, refused or stopped at a
     gate: the serving folder's span records and history), each with the fingerprint of
-    its folder as the run read it ("" when none was kept)."""
+    its folder as the run read it ("" when none was kept). A run that failed decided
+    nothing: its span is read again."""
     from imgpipe.components.common.formats import serving_history, spans
 
     if not serving_dir:
@@ -33,7 +34,7 @@ def seen_spans(serving_dir: str) -> dict[int, str]:
     decisions, _ = serving_history.read(serving_dir)
     seen: dict[int, str] = {}
     for decision in sorted(decisions, key=lambda d: d.time):  # the newest read wins
-        if decision.span is not None:
+        if decision.span is not None and decision.kind != serving_history.FAILED:
             seen[decision.span] = decision.input_fingerprint or seen.get(decision.span, "")
     for admitted in spans.admitted(serving_dir):
         seen[admitted.span] = admitted.input_fingerprint or seen.get(admitted.span, "")

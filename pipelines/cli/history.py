@@ -1,7 +1,7 @@
 """`imgpipe history --serving-dir DIR`: what each run decided about a serving folder.
 
 One line per decision, oldest first (serving_history.py keeps them): the span, the time,
-pushed / refused / stopped / rollback, the version, the version serving after it, the
+pushed / refused / stopped / rollback / failed, the version, the version serving after it, the
 served model's accuracy on the reference set, and the reason in a few words. `--json`
 prints the same for machines; `--html FILE` also draws it (history_view.py). A damaged
 record is a `warning:` line on stderr, never a failure.
@@ -21,10 +21,10 @@ from imgpipe.pipelines.cli.errors import UserError
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "history",
-        help="what each run decided about a serving folder: pushed, refused, stopped",
+        help="what each run decided about a serving folder: pushed, refused, stopped, failed",
         description="Print one line per run decision recorded in the serving folder, "
         "oldest first: the span, the time (UTC), the decision (pushed, refused, stopped "
-        "by the data gate, rollback), the version, the version serving after it, the "
+        "by the data gate, rollback, failed), the version, the version serving after it, the "
         "served model's accuracy on the reference set and the reason. A damaged record "
         "is named on stderr and passed over.",
     )

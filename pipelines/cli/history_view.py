@@ -30,12 +30,14 @@ _COLOURS = {
     history.REFUSED: "#c62828",
     history.STOPPED: "#ef6c00",
     history.ROLLBACK: "#1565c0",
+    history.FAILED: "#424242",
 }
 _LEGEND = {
     history.PUSHED: "pushed",
     history.REFUSED: "refused (nothing pushed)",
     history.STOPPED: "stopped by the data gate",
     history.ROLLBACK: "rolled back",
+    history.FAILED: "failed (nothing decided)",
 }
 
 
@@ -199,13 +201,14 @@ def _step_line(accuracies: Sequence[float | None], x: XScale, y: YScale) -> str:
 
 def marker(kind: str, cx: float, cy: float, size: float = 6.0) -> str:
     """A decision's marker: pushed a filled circle, refused a hollow one, stopped a
-    triangle, rollback a diamond."""
+    triangle, rollback a diamond, failed a square."""
     colour = _COLOURS.get(kind, "#616161")
     if kind == history.PUSHED:
         return f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{size}" fill="{colour}"/>'
     corners = {
         history.STOPPED: ((0, -1), (1, 1), (-1, 1)),
         history.ROLLBACK: ((0, -1), (1, 0), (0, 1), (-1, 0)),
+        history.FAILED: ((-1, -1), (1, -1), (1, 1), (-1, 1)),
     }.get(kind)
     if corners:
         points = " ".join(f"{cx + dx * size:.1f},{cy + dy * size:.1f}" for dx, dy in corners)

@@ -10,7 +10,7 @@ from typing import Any
 from imgpipe.components.image_example_gen import flat_splits
 from imgpipe.pipelines import config as cfg
 from imgpipe.pipelines import sample_photos, termination
-from imgpipe.pipelines.cli import paths, progress
+from imgpipe.pipelines.cli import errors, paths, progress
 from imgpipe.pipelines.cli.convert import IMAGE_FOLDER_FIX
 from imgpipe.pipelines.cli.errors import NOT_PUSHED_EXIT_CODE, UserError
 from imgpipe.pipelines.cli.settings import add_set_argument
@@ -156,6 +156,14 @@ def _run_spans(config: Any, asked: int | None, bars: bool) -> int:
     return 0 if 0 in codes else NOT_PUSHED_EXIT_CODE
 
 
+def failure_reason(error: BaseException) -> str:
+    """A failed run's error as its history record says it: the command's one line, or
+    why it was stopped."""
+    if isinstance(error, termination.Terminated):
+        return termination.stop_reason(error.signum)
+    return errors.one_line(error).removeprefix(errors.PREFIX)
+
+
 def check_serving_dir(serving_dir: str) -> None:
     """The serving folder can be made and written, before any step runs: a read-only
     folder or a missing bucket is found in seconds, not after training.
@@ -272,10 +280,11 @@ def _run_and_report(config, not_pushed: int, bars: bool) -> int:
     )
     from imgpipe.pipelines import local_runner, run_summary
 
+    run_id = local_runner.new_run_id()
     try:
         with progress.StepBars(bars, print_step) as announce:
-            result = local_runner.run(config, announce=announce)
-    except AnomaliesFoundError as e:
+            result = local_runner.run(config, announce=announce, run_id=run_id)
+    except AnomaliesFoundError as e:  # the data gate recorded its stop
         codes = {a.code for a in e.anomalies}
         fixes = []
         if codes - {DRIFT, LABEL_ISSUES}:
@@ -299,6 +308,9 @@ def _run_and_report(config, not_pushed: int, bars: bool) -> int:
             f"({', '.join(sorted({a.code for a in e.anomalies}))}), so the run stopped "
             f"before training; see {e.report}, then {'; '.join(fixes)}"
         ) from e
+    except BaseException as e:
+        local_runner.record_failure(config, run_id, failure_reason(e))
+        raise
     for line in run_summary.summary_lines(result, config):
         print(line)
     return 0 if result.pushed else not_pushed

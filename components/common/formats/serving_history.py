@@ -10,12 +10,14 @@ history` can say, span by span, what serves and why:
 
 The kinds: PUSHED (the Pusher published a model), REFUSED (the Evaluator did not bless
 it, or the Pusher's compare-and-swap found a newer push), STOPPED (ImageStatistics'
-data gate stopped the run before training) and ROLLBACK (an operator served an earlier
-version again). A record is written once and never changed; names sort by time. The
-folder starts with a dot: model servers and served_models.complete_versions never see
-it. A history write is a report, not a step: the components catch its OSError and log
-one line, so it never fails a push or a retrain, and `read` names a damaged record
-instead of stopping. No TensorFlow here beyond the file seam.
+data gate stopped the run before training), ROLLBACK (an operator served an earlier
+version again) and FAILED (`imgpipe run local` ended in an error, a stop signal or its
+deadline, and decided nothing: the span counts as not yet seen). A record is written
+once and never changed; names sort by time. The folder starts with a dot: model servers
+and served_models.complete_versions never see it. A history write is a report, not a
+step: the components catch its OSError and log one line, so it never fails a push or a
+retrain, and `read` names a damaged record instead of stopping. No TensorFlow here
+beyond the file seam.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ PUSHED = "pushed"
 REFUSED = "refused"
 STOPPED = "stopped"  # the data gate stopped the run
 ROLLBACK = "rollback"
-KINDS = (PUSHED, REFUSED, STOPPED, ROLLBACK)
+FAILED = "failed"  # the run ended in an error and decided nothing
+KINDS = (PUSHED, REFUSED, STOPPED, ROLLBACK, FAILED)
 
 _SUFFIX = ".json"
 # Enough digits for nanoseconds since the epoch until the year 5138: names sort by time.
@@ -50,7 +53,7 @@ class Decision:
 
     Attributes:
       time: when it was decided, seconds since the epoch.
-      kind: PUSHED, REFUSED, STOPPED or ROLLBACK.
+      kind: PUSHED, REFUSED, STOPPED, ROLLBACK or FAILED.
       span: the span the run read (None when its Examples carry none).
       model_version: the version pushed, or rolled back to; None otherwise.
       served_version: the version that serves after the decision, when known.
@@ -138,8 +141,9 @@ class Stall:
 
     Attributes:
       spans: those spans, oldest first.
-      refused: how many of them the Evaluator or the Pusher refused last (the others
-        were stopped by the data gate).
+      refused: how many of them the Evaluator or the Pusher refused last.
+      failed: how many of them last ended in a failed run (the others were stopped by
+        the data gate).
       served_version: the version serving through them.
       last_reason: the newest decision's reason.
     """
@@ -148,14 +152,16 @@ class Stall:
     refused: int
     served_version: int | None
     last_reason: str
+    failed: int = 0
 
     def describe(self) -> str:
         """One line for the person on call."""
         served = "nothing" if self.served_version is None else f"version {self.served_version}"
+        stopped = len(self.spans) - self.refused - self.failed
         return (
             f"stalled: {len(self.spans)} spans since the last push, none pushed (spans "
             f"{self.spans[0]}-{self.spans[-1]}: {self.refused} refused, "
-            f"{len(self.spans) - self.refused} stopped by the data gate); {served} serves; "
+            f"{stopped} stopped by the data gate, {self.failed} failed); {served} serves; "
             f"the newest: {self.last_reason}"
         )
 
@@ -181,6 +187,7 @@ def stall(decisions: list[Decision], after: int = STALLED_AFTER_SPANS) -> Stall 
     return Stall(
         spans=spans,
         refused=sum(last_by_span[s].kind == REFUSED for s in spans),
+        failed=sum(last_by_span[s].kind == FAILED for s in spans),
         served_version=served if served is not None else decisions[-1].served_version,
         last_reason=decisions[-1].reason,
     )
