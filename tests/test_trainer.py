@@ -30,6 +30,7 @@ from imgpipe.components.trainer import (
     devices,
     export,
     memory,
+    read_errors,
     task,
     training,
 )
@@ -401,12 +402,12 @@ def test_truncated_shard_error_names_the_file(data, tmp_path, cut):
         source, input_lib.TRAIN, image_size=SIZE, batch_size=16, memory=NO_CACHE
     )
     message = victim if cut == "mid_record" else os.path.basename(victim)
-    with pytest.raises(input_lib.ShardReadError, match=message):
-        with input_lib.named_read_errors(source):
+    with pytest.raises(read_errors.ShardReadError, match=message):
+        with read_errors.named_read_errors(source):
             for _ in dataset.take(20):
                 pass
     if cut == "record_boundary":
-        error = input_lib.find_read_error(source)
+        error = read_errors.find_read_error(source)
         assert (
             f"the shards hold {90 - len(records) + len(records) // 2} records but "
             "ImageExampleGen wrote 90" in str(error)

@@ -14,7 +14,7 @@ from absl import logging
 
 from imgpipe.components.common.images.model_input import ModelInput
 from imgpipe.components.trainer import input as input_lib
-from imgpipe.components.trainer import memory
+from imgpipe.components.trainer import memory, read_errors
 from imgpipe.components.trainer.config import CACHE_OFF, TrainerConfig
 
 SAMPLES_SUBDIR = "samples"
@@ -76,7 +76,7 @@ def sample_callbacks(
         seed=config.seed,
         **pipeline_arguments(config, model_input),
     )
-    with input_lib.named_read_errors(train_source):
+    with read_errors.named_read_errors(train_source):
         images, _ = next(iter(samples))
     return [
         SampleImages(

@@ -24,7 +24,7 @@ from absl import logging
 from imgpipe.components.common.storage import fileio
 from imgpipe.components.trainer import input as input_lib
 from imgpipe.components.trainer import model as model_lib
-from imgpipe.components.trainer import resume
+from imgpipe.components.trainer import read_errors, resume
 from imgpipe.components.trainer import summary as summary_lib
 from imgpipe.components.trainer.config import TrainerConfig
 
@@ -330,7 +330,7 @@ def _fit_segments(
     for number, part in enumerate(parts):
         if stopping is not None:
             stopping.last_segment = number == len(parts) - 1
-        with input_lib.named_read_errors(run.train, run.eval):
+        with read_errors.named_read_errors(run.train, run.eval):
             run.model.fit(
                 run.train_ds,
                 initial_epoch=part.initial_epoch,
