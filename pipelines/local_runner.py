@@ -191,27 +191,30 @@ def record_failure(config: PipelineConfig, run_id: str, reason: str) -> None:
         return
     from imgpipe.components.common.formats import served_models, serving_history
 
-    try:
+    step, span, served = None, config.span, None
+    try:  # what MLMD knows of the run: nothing when it failed before its first step
         result = latest_results(config, run_id)
         step = next(
             (i for i, node in result.nodes.items() if node.state not in ("COMPLETE", "CACHED")),
             None,
         )
         examples = result.artifact(ids.EXAMPLE_GEN, keys.EXAMPLES_KEY)
-        span = config.span
         if span is None and examples is not None and examples.properties.get(SPAN) is not None:
             span = int(examples.properties[SPAN])
         served = served_models.latest(config.serving_dir)
-        decision = serving_history.Decision(
-            time=time.time(),
-            kind=serving_history.FAILED,
-            span=span,
-            served_version=served.version if served else None,
-            reason=serving_history.brief(f"{step} failed: {reason}" if step else reason),
-            run_id=run_id,
-        )
+    except Exception as e:  # a store's or MLMD's error: the record says what is known
+        logging.warning("the failed run's record is written without its details: %s", e)
+    decision = serving_history.Decision(
+        time=time.time(),
+        kind=serving_history.FAILED,
+        span=span,
+        served_version=served.version if served else None,
+        reason=serving_history.brief(f"{step} failed: {reason}" if step else reason),
+        run_id=run_id,
+    )
+    try:
         serving_history.record(config.serving_dir, decision)
-    except Exception as e:  # a store's or MLMD's error: the run's own error comes first
+    except Exception as e:  # the run's own error comes first
         logging.warning("the failed run's history record was not written: %s", e)
 
 

@@ -330,3 +330,26 @@ def test_history_of_a_missing_folder_is_one_line_and_of_an_empty_one_says_so(tmp
     os.makedirs(empty)
     assert cli.main(["history", "--serving-dir", empty]) == 0
     assert capsys.readouterr().out == f"no decisions recorded in {empty} yet\n"
+
+
+@pytest.mark.unit
+def test_a_run_that_failed_before_its_first_step_is_recorded_with_what_is_known(tmp_path):
+    from imgpipe.pipelines import config as cfg
+    from imgpipe.pipelines import local_runner
+
+    serving = str(tmp_path / "serving")
+    config = cfg.from_dict(
+        {
+            "data_root": str(tmp_path / "images"),
+            "serving_dir": serving,
+            "metadata_path": str(tmp_path / "no-such-folder" / "metadata.sqlite"),
+            "span": 4,
+        }
+    )
+    local_runner.record_failure(config, "run-1", "metadata_path: not a local file")
+    (decision,), problems = history.read(serving)
+    assert problems == []
+    assert (decision.kind, decision.span, decision.run_id) == (history.FAILED, 4, "run-1")
+    assert decision.reason == "metadata_path: not a local file"
+    # Without a serving folder there is no history to write to.
+    local_runner.record_failure(cfg.from_dict({"data_root": "x"}), "run-2", "boom")
