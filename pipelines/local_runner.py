@@ -213,6 +213,16 @@ def record_failure(config: PipelineConfig, run_id: str, reason: str) -> None:
         run_id=run_id,
     )
     try:
+        # A schedule that keeps failing alike keeps its first record (the failure's
+        # start), not one a run: the history stays small, and every run reads it.
+        last = serving_history.newest(config.serving_dir)
+        if last is not None and (last.kind, last.span, last.reason) == (
+            decision.kind,
+            decision.span,
+            decision.reason,
+        ):
+            logging.info("the same failure as the history's newest record: not recorded again")
+            return
         serving_history.record(config.serving_dir, decision)
     except Exception as e:  # the run's own error comes first
         logging.warning("the failed run's history record was not written: %s", e)

@@ -351,5 +351,11 @@ def test_a_run_that_failed_before_its_first_step_is_recorded_with_what_is_known(
     assert problems == []
     assert (decision.kind, decision.span, decision.run_id) == (history.FAILED, 4, "run-1")
     assert decision.reason == "metadata_path: not a local file"
+    # The same failure again keeps the first record; another one is recorded.
+    local_runner.record_failure(config, "run-2", "metadata_path: not a local file")
+    assert [d.run_id for d in history.read(serving)[0]] == ["run-1"]
+    local_runner.record_failure(config, "run-3", "another error")
+    assert [d.run_id for d in history.read(serving)[0]] == ["run-1", "run-3"]
+    assert history.newest(serving) == history.read(serving)[0][-1]
     # Without a serving folder there is no history to write to.
     local_runner.record_failure(cfg.from_dict({"data_root": "x"}), "run-2", "boom")

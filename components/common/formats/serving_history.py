@@ -127,6 +127,24 @@ def read(serving_dir: str) -> tuple[list[Decision], list[str]]:
     return sorted(decisions, key=lambda d: d.time), problems
 
 
+def newest(serving_dir: str) -> Decision | None:
+    """The newest decision recorded in the serving folder, reading that one record only;
+    None when there is none or it cannot be read."""
+    folder = posixpath.join(serving_dir, HISTORY_DIR)
+    if not fileio.isdir(folder):
+        return None
+    names = sorted(n for n in fileio.list_dir(folder) if n.endswith(_SUFFIX))
+    if not names:
+        return None
+    path = posixpath.join(folder, names[-1])
+    try:
+        return config_loader.from_document(
+            Decision, fileio.read_bytes(path).decode(), path, VERSION
+        )
+    except (OSError, ValueError):
+        return None
+
+
 # After this many spans newer than the last push decided without a push, `imgpipe
 # history` says the schedule has stalled: the served model ages while data lands. Reruns
 # of a span, and runs with nothing new (a schedule that fires before data lands), do not
