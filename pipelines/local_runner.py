@@ -189,7 +189,7 @@ def record_failure(config: PipelineConfig, run_id: str, reason: str) -> None:
     error is the one to report."""
     if not config.serving_dir:
         return
-    from imgpipe.components.common.formats import served_models, serving_history
+    from imgpipe.components.common.formats import champion, serving_history
 
     step, span, served = None, config.span, None
     try:  # what MLMD knows of the run: nothing when it failed before its first step
@@ -201,28 +201,26 @@ def record_failure(config: PipelineConfig, run_id: str, reason: str) -> None:
         examples = result.artifact(ids.EXAMPLE_GEN, keys.EXAMPLES_KEY)
         if span is None and examples is not None and examples.properties.get(SPAN) is not None:
             span = int(examples.properties[SPAN])
-        served = served_models.latest(config.serving_dir)
+        resolved = result.uri(ids.CHAMPION, pl.CHAMPION_KEY)  # the run's own lookup
+        served = champion.read(resolved).champion_version if resolved else None
     except Exception as e:  # a store's or MLMD's error: the record says what is known
         logging.warning("the failed run's record is written without its details: %s", e)
-    decision = serving_history.Decision(
-        time=time.time(),
-        kind=serving_history.FAILED,
-        span=span,
-        served_version=served.version if served else None,
-        reason=serving_history.brief(f"{step} failed: {reason}" if step else reason),
-        run_id=run_id,
-    )
+    reason = serving_history.brief(f"{step} failed: {reason}" if step else reason)
     try:
         # A schedule that keeps failing alike keeps its first record (the failure's
         # start), not one a run: the history stays small, and every run reads it.
         last = serving_history.newest(config.serving_dir)
-        if last is not None and (last.kind, last.span, last.reason) == (
-            decision.kind,
-            decision.span,
-            decision.reason,
-        ):
+        if last and (last.kind, last.span, last.reason) == (serving_history.FAILED, span, reason):
             logging.info("the same failure as the history's newest record: not recorded again")
             return
+        decision = serving_history.Decision(
+            time=time.time(),
+            kind=serving_history.FAILED,
+            span=span,
+            served_version=served,
+            reason=reason,
+            run_id=run_id,
+        )
         serving_history.record(config.serving_dir, decision)
     except Exception as e:  # the run's own error comes first
         logging.warning("the failed run's history record was not written: %s", e)

@@ -331,11 +331,7 @@ def make_dataset(
 
 
 def _parsed_records(
-    source: SplitSource,
-    mode: str,
-    key_map: FeatureKeyMap = DEFAULT_KEY_MAP,
-    seed: int = 0,
-    shard: Shard | None = None,
+    source: SplitSource, mode: str, key_map: FeatureKeyMap, seed: int, shard: Shard | None
 ) -> tf.data.Dataset:
     """read_records parsed: (encoded, label) per record, with its image's [height,
     width] when the key map has size features; the labels of a window's spans mapped to

@@ -110,13 +110,10 @@ def read(serving_dir: str) -> tuple[list[Decision], list[str]]:
     problems: list[str] = []
     if not fileio.isdir(folder):
         return decisions, problems
-    for name in sorted(fileio.list_dir(folder)):
-        if not name.endswith(_SUFFIX):  # a write in progress (fileio.ATOMIC_TEMP_SUFFIX)
-            continue
+    for name in _record_names(folder):
         path = posixpath.join(folder, name)
         try:
-            text = fileio.read_bytes(path).decode()
-            decision = config_loader.from_document(Decision, text, path, VERSION)
+            decision = _load(path)
         except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
             problems.append(f"{path}: passed over, unreadable: {e}")
             continue
@@ -131,18 +128,23 @@ def newest(serving_dir: str) -> Decision | None:
     """The newest decision recorded in the serving folder, reading that one record only;
     None when there is none or it cannot be read."""
     folder = posixpath.join(serving_dir, HISTORY_DIR)
-    if not fileio.isdir(folder):
-        return None
-    names = sorted(n for n in fileio.list_dir(folder) if n.endswith(_SUFFIX))
+    names = _record_names(folder) if fileio.isdir(folder) else []
     if not names:
         return None
-    path = posixpath.join(folder, names[-1])
     try:
-        return config_loader.from_document(
-            Decision, fileio.read_bytes(path).decode(), path, VERSION
-        )
+        return _load(posixpath.join(folder, names[-1]))
     except (OSError, ValueError):
         return None
+
+
+def _record_names(folder: str) -> list[str]:
+    """The records' file names, oldest first; a write in progress
+    (fileio.ATOMIC_TEMP_SUFFIX) is not one."""
+    return sorted(name for name in fileio.list_dir(folder) if name.endswith(_SUFFIX))
+
+
+def _load(path: str) -> Decision:
+    return config_loader.from_document(Decision, fileio.read_bytes(path).decode(), path, VERSION)
 
 
 # After this many spans newer than the last push decided without a push, `imgpipe
